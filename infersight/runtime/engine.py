@@ -1,0 +1,238 @@
+"""The engine loop: schedule, run the draft (if any), run the target, sample or verify, commit.
+
+The engine is glue: the scheduler owns the queues and the KV cache manager; the runners own the
+models. It emits events to one observer and returns a plain StepStats from step(); it never prints.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from infersight.runtime.config import EngineConfig
+from infersight.runtime.errors import InvalidRequestError
+from infersight.runtime.kv_cache import KVCacheManager
+from infersight.runtime.model_runner import FeedItem, ModelRunner
+from infersight.runtime.observer import EngineObserver
+from infersight.runtime.outputs import RequestOutput
+from infersight.runtime.request import Request
+from infersight.runtime.sampling import SamplingParams, probs_from_logits, sample
+from infersight.runtime.scheduler import Scheduler, ScheduledRequest
+from infersight.runtime.speculative import verify
+from infersight.runtime.stats import StepStats
+from infersight.runtime.tokenizer import ByteTokenizer
+from infersight.runtime.weights import build_model
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, observer: EngineObserver | None = None) -> None:
+        self.config = config
+        self.observer = observer if observer is not None else EngineObserver()
+        self.tokenizer = ByteTokenizer()
+        self.kv = KVCacheManager(config, self.observer)
+        self.scheduler = Scheduler(config, self.kv, self.observer)
+        backend = config.resolved_attention_backend
+        cfg = config.model_config
+        target = build_model(cfg, dtype=config.torch_dtype, device=config.device, seed=config.seed,
+                             weights=config.weights, attention_backend=backend)
+        self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
+        self.draft: ModelRunner | None = None
+        if config.draft_config is not None:
+            draft = build_model(config.draft_config, dtype=config.torch_dtype, device=config.device,
+                                seed=config.seed, weights=config.speculative_weights,
+                                attention_backend=backend)
+            self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
+        self.expert_counts = None
+        if self.observer.wants_expert_counts and cfg.is_moe:
+            self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long, device=config.device)
+        self.requests: dict[int, Request] = {}
+        self.next_request_id = 0
+        self.step_id = 0
+
+    # -- requests -------------------------------------------------------------------------------
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, *,
+                    task: str | None = None, trace_id: int = 0) -> int:
+        """Queue a request; returns its id. Bad input raises InvalidRequestError and changes nothing."""
+        params = params if params is not None else SamplingParams()
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidRequestError("prompt is empty")
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            token_ids = list(prompt)
+            if not token_ids:
+                raise InvalidRequestError("prompt is empty")
+            vocab = self.config.model_config.vocab_size
+            if not all(isinstance(t, int) and 0 <= t < vocab for t in token_ids):
+                raise InvalidRequestError(f"prompt token ids must be integers in [0, {vocab})")
+        max_len = self.config.model_config.max_seq_len
+        if len(token_ids) >= max_len:
+            raise InvalidRequestError(f"prompt has {len(token_ids)} tokens; the model's maximum length "
+                                      f"is {max_len} including at least one generated token")
+        rid = self.next_request_id
+        self.next_request_id += 1
+        seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + rid
+        gen = torch.Generator(device=self.config.device).manual_seed(seed)
+        now = time.monotonic_ns()
+        req = Request(rid, token_ids, params, gen, now, trace_id=trace_id, task=task or params.task)
+        self.requests[rid] = req
+        self.scheduler.add(req)
+        self.observer.on_request_arrived(rid, now, len(token_ids), req.task, trace_id)
+        return rid
+
+    def abort_request(self, request_id: int) -> None:
+        req = self.requests.get(request_id)
+        if req is not None and not req.is_finished:
+            self._finish(req, "abort")
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def get_output(self, request_id: int) -> RequestOutput:
+        req = self.requests[request_id]
+        return RequestOutput.from_request(req, self.tokenizer.decode(req.output_token_ids))
+
+    def release(self, request_id: int) -> RequestOutput:
+        """The output of a finished request, forgetting the request."""
+        out = self.get_output(request_id)
+        del self.requests[request_id]
+        return out
+
+    # -- the step -------------------------------------------------------------------------------
+    def step(self) -> StepStats:
+        self.step_id += 1
+        start = time.monotonic_ns()
+        self.observer.on_step_begin(self.step_id, start)
+        stats = StepStats(self.step_id, start, start)
+        plan = self.scheduler.schedule()
+        stats.num_preempted = len(plan.preempted)
+        sched = plan.scheduled
+        if sched:
+            if self.expert_counts is not None:
+                self.expert_counts.zero_()
+            prefilling = {s.req.request_id for s in sched if s.req.in_prefill or not s.req.output_token_ids}
+            drafts, draft_probs = self._propose(sched)
+            t_verify = time.monotonic_ns()
+            logits = self.target.run(self._target_items(sched, drafts), self.expert_counts)
+            end_forward = time.monotonic_ns()
+            for s, lg in zip(sched, logits):
+                req = s.req
+                stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
+                if req.request_id in prefilling:
+                    stats.num_prefill_tokens += s.num_new_tokens
+                    req.times.prefill_chunks.append((start, end_forward, s.num_new_tokens))
+                    self.observer.on_prefill_chunk(req.request_id, start, end_forward, req.num_computed,
+                                                   s.num_new_tokens)
+                else:
+                    stats.num_decode_tokens += s.num_new_tokens
+                new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
+                                           t_verify - start, end_forward - t_verify, stats)
+                self.kv.commit(req)
+                if new_tokens:
+                    self._emit(req, new_tokens, stats)
+            if self.expert_counts is not None:
+                self.observer.on_expert_counts(self.step_id, self.expert_counts)
+        stats.end_ns = time.monotonic_ns()
+        stats.kv_blocks_in_use = self.kv.pool.num_in_use
+        stats.kv_blocks_total = self.kv.pool.num_blocks
+        stats.num_waiting = len(self.scheduler.waiting)
+        stats.num_running = len(self.scheduler.running)
+        stats.num_swapped = len(self.scheduler.swapped)
+        self.observer.on_step_end(stats)
+        return stats
+
+    def _propose(self, sched: list[ScheduledRequest]) -> tuple[dict[int, list[int]], dict[int, torch.Tensor]]:
+        """Run the draft: catch its KV up with the target for every request, then propose
+        num_spec_tokens tokens, one batched draft forward per position."""
+        drafts: dict[int, list[int]] = {}
+        probs: dict[int, list[torch.Tensor]] = {}
+        if self.draft is None:
+            return drafts, {}
+        items = []
+        for s in sched:
+            req = s.req
+            end = req.num_computed + s.num_new_tokens
+            if end > req.draft_computed:
+                items.append(FeedItem(req, req.draft_computed, req.token_ids[req.draft_computed:end],
+                                      1 if s.num_spec_tokens else 0))
+        spec = [s for s in sched if s.num_spec_tokens]
+        logits = dict(zip((it.req.request_id for it in items), self.draft.run(items)))
+        for s in sched:
+            if not s.num_spec_tokens:
+                s.req.draft_computed = s.req.num_computed + s.num_new_tokens
+        for j in range(max((s.num_spec_tokens for s in spec), default=0)):
+            if j > 0:
+                active = [s for s in spec if s.num_spec_tokens > j]
+                feed = [FeedItem(s.req, s.req.num_tokens + j - 1, [drafts[s.req.request_id][-1]], 1) for s in active]
+                logits = dict(zip((s.req.request_id for s in active), self.draft.run(feed)))
+            for s in spec:
+                rid = s.req.request_id
+                if s.num_spec_tokens > j:
+                    q = probs_from_logits(logits[rid][-1:], s.req.params)[0]
+                    drafts.setdefault(rid, []).append(sample(q, s.req.generator))
+                    probs.setdefault(rid, []).append(q)
+        return drafts, {rid: torch.stack(p) for rid, p in probs.items()}
+
+    def _target_items(self, sched: list[ScheduledRequest], drafts: dict[int, list[int]]) -> list[FeedItem]:
+        items = []
+        for s in sched:
+            req = s.req
+            toks = req.token_ids[req.num_computed:req.num_computed + s.num_new_tokens]
+            if s.num_spec_tokens:
+                items.append(FeedItem(req, req.num_computed, toks + drafts[req.request_id], s.num_spec_tokens + 1))
+            else:
+                items.append(FeedItem(req, req.num_computed, toks, 1 if s.samples else 0))
+        return items
+
+    def _advance(self, s: ScheduledRequest, logits: torch.Tensor, drafted: list[int] | None,
+                 q: torch.Tensor | None, draft_ns: int, verify_ns: int, stats: StepStats) -> list[int]:
+        """Move the request's computed counters forward and return the tokens it gained."""
+        req = s.req
+        if s.num_spec_tokens and drafted is not None and q is not None:
+            p = probs_from_logits(logits, req.params)
+            result = verify(drafted, q, p, req.generator, req.params.greedy)
+            base = req.num_computed
+            # Target KV is valid for the fed token and the accepted drafts; the draft was fed one
+            # position fewer (its last proposal was never fed back). The rest is rolled back.
+            req.num_computed = base + 1 + result.num_accepted
+            req.draft_computed = min(base + s.num_spec_tokens, req.num_computed)
+            req.num_spec_proposed += s.num_spec_tokens
+            req.num_spec_accepted += result.num_accepted
+            stats.num_spec_tokens += s.num_spec_tokens
+            stats.num_spec_accepted += result.num_accepted
+            self.observer.on_spec_verified(req.request_id, s.num_spec_tokens, result.num_accepted,
+                                           result.accept_mask, draft_ns, verify_ns)
+            return result.tokens
+        req.num_computed += s.num_new_tokens
+        if self.draft is not None:
+            req.draft_computed = max(req.draft_computed, req.num_computed)
+        if not s.samples:
+            return []
+        return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]
+
+    def _emit(self, req: Request, tokens: list[int], stats: StepStats) -> None:
+        now = time.monotonic_ns()
+        if not req.output_token_ids:
+            req.times.first_token_ns = now
+            self.observer.on_first_token(req.request_id, now)
+        reason = None
+        emitted = 0
+        for t in tokens:
+            req.output_token_ids.append(t)
+            emitted += 1
+            if t == self.tokenizer.eos_id and not req.params.ignore_eos:
+                reason = "stop"
+            elif (len(req.output_token_ids) >= req.params.max_tokens
+                  or req.num_tokens >= self.config.model_config.max_seq_len):
+                reason = "length"
+            if reason:
+                break
+        self.observer.on_tokens_emitted(req.request_id, now, emitted)
+        if reason:
+            self._finish(req, reason)
+            stats.finished.append(req.request_id)
+
+    def _finish(self, req: Request, reason: str) -> None:
+        self.scheduler.finish(req, reason)
+        req.times.finish_ns = now = time.monotonic_ns()
+        self.observer.on_request_finished(req.request_id, now, reason, len(req.output_token_ids))

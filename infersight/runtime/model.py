@@ -1,0 +1,97 @@
+"""Decoder-only transformer over a paged KV cache: RMSNorm, RoPE, GQA attention, SwiGLU or MoE FFN."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from infersight.runtime.attention import flash_attention, gather_kv, naive_attention, paged_decode_attention
+from infersight.runtime.config import ModelConfig
+from infersight.runtime.forward_batch import ForwardBatch
+from infersight.runtime.layers import RMSNorm, RotaryEmbedding, SwiGLU
+from infersight.runtime.moe import MoEFFN
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int) -> torch.Tensor:
+    """torch SDPA with a bottom-right causal mask (queries are the last rows of the context)."""
+    lq, lk = q.shape[0], k.shape[0]
+    mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(diagonal=q_offset)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                         attn_mask=mask, enable_gqa=True)
+    return out.transpose(0, 1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, backend: str) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, bias=False)
+        self.out = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        self.backend = backend
+
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, batch: ForwardBatch,
+                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        t = x.shape[0]
+        q, k, v = self.qkv(x).split(
+            [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim], -1)
+        q = rope(q.view(t, self.n_heads, self.head_dim), batch.positions)
+        k = rope(k.view(t, self.n_kv_heads, self.head_dim), batch.positions)
+        v = v.view(t, self.n_kv_heads, self.head_dim)
+        # Write this step's K/V first, so every kernel below reads its whole context from the cache.
+        k_cache.view(-1, self.n_kv_heads, self.head_dim)[batch.slot_mapping] = k
+        v_cache.view(-1, self.n_kv_heads, self.head_dim)[batch.slot_mapping] = v
+        out = torch.empty_like(q)
+        if batch.decode_index.numel():
+            out[batch.decode_index] = paged_decode_attention(
+                q[batch.decode_index], k_cache, v_cache, batch.decode_block_tables, batch.decode_context_lens)
+        for seg in batch.segments:
+            ks, vs = gather_kv(k_cache, v_cache, seg.block_table, seg.context_len)
+            qs = q[seg.start:seg.start + seg.length]
+            q_offset = seg.context_len - seg.length
+            if self.backend == "sdpa":
+                o = sdpa_attention(qs, ks, vs, q_offset)
+            elif self.backend == "naive":
+                o = naive_attention(qs, ks, vs, causal=True, q_offset=q_offset)
+            else:
+                o = flash_attention(qs, ks, vs, causal=True, q_offset=q_offset)
+            out[seg.start:seg.start + seg.length] = o
+        return self.out(out.reshape(t, -1))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, backend: str) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg, backend)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.ffn: MoEFFN | SwiGLU = MoEFFN(cfg) if cfg.is_moe else SwiGLU(cfg.d_model, cfg.ffn_dim)
+
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, batch: ForwardBatch, layer_idx: int,
+                k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope, batch, k_cache, v_cache)
+        h = self.ffn_norm(x)
+        if isinstance(self.ffn, MoEFFN):
+            counts = batch.expert_counts[layer_idx] if batch.expert_counts is not None else None
+            return x + self.ffn(h, counts)
+        return x + self.ffn(h)
+
+
+class Transformer(nn.Module):
+    """forward() returns logits for the tokens in batch.logits_index only."""
+
+    def __init__(self, cfg: ModelConfig, attention_backend: str = "flash") -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, attention_backend) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+
+    def forward(self, batch: ForwardBatch, k_caches: torch.Tensor, v_caches: torch.Tensor) -> torch.Tensor:
+        """k_caches/v_caches [n_layers, num_blocks, block_size, n_kv_heads, head_dim]."""
+        x = self.embed(batch.input_ids)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, self.rope, batch, i, k_caches[i], v_caches[i])
+        h = self.norm(x[batch.logits_index])
+        return self.lm_head(h).float()

@@ -1,0 +1,54 @@
+"""Mixture-of-experts FFN: softmax router, top-k with renormalised weights, optional shared expert."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from infersight.runtime.config import ModelConfig
+from infersight.runtime.layers import SwiGLU
+
+
+def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over experts, keep the top_k, renormalise so each token's weights sum to 1.
+
+    Returns (weights [T, k], expert_ids [T, k])."""
+    probs = torch.softmax(router_logits.float(), dim=-1)
+    weights, expert_ids = torch.topk(probs, top_k, dim=-1)
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, expert_ids
+
+
+class MoEFFN(nn.Module):
+    """Experts are SwiGLU blocks; each expert runs once on the tokens routed to it."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.top_k = cfg.top_k
+        self.n_experts = cfg.n_experts
+        self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(cfg.d_model, cfg.ffn_dim) for _ in range(cfg.n_experts))
+        self.shared = SwiGLU(cfg.d_model, cfg.ffn_dim) if cfg.shared_expert else None
+
+    def forward(self, x: torch.Tensor, expert_counts: torch.Tensor | None = None) -> torch.Tensor:
+        """x [T, d]. expert_counts, when given, is this layer's row of the step's [layers, experts]
+        counter; it is incremented on the device so no host sync happens here."""
+        weights, expert_ids = route(self.router(x), self.top_k)
+        if expert_counts is not None:
+            expert_counts += torch.bincount(expert_ids.flatten(), minlength=self.n_experts)
+        out = torch.zeros_like(x)
+        # Sort the (token, slot) pairs by expert so each expert sees one contiguous slice.
+        flat_experts = expert_ids.flatten()
+        order = torch.argsort(flat_experts, stable=True)
+        token_of = order // self.top_k
+        per_expert = torch.bincount(flat_experts, minlength=self.n_experts).tolist()
+        start = 0
+        for e, n in enumerate(per_expert):
+            if n == 0:
+                continue
+            idx = token_of[start:start + n]
+            w = weights.flatten()[order[start:start + n]].unsqueeze(-1).to(x.dtype)
+            out.index_add_(0, idx, self.experts[e](x[idx]) * w)
+            start += n
+        if self.shared is not None:
+            out = out + self.shared(x)
+        return out

@@ -1,0 +1,69 @@
+"""The engine's observer protocol: every state transition calls one of these methods.
+
+The engine holds exactly one observer; "off" is this base class, whose methods do nothing, so the
+engine never branches on whether anyone listens. Timestamps are time.monotonic_ns() of the engine
+process. Implementations must not block or raise: they run inside the engine loop.
+"""
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+    from infersight.runtime.stats import StepStats
+
+
+class KVBlockEvent(enum.IntEnum):
+    """Life of a device KV block. Values are stable: they are written into probe records."""
+
+    ALLOCATED = 1     # handed to a request, empty
+    PREFIX_HIT = 2    # a cached block reused by a request (ref count +1)
+    FREED = 3         # ref count reached 0, nothing reusable in it
+    CACHED = 4        # ref count reached 0, kept for prefix reuse
+    EVICTED = 5       # a cached free block's content dropped to reuse the block
+    OFFLOADED = 6     # copied to the CPU tier when its request was swapped out
+    RELOADED = 7      # copied back from the CPU tier
+    RECOMPUTED = 8    # filled again with content that had been evicted (wasted work)
+
+
+class EngineObserver:
+    """No-op observer. Subclass and override what you need."""
+
+    #: Set True to have the model count tokens per (layer, expert) on the device each step.
+    wants_expert_counts: bool = False
+
+    # -- requests -------------------------------------------------------------------------
+    def on_request_arrived(self, request_id: int, t_ns: int, num_prompt_tokens: int,
+                           task: str | None, trace_id: int) -> None: ...
+
+    def on_request_scheduled(self, request_id: int, t_ns: int, num_prompt_tokens: int,
+                             num_cached_tokens: int, prefix_group_hash: int) -> None: ...
+
+    def on_prefill_chunk(self, request_id: int, start_ns: int, end_ns: int, start_pos: int,
+                         num_tokens: int) -> None: ...
+
+    def on_first_token(self, request_id: int, t_ns: int) -> None: ...
+
+    def on_tokens_emitted(self, request_id: int, t_ns: int, num_tokens: int) -> None: ...
+
+    def on_request_preempted(self, request_id: int, t_ns: int, reason: str) -> None: ...
+
+    def on_request_resumed(self, request_id: int, t_ns: int) -> None: ...
+
+    def on_request_finished(self, request_id: int, t_ns: int, reason: str, num_output_tokens: int) -> None: ...
+
+    # -- KV blocks --------------------------------------------------------------------------
+    def on_kv_block(self, event: KVBlockEvent, block_id: int, request_id: int, block_hash: int) -> None: ...
+
+    # -- MoE, speculation, steps ------------------------------------------------------------
+    def on_expert_counts(self, step_id: int, counts: "torch.Tensor") -> None:
+        """counts [n_layers, n_experts] tokens routed this step, still on the device."""
+
+    def on_spec_verified(self, request_id: int, num_proposed: int, num_accepted: int,
+                         accept_mask: list[bool], draft_ns: int, verify_ns: int) -> None: ...
+
+    def on_step_begin(self, step_id: int, t_ns: int) -> None: ...
+
+    def on_step_end(self, stats: "StepStats") -> None: ...

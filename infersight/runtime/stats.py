@@ -1,0 +1,23 @@
+"""Plain per-step statistics returned by Engine.step(); the engine never prints or aggregates."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepStats:
+    step_id: int
+    start_ns: int
+    end_ns: int
+    num_prefill_tokens: int = 0
+    num_decode_tokens: int = 0
+    num_spec_tokens: int = 0            # draft tokens verified this step
+    num_spec_accepted: int = 0
+    kv_blocks_in_use: int = 0
+    kv_blocks_total: int = 0
+    num_waiting: int = 0
+    num_running: int = 0
+    num_swapped: int = 0
+    num_preempted: int = 0
+    batch: list[tuple[int, int]] = field(default_factory=list)  # (request_id, tokens fed this step)
+    finished: list[int] = field(default_factory=list)

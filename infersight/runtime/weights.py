@@ -1,0 +1,81 @@
+"""Build a model: weights from safetensors when present, else deterministic random init by seed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from infersight.runtime.config import ModelConfig
+from infersight.runtime.errors import WeightsError
+from infersight.runtime.model import Transformer
+
+# Trained weights shipped with the package live here as <model name>.safetensors.
+SHIPPED_WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def shipped_weights(name: str) -> Path | None:
+    path = SHIPPED_WEIGHTS_DIR / f"{name}.safetensors"
+    return path if path.is_file() else None
+
+
+def init_random(model: Transformer, seed: int) -> None:
+    """Same seed, same weights, on any device: draw on a CPU generator in parameter-name order."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    n_layers = model.cfg.n_layers
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if param.ndim == 1:
+                param.fill_(1.0)
+                continue
+            std = 0.02
+            if name.endswith(("attn.out.weight", "down.weight")):
+                std = 0.02 / (2 * n_layers) ** 0.5  # keep the residual stream's variance flat with depth
+            values = torch.randn(param.shape, generator=gen, dtype=torch.float32) * std
+            param.copy_(values.to(param.dtype))
+
+
+def load_safetensors(model: Transformer, path: str | Path) -> None:
+    """Load every parameter from a safetensors file; names and shapes must match exactly."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsError(f"weights file not found: {path}")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise WeightsError(f"cannot read {path} as safetensors: {exc}") from None
+    expected = dict(model.named_parameters())
+    missing = sorted(set(expected) - set(tensors))
+    extra = sorted(set(tensors) - set(expected))
+    if missing or extra:
+        raise WeightsError(f"{path} does not match model {model.cfg.name!r}: "
+                           f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+                           f"unexpected {extra[:5]}{'...' if len(extra) > 5 else ''}")
+    with torch.no_grad():
+        for name, param in expected.items():
+            src = tensors[name]
+            if tuple(src.shape) != tuple(param.shape):
+                raise WeightsError(f"{path}: {name} has shape {tuple(src.shape)}, "
+                                   f"model {model.cfg.name!r} expects {tuple(param.shape)}")
+            param.copy_(src.to(param.dtype))
+
+
+def save_safetensors(model: Transformer, path: str | Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in model.named_parameters()}, str(path),
+              metadata={"model": model.cfg.name})
+
+
+def build_model(cfg: ModelConfig, *, dtype: torch.dtype, device: str, seed: int,
+                weights: str | Path | None = None, attention_backend: str = "flash") -> Transformer:
+    """A model in eval mode on `device`: explicit weights, else shipped weights, else random by seed."""
+    model = Transformer(cfg, attention_backend)
+    path = weights if weights is not None else shipped_weights(cfg.name)
+    if path is not None:
+        load_safetensors(model, path)
+    else:
+        init_random(model, seed)
+    return model.to(device=device, dtype=dtype).eval()
