@@ -1,0 +1,1 @@
+"""Benchmarks run from the CLI (`infersight bench ...`); they measure, they do not assert."""
