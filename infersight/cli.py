@@ -22,7 +22,26 @@ def _cmd_bench_runtime(args: argparse.Namespace) -> int:
 
     result = as_dict(bench_runtime(model=args.model, device=args.device, dtype=args.dtype, batch=args.batch,
                                    prompt_len=args.prompt_len, decode_steps=args.decode_steps))
-    if not args.json:
+    return _print_result(result, args.json)
+
+
+def _cmd_bench_overhead(args: argparse.Namespace) -> int:
+    from infersight.bench.overhead import as_dict, bench_overhead
+
+    result = as_dict(bench_overhead(model=args.model, device=args.device, dtype=args.dtype, batch=args.batch,
+                                    steps=args.steps))
+    return _print_result(result, args.json)
+
+
+def _cmd_bench_ingest(args: argparse.Namespace) -> int:
+    from infersight.probes.ring import bench_ingest
+
+    return _print_result(dict(bench_ingest(args.records, args.capacity)), args.json)
+
+
+def _print_result(result: dict[str, object], json_only: bool) -> int:
+    """Key: value lines for people, then one JSON object last for programs."""
+    if not json_only:
         for key, value in result.items():
             print(f"{key:>22}: {value}")
     print(json.dumps(result))
@@ -51,6 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
     rt.add_argument("--decode-steps", type=int, default=32)
     rt.add_argument("--json", action="store_true", help="print only the JSON result")
     rt.set_defaults(func=_cmd_bench_runtime)
+    ov = bench_sub.add_parser("overhead", help="probes off / NVTX only / all probes, interleaved decode steps")
+    ov.add_argument("--model", default="tiny-moe")
+    ov.add_argument("--device", default="cpu")
+    ov.add_argument("--dtype", default="float32")
+    ov.add_argument("--batch", type=int, default=16)
+    ov.add_argument("--steps", type=int, default=200)
+    ov.add_argument("--json", action="store_true", help="print only the JSON result")
+    ov.set_defaults(func=_cmd_bench_overhead)
+    ing = bench_sub.add_parser("ingest", help="producer -> ring -> consumer events/s with drop accounting")
+    ing.add_argument("--records", type=int, default=1_000_000)
+    ing.add_argument("--capacity", type=int, default=1 << 16)
+    ing.add_argument("--json", action="store_true", help="print only the JSON result")
+    ing.set_defaults(func=_cmd_bench_ingest)
     return parser
 
 

@@ -29,18 +29,19 @@ class Engine:
         self.config = config
         self.observer = observer if observer is not None else EngineObserver()
         self.tokenizer = ByteTokenizer()
+        self.ranges = self.observer.ranges
         self.kv = KVCacheManager(config, self.observer)
         self.scheduler = Scheduler(config, self.kv, self.observer)
         backend = config.resolved_attention_backend
         cfg = config.model_config
         target = build_model(cfg, dtype=config.torch_dtype, device=config.device, seed=config.seed,
-                             weights=config.weights, attention_backend=backend)
+                             weights=config.weights, attention_backend=backend, ranges=self.ranges)
         self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
         self.draft: ModelRunner | None = None
         if config.draft_config is not None:
             draft = build_model(config.draft_config, dtype=config.torch_dtype, device=config.device,
                                 seed=config.seed, weights=config.speculative_weights,
-                                attention_backend=backend)
+                                attention_backend=backend, ranges=self.ranges)
             self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
         self.expert_counts = None
         if self.observer.wants_expert_counts and cfg.is_moe:
@@ -100,21 +101,41 @@ class Engine:
 
     # -- the step -------------------------------------------------------------------------------
     def step(self) -> StepStats:
+        """Schedule and run one iteration; returns what happened (never prints)."""
         self.step_id += 1
         start = time.monotonic_ns()
+        self.ranges.begin_step(self.step_id)
         self.observer.on_step_begin(self.step_id, start)
         stats = StepStats(self.step_id, start, start)
-        plan = self.scheduler.schedule()
-        stats.num_preempted = len(plan.preempted)
-        sched = plan.scheduled
-        if sched:
-            if self.expert_counts is not None:
-                self.expert_counts.zero_()
-            prefilling = {s.req.request_id for s in sched if s.req.in_prefill or not s.req.output_token_ids}
-            drafts, draft_probs = self._propose(sched)
-            t_verify = time.monotonic_ns()
+        with self.ranges.range("step"):
+            with self.ranges.range("schedule"):
+                plan = self.scheduler.schedule()
+            stats.num_preempted = len(plan.preempted)
+            if plan.scheduled:
+                self._run(plan.scheduled, start, stats)
+        stats.end_ns = time.monotonic_ns()
+        stats.kv_blocks_in_use = self.kv.pool.num_in_use
+        stats.kv_blocks_total = self.kv.pool.num_blocks
+        stats.num_waiting = len(self.scheduler.waiting)
+        stats.num_running = len(self.scheduler.running)
+        stats.num_swapped = len(self.scheduler.swapped)
+        self.observer.on_step_end(stats)
+        return stats
+
+    def _run(self, sched: list[ScheduledRequest], start: int, stats: StepStats) -> None:
+        if self.expert_counts is not None:
+            self.expert_counts.zero_()
+        prefilling = {s.req.request_id for s in sched if s.req.in_prefill or not s.req.output_token_ids}
+        drafts: dict[int, list[int]] = {}
+        draft_probs: dict[int, torch.Tensor] = {}
+        if self.draft is not None:
+            with self.ranges.range("forward.draft"):
+                drafts, draft_probs = self._propose(self.draft, sched)
+        t_verify = time.monotonic_ns()
+        with self.ranges.range(self._forward_name(sched, prefilling)):
             logits = self.target.run(self._target_items(sched, drafts), self.expert_counts)
-            end_forward = time.monotonic_ns()
+        end_forward = time.monotonic_ns()
+        with self.ranges.range("sampling"):
             for s, lg in zip(sched, logits):
                 req = s.req
                 stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
@@ -130,24 +151,25 @@ class Engine:
                 self.kv.commit(req)
                 if new_tokens:
                     self._emit(req, new_tokens, stats)
-            if self.expert_counts is not None:
-                self.observer.on_expert_counts(self.step_id, self.expert_counts)
-        stats.end_ns = time.monotonic_ns()
-        stats.kv_blocks_in_use = self.kv.pool.num_in_use
-        stats.kv_blocks_total = self.kv.pool.num_blocks
-        stats.num_waiting = len(self.scheduler.waiting)
-        stats.num_running = len(self.scheduler.running)
-        stats.num_swapped = len(self.scheduler.swapped)
-        self.observer.on_step_end(stats)
-        return stats
+        if self.expert_counts is not None:
+            self.observer.on_expert_counts(self.step_id, self.expert_counts)
 
-    def _propose(self, sched: list[ScheduledRequest]) -> tuple[dict[int, list[int]], dict[int, torch.Tensor]]:
+    @staticmethod
+    def _forward_name(sched: list[ScheduledRequest], prefilling: set[int]) -> str:
+        """forward.verify when drafts are checked, else prefill, decode or mixed by batch content."""
+        if any(s.num_spec_tokens for s in sched):
+            return "forward.verify"
+        n_prefill = sum(1 for s in sched if s.req.request_id in prefilling)
+        if n_prefill == len(sched):
+            return "forward.prefill"
+        return "forward.mixed" if n_prefill else "forward.decode"
+
+    def _propose(self, draft: ModelRunner, sched: list[ScheduledRequest]
+                 ) -> tuple[dict[int, list[int]], dict[int, torch.Tensor]]:
         """Run the draft: catch its KV up with the target for every request, then propose
         num_spec_tokens tokens, one batched draft forward per position."""
         drafts: dict[int, list[int]] = {}
         probs: dict[int, list[torch.Tensor]] = {}
-        if self.draft is None:
-            return drafts, {}
         items = []
         for s in sched:
             req = s.req
@@ -156,7 +178,7 @@ class Engine:
                 items.append(FeedItem(req, req.draft_computed, req.token_ids[req.draft_computed:end],
                                       1 if s.num_spec_tokens else 0))
         spec = [s for s in sched if s.num_spec_tokens]
-        logits = dict(zip((it.req.request_id for it in items), self.draft.run(items)))
+        logits = dict(zip((it.req.request_id for it in items), draft.run(items)))
         for s in sched:
             if not s.num_spec_tokens:
                 s.req.draft_computed = s.req.num_computed + s.num_new_tokens
@@ -164,7 +186,7 @@ class Engine:
             if j > 0:
                 active = [s for s in spec if s.num_spec_tokens > j]
                 feed = [FeedItem(s.req, s.req.num_tokens + j - 1, [drafts[s.req.request_id][-1]], 1) for s in active]
-                logits = dict(zip((s.req.request_id for s in active), self.draft.run(feed)))
+                logits = dict(zip((s.req.request_id for s in active), draft.run(feed)))
             for s in spec:
                 rid = s.req.request_id
                 if s.num_spec_tokens > j:

@@ -31,6 +31,7 @@ class KVCacheManager:
         self.enable_prefix_caching = config.enable_prefix_caching
         self.pool = KVBlockPool(config.num_kv_blocks, observer)
         self.observer = observer
+        self.ranges = observer.ranges
         models = [config.model_config] + ([config.draft_config] if config.draft_config else [])
         dtype, device = config.torch_dtype, config.device
         self.device_kv = [_kv_tensors(m, config.num_kv_blocks, self.block_size, dtype, device) for m in models]
@@ -97,11 +98,13 @@ class KVCacheManager:
         """Extend the table to cover positions [0, num_computed + num_new_tokens)."""
         req.block_table += self.pool.allocate(self.blocks_needed(req, num_new_tokens), req.request_id)
 
-    def commit(self, req: Request) -> None:
+    def commit(self, req: Request, recomputed: bool = True) -> None:
         """Register blocks that became full and computed (by both models) in the prefix cache."""
         if not self.enable_prefix_caching:
             return
         computed = min(req.num_computed, req.draft_computed) if self.draft_enabled else req.num_computed
+        # Accepted draft tokens have KV before _emit appends them to token_ids: hash only known tokens.
+        computed = min(computed, req.num_tokens)
         n_full = min(computed // self.block_size, len(req.block_table))
         if n_full <= req.num_cached_blocks:
             return
@@ -109,7 +112,8 @@ class KVCacheManager:
         hashes = self._hashes(tokens, n_full)
         bs = self.block_size
         for i in range(req.num_cached_blocks, n_full):
-            self.pool.register(req.block_table[i], hashes[i], tokens[i * bs:(i + 1) * bs], req.request_id)
+            self.pool.register(req.block_table[i], hashes[i], tokens[i * bs:(i + 1) * bs], req.request_id,
+                               recomputed)
         req.num_cached_blocks = n_full
 
     @property
@@ -130,9 +134,10 @@ class KVCacheManager:
         cpu_ids = [self.cpu_free.pop() for _ in req.block_table]
         src = torch.tensor(req.block_table, device=self.device_kv[0][0].device)
         dst = torch.tensor(cpu_ids)
-        for (dk, dv), (ck, cv) in zip(self.device_kv, self.cpu_kv):
-            ck[:, dst] = dk[:, src].to("cpu", non_blocking=False)
-            cv[:, dst] = dv[:, src].to("cpu", non_blocking=False)
+        with self.ranges.range("kv.swap_out"):
+            for (dk, dv), (ck, cv) in zip(self.device_kv, self.cpu_kv):
+                ck[:, dst] = dk[:, src].to("cpu")
+                cv[:, dst] = dv[:, src].to("cpu")
         for bid in req.block_table:
             self.observer.on_kv_block(KVBlockEvent.OFFLOADED, bid, req.request_id, self.pool.blocks[bid].block_hash)
         self.cpu_tables[req.request_id] = cpu_ids
@@ -146,13 +151,17 @@ class KVCacheManager:
         req.block_table = self.pool.allocate(len(cpu_ids), req.request_id)
         dst = torch.tensor(req.block_table, device=self.device_kv[0][0].device)
         src = torch.tensor(cpu_ids)
-        for (dk, dv), (ck, cv) in zip(self.device_kv, self.cpu_kv):
-            dk[:, dst] = ck[:, src].to(dk.device, non_blocking=True)
-            dv[:, dst] = cv[:, src].to(dv.device, non_blocking=True)
+        with self.ranges.range("kv.swap_in"):
+            for (dk, dv), (ck, cv) in zip(self.device_kv, self.cpu_kv):
+                dk[:, dst] = ck[:, src].to(dk.device, non_blocking=True)
+                dv[:, dst] = cv[:, src].to(dv.device, non_blocking=True)
         for bid in req.block_table:
             self.observer.on_kv_block(KVBlockEvent.RELOADED, bid, req.request_id, 0)
         self.cpu_free.extend(reversed(cpu_ids))
         req.num_cached_blocks = 0
+        # Register the reloaded full blocks now: left to the next commit, a hash evicted while the
+        # request was swapped out would be reported as RECOMPUTED although it was copied back.
+        self.commit(req, recomputed=False)
 
     def drop_swapped(self, req: Request) -> None:
         """Forget a swapped request's CPU copy (it was aborted)."""

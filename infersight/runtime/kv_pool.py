@@ -100,8 +100,11 @@ class KVBlockPool:
         block.ref_count += 1
         self.observer.on_kv_block(KVBlockEvent.PREFIX_HIT, bid, request_id, block.block_hash)
 
-    def register(self, bid: int, h: int, token_ids: Sequence[int], request_id: int) -> bool:
-        """Make a full, computed block findable by hash. False if another block already holds it."""
+    def register(self, bid: int, h: int, token_ids: Sequence[int], request_id: int,
+                 recomputed: bool = True) -> bool:
+        """Make a full, computed block findable by hash. False if another block already holds it.
+        recomputed=False: the content was copied back from the CPU tier, so an evicted hash coming
+        back is not wasted work and emits no RECOMPUTED."""
         if h in self.by_hash:
             return False
         block = self.blocks[bid]
@@ -109,7 +112,8 @@ class KVBlockPool:
         self.by_hash[h] = bid
         if h in self.evicted_hashes:
             del self.evicted_hashes[h]
-            self.observer.on_kv_block(KVBlockEvent.RECOMPUTED, bid, request_id, h)
+            if recomputed:
+                self.observer.on_kv_block(KVBlockEvent.RECOMPUTED, bid, request_id, h)
         return True
 
     def release(self, block_ids: Sequence[int], request_id: int) -> None:

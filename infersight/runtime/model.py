@@ -10,6 +10,7 @@ from infersight.runtime.config import ModelConfig
 from infersight.runtime.forward_batch import ForwardBatch
 from infersight.runtime.layers import RMSNorm, RotaryEmbedding, SwiGLU
 from infersight.runtime.moe import MoEFFN
+from infersight.runtime.ranges import RangeMarker, layer_range_names
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int) -> torch.Tensor:
@@ -59,31 +60,36 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: str) -> None:
+    def __init__(self, cfg: ModelConfig, backend: str, layer_idx: int, ranges: RangeMarker) -> None:
         super().__init__()
+        self.ranges, self.names = ranges, layer_range_names(layer_idx)
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg, backend)
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.ffn: MoEFFN | SwiGLU = MoEFFN(cfg) if cfg.is_moe else SwiGLU(cfg.d_model, cfg.ffn_dim)
+        self.ffn: MoEFFN | SwiGLU = (MoEFFN(cfg, ranges, self.names) if cfg.is_moe
+                                     else SwiGLU(cfg.d_model, cfg.ffn_dim))
 
     def forward(self, x: torch.Tensor, rope: RotaryEmbedding, batch: ForwardBatch, layer_idx: int,
                 k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), rope, batch, k_cache, v_cache)
+        with self.ranges.range(self.names["attention"]):
+            x = x + self.attn(self.attn_norm(x), rope, batch, k_cache, v_cache)
         h = self.ffn_norm(x)
         if isinstance(self.ffn, MoEFFN):
             counts = batch.expert_counts[layer_idx] if batch.expert_counts is not None else None
             return x + self.ffn(h, counts)
-        return x + self.ffn(h)
+        with self.ranges.range(self.names["mlp"]):
+            return x + self.ffn(h)
 
 
 class Transformer(nn.Module):
     """forward() returns logits for the tokens in batch.logits_index only."""
 
-    def __init__(self, cfg: ModelConfig, attention_backend: str = "flash") -> None:
+    def __init__(self, cfg: ModelConfig, attention_backend: str = "flash", ranges: RangeMarker | None = None) -> None:
         super().__init__()
         self.cfg = cfg
+        ranges = ranges if ranges is not None else RangeMarker()
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, attention_backend) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, attention_backend, i, ranges) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)

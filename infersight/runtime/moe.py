@@ -6,6 +6,7 @@ from torch import nn
 
 from infersight.runtime.config import ModelConfig
 from infersight.runtime.layers import SwiGLU
+from infersight.runtime.ranges import RangeMarker
 
 
 def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -21,8 +22,9 @@ def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.
 class MoEFFN(nn.Module):
     """Experts are SwiGLU blocks; each expert runs once on the tokens routed to it."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, ranges: RangeMarker, names: dict[str, str]) -> None:
         super().__init__()
+        self.ranges, self.router_range, self.experts_range = ranges, names["moe.router"], names["moe.experts"]
         self.top_k = cfg.top_k
         self.n_experts = cfg.n_experts
         self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
@@ -32,9 +34,14 @@ class MoEFFN(nn.Module):
     def forward(self, x: torch.Tensor, expert_counts: torch.Tensor | None = None) -> torch.Tensor:
         """x [T, d]. expert_counts, when given, is this layer's row of the step's [layers, experts]
         counter; it is incremented on the device so no host sync happens here."""
-        weights, expert_ids = route(self.router(x), self.top_k)
-        if expert_counts is not None:
-            expert_counts += torch.bincount(expert_ids.flatten(), minlength=self.n_experts)
+        with self.ranges.range(self.router_range):
+            weights, expert_ids = route(self.router(x), self.top_k)
+            if expert_counts is not None:
+                expert_counts += torch.bincount(expert_ids.flatten(), minlength=self.n_experts)
+        with self.ranges.range(self.experts_range):
+            return self._run_experts(x, weights, expert_ids)
+
+    def _run_experts(self, x: torch.Tensor, weights: torch.Tensor, expert_ids: torch.Tensor) -> torch.Tensor:
         out = torch.zeros_like(x)
         # Sort the (token, slot) pairs by expert so each expert sees one contiguous slice.
         flat_experts = expert_ids.flatten()

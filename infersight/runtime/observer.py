@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
+from infersight.runtime.ranges import RangeMarker
+
 if TYPE_CHECKING:
     import torch
 
@@ -33,6 +35,8 @@ class EngineObserver:
 
     #: Set True to have the model count tokens per (layer, expert) on the device each step.
     wants_expert_counts: bool = False
+    #: What marks the engine's phases (NVTX, record_function); the base marks nothing.
+    ranges: RangeMarker = RangeMarker()
 
     # -- requests -------------------------------------------------------------------------
     def on_request_arrived(self, request_id: int, t_ns: int, num_prompt_tokens: int,

@@ -8,6 +8,7 @@ import torch
 from infersight.runtime.config import ModelConfig
 from infersight.runtime.errors import WeightsError
 from infersight.runtime.model import Transformer
+from infersight.runtime.ranges import RangeMarker
 
 # Trained weights shipped with the package live here as <model name>.safetensors.
 SHIPPED_WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "models"
@@ -70,9 +71,10 @@ def save_safetensors(model: Transformer, path: str | Path) -> None:
 
 
 def build_model(cfg: ModelConfig, *, dtype: torch.dtype, device: str, seed: int,
-                weights: str | Path | None = None, attention_backend: str = "flash") -> Transformer:
+                weights: str | Path | None = None, attention_backend: str = "flash",
+                ranges: RangeMarker | None = None) -> Transformer:
     """A model in eval mode on `device`: explicit weights, else shipped weights, else random by seed."""
-    model = Transformer(cfg, attention_backend)
+    model = Transformer(cfg, attention_backend, ranges)
     path = weights if weights is not None else shipped_weights(cfg.name)
     if path is not None:
         load_safetensors(model, path)

@@ -1,0 +1,92 @@
+"""`infersight bench overhead`: what the probes cost the engine, measured in one process.
+
+Three engines with identical weights and workloads run interleaved, one decode step each in
+turn, so drift in the machine's speed hits all three alike: probes off, NVTX ranges only, and
+all probes (NVTX + semantic events into the ring, drained between steps outside the timing).
+Reported: median step time of each, the ratios to "off", and the cost per event.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver, make_observer
+from infersight.probes.records import record_registry
+from infersight.probes.ring import RingConsumer
+from infersight.runtime import Engine, EngineConfig, SamplingParams
+
+
+@dataclass
+class OverheadResult:
+    model: str
+    device: str
+    batch: int
+    steps: int
+    step_ms_off: float
+    step_ms_nvtx: float
+    step_ms_all: float
+    ratio_nvtx: float
+    ratio_all_probes: float
+    events_per_step: float
+    ns_per_event: float
+    nvtx_backend: str
+    dropped: int
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def bench_overhead(model: str = "tiny-moe", device: str = "cpu", dtype: str = "float32", batch: int = 16,
+                   prompt_len: int = 64, steps: int = 200, seed: int = 0) -> OverheadResult:
+    config = EngineConfig(model=model, device=device, dtype=dtype, seed=seed, max_num_seqs=batch,
+                          max_num_batched_tokens=max(512, batch * prompt_len))
+    name = f"infersight-bench-{time.monotonic_ns()}"
+    variants = {"off": None, "nvtx": ProbeConfig(events=False), "all": ProbeConfig(ring_name=name)}
+    engines = {k: Engine(config, make_observer(cfg)) for k, cfg in variants.items()}
+    probe = engines["all"].observer
+    assert isinstance(probe, ProbeObserver)
+    consumer = RingConsumer.attach(probe.ring_name, record_registry())
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 256, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
+    params = SamplingParams(temperature=0, max_tokens=steps + 8, ignore_eos=True)
+    for engine in engines.values():
+        for p in prompts:
+            engine.add_request(p, params)
+        engine.step()  # prefill; everything after is a decode step
+        engine.step()
+    consumer.read()
+    before = consumer.stats()["produced"]
+    times: dict[str, list[float]] = {k: [] for k in engines}
+    order = list(engines)
+    for i in range(steps):
+        for k in order[i % 3:] + order[:i % 3]:  # rotate who goes first
+            _sync(device)
+            t0 = time.perf_counter_ns()
+            engines[k].step()
+            _sync(device)
+            times[k].append(time.perf_counter_ns() - t0)
+        consumer.read()
+    stats = consumer.stats()
+    events_per_step = (stats["produced"] - before) / steps
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = OverheadResult(
+        model=model, device=device, batch=batch, steps=steps,
+        step_ms_off=round(med["off"] / 1e6, 4), step_ms_nvtx=round(med["nvtx"] / 1e6, 4),
+        step_ms_all=round(med["all"] / 1e6, 4), ratio_nvtx=round(med["nvtx"] / med["off"], 4),
+        ratio_all_probes=round(med["all"] / med["off"], 4), events_per_step=round(events_per_step, 1),
+        ns_per_event=round((med["all"] - med["nvtx"]) / events_per_step, 1) if events_per_step else 0.0,
+        nvtx_backend=probe.ranges.backend.name if hasattr(probe.ranges, "backend") else "none",
+        dropped=stats["dropped"])
+    consumer.close()
+    probe.close()
+    return result
+
+
+def as_dict(result: OverheadResult) -> dict[str, object]:
+    return asdict(result)

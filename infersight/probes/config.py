@@ -1,0 +1,53 @@
+"""The probes' one config object, and the bounded task-label table."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class ProbeConfig:
+    """events: semantic records into a shared-memory ring. nvtx: NVTX ranges (plus record_function
+    during torch.profiler captures). task_labels: the allowed labels (None: the first
+    max_task_labels seen); anything else is recorded as "other"."""
+
+    events: bool = True
+    nvtx: bool = True
+    record_function: bool = True
+    expert_counts: bool = True
+    ring_name: str | None = None
+    ring_capacity: int = 1 << 16
+    task_labels: tuple[str, ...] | None = None
+    max_task_labels: int = 32
+
+    def __post_init__(self) -> None:
+        if self.ring_capacity < 2:
+            raise ValueError(f"ring_capacity must be >= 2, got {self.ring_capacity}")
+        if self.max_task_labels < 1:
+            raise ValueError(f"max_task_labels must be >= 1, got {self.max_task_labels}")
+        if self.ring_name is None:
+            self.ring_name = f"infersight-{os.getpid()}"
+
+
+class TaskLabels:
+    """Interns task labels to small ids. Id 0 is "other" (unknown or over the bound); ids are
+    stable for the life of the producer."""
+
+    OTHER = "other"
+
+    def __init__(self, allowed: tuple[str, ...] | None, max_labels: int) -> None:
+        self.allowed = frozenset(allowed) if allowed is not None else None
+        self.max_labels = max_labels
+        self.ids: dict[str, int] = {self.OTHER: 0}
+
+    def intern(self, label: str | None) -> tuple[int, bool]:
+        """(id, is_new). None and labels outside the bound map to "other"."""
+        if label is None:
+            return 0, False
+        tid = self.ids.get(label)
+        if tid is not None:
+            return tid, False
+        if (self.allowed is not None and label not in self.allowed) or len(self.ids) > self.max_labels:
+            return 0, False
+        tid = self.ids[label] = len(self.ids)
+        return tid, True

@@ -1,0 +1,157 @@
+"""ProbeObserver: the engine's observer that writes each transition as a fixed-size record.
+
+Every callback packs one struct and hands the bytes to the ring; the ring never blocks and
+counts what it drops. Nothing here aggregates: that is the sidecar's job, outside the loop.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from infersight.probes.config import ProbeConfig, TaskLabels
+from infersight.probes.nvtx import NvtxRanges
+from infersight.probes.records import (
+    MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_registry,
+    record_struct, split_trace_id,
+)
+from infersight.probes.ring import RingProducer
+from infersight.runtime.observer import EngineObserver, KVBlockEvent
+from infersight.runtime.ranges import RangeMarker
+from infersight.runtime.stats import StepStats
+
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH, "abort": FinishReason.ABORT}
+_PREEMPT = {"recompute": PreemptReason.RECOMPUTE, "swap": PreemptReason.SWAP}
+_UNKNOWN_REQUEST = (0, 0, 0)
+
+
+class ProbeObserver(EngineObserver):
+    def __init__(self, config: ProbeConfig | None = None) -> None:
+        self.config = config = config if config is not None else ProbeConfig()
+        self.ranges: RangeMarker = (NvtxRanges(use_record_function=config.record_function)
+                                    if config.nvtx else RangeMarker())
+        self.wants_expert_counts = config.expert_counts
+        self.ring = RingProducer.create(config.ring_name, config.ring_capacity, None, record_registry())
+        self.tasks = TaskLabels(config.task_labels, config.max_task_labels)
+        self._requests: dict[int, tuple[int, int, int]] = {}  # request id -> (trace hi, trace lo, task id)
+        self._pending_counts: tuple[int, torch.Tensor, torch.cuda.Event] | None = None
+        self._write = self.ring.write
+        self._pack = {kind: record_struct(kind).pack for kind in RecordKind}
+
+    @property
+    def ring_name(self) -> str:
+        return self.ring.name
+
+    def _req(self, rid: int, ts: int, end: int, v0: int, v1: int, event: RequestEvent, reason: int) -> None:
+        hi, lo, task = self._requests.get(rid, _UNKNOWN_REQUEST)
+        self._write(RecordKind.REQUEST, self._pack[RecordKind.REQUEST](ts, end, rid, hi, lo, v0, v1, task, event, reason))
+
+    # -- requests ---------------------------------------------------------------------------
+    def on_request_arrived(self, request_id: int, t_ns: int, num_prompt_tokens: int,
+                           task: str | None, trace_id: int) -> None:
+        task_id, new = self.tasks.intern(task)
+        if new:
+            self._write(RecordKind.TASK_LABEL, self._pack[RecordKind.TASK_LABEL](
+                task_id, task.encode()[:32] if task else b""))
+        self._requests[request_id] = (*split_trace_id(trace_id), task_id)
+        self._req(request_id, t_ns, 0, num_prompt_tokens, 0, RequestEvent.ARRIVED, 0)
+
+    def on_request_scheduled(self, request_id: int, t_ns: int, num_prompt_tokens: int,
+                             num_cached_tokens: int, prefix_group_hash: int) -> None:
+        self._req(request_id, t_ns, 0, num_prompt_tokens, num_cached_tokens, RequestEvent.SCHEDULED, 0)
+        task_id = self._requests.get(request_id, _UNKNOWN_REQUEST)[2]
+        self._write(RecordKind.PREFIX, self._pack[RecordKind.PREFIX](
+            t_ns, request_id, prefix_group_hash, num_prompt_tokens, num_cached_tokens, task_id))
+
+    def on_prefill_chunk(self, request_id: int, start_ns: int, end_ns: int, start_pos: int,
+                         num_tokens: int) -> None:
+        self._req(request_id, start_ns, end_ns, num_tokens, start_pos, RequestEvent.PREFILL_CHUNK, 0)
+
+    def on_first_token(self, request_id: int, t_ns: int) -> None:
+        self._req(request_id, t_ns, 0, 0, 0, RequestEvent.FIRST_TOKEN, 0)
+
+    def on_tokens_emitted(self, request_id: int, t_ns: int, num_tokens: int) -> None:
+        self._req(request_id, t_ns, 0, num_tokens, 0, RequestEvent.TOKENS, 0)
+
+    def on_request_preempted(self, request_id: int, t_ns: int, reason: str) -> None:
+        self._req(request_id, t_ns, 0, 0, 0, RequestEvent.PREEMPTED, _PREEMPT.get(reason, 0))
+
+    def on_request_resumed(self, request_id: int, t_ns: int) -> None:
+        self._req(request_id, t_ns, 0, 0, 0, RequestEvent.RESUMED, 0)
+
+    def on_request_finished(self, request_id: int, t_ns: int, reason: str, num_output_tokens: int) -> None:
+        self._req(request_id, t_ns, 0, num_output_tokens, 0, RequestEvent.FINISHED,
+                  _FINISH.get(reason, FinishReason.OTHER))
+        self._requests.pop(request_id, None)
+
+    # -- KV, MoE, speculation, steps ----------------------------------------------------------
+    def on_kv_block(self, event: KVBlockEvent, block_id: int, request_id: int, block_hash: int) -> None:
+        self._write(RecordKind.KV_BLOCK, self._pack[RecordKind.KV_BLOCK](
+            time.monotonic_ns(), request_id, block_hash, block_id, event))
+
+    def on_expert_counts(self, step_id: int, counts: torch.Tensor) -> None:
+        if not counts.is_cuda:
+            self._write_moe(step_id, counts.numpy())
+            return
+        # Copy to pinned memory behind the step's work; read it one step later, when the copy
+        # has long finished, so the engine never waits for the device here.
+        buf = torch.empty(counts.shape, dtype=counts.dtype, pin_memory=True)
+        buf.copy_(counts, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self.flush()
+        self._pending_counts = (step_id, buf, event)
+
+    def _write_moe(self, step_id: int, counts: np.ndarray) -> None:
+        pack = self._pack[RecordKind.MOE]
+        n_layers, n_experts = counts.shape
+        per = MOE_EXPERTS_PER_RECORD
+        for layer in range(n_layers):
+            for off in range(0, n_experts, per):
+                chunk = counts[layer, off:off + per].tolist()
+                chunk += [0] * (per - len(chunk))
+                self._write(RecordKind.MOE, pack(step_id, layer, off, n_experts, *chunk))
+
+    def flush(self) -> None:
+        """Write expert counts still waiting for their device copy."""
+        if self._pending_counts is not None:
+            step_id, buf, event = self._pending_counts
+            self._pending_counts = None
+            event.synchronize()
+            self._write_moe(step_id, buf.numpy())
+
+    def on_spec_verified(self, request_id: int, num_proposed: int, num_accepted: int,
+                         accept_mask: list[bool], draft_ns: int, verify_ns: int) -> None:
+        mask = 0
+        for i, ok in enumerate(accept_mask[:64]):
+            mask |= int(ok) << i
+        task_id = self._requests.get(request_id, _UNKNOWN_REQUEST)[2]
+        self._write(RecordKind.SPEC, self._pack[RecordKind.SPEC](
+            time.monotonic_ns(), request_id, draft_ns, verify_ns, mask, task_id, num_proposed, num_accepted))
+
+    def on_step_end(self, stats: StepStats) -> None:
+        self._write(RecordKind.STEP, self._pack[RecordKind.STEP](
+            stats.step_id, stats.start_ns, stats.end_ns, stats.num_prefill_tokens, stats.num_decode_tokens,
+            stats.num_spec_tokens, stats.num_spec_accepted, stats.kv_blocks_in_use, stats.kv_blocks_total,
+            stats.num_waiting, stats.num_running, stats.num_swapped, stats.num_preempted, len(stats.batch),
+            len(stats.finished)))
+        for rid, n in stats.batch:
+            self._write(RecordKind.BATCH_MEMBER, self._pack[RecordKind.BATCH_MEMBER](stats.step_id, rid, n))
+
+    def close(self, unlink: bool = True) -> None:
+        self.flush()
+        self.ring.close()
+        if unlink:
+            self.ring.unlink()
+
+
+def make_observer(config: ProbeConfig | None) -> EngineObserver:
+    """None: probes off. events=False: NVTX ranges only. Otherwise the full ProbeObserver."""
+    if config is None:
+        return EngineObserver()
+    if not config.events:
+        observer = EngineObserver()
+        observer.ranges = NvtxRanges(use_record_function=config.record_function) if config.nvtx else RangeMarker()
+        return observer
+    return ProbeObserver(config)

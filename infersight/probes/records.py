@@ -1,0 +1,108 @@
+"""The probe record types: one fixed-size layout per event stream, versioned.
+
+Each layout is written once here as (field, struct code) pairs, from which come both the
+producer's `struct.Struct` (packing a record costs one call) and the consumer's numpy dtype
+(decoding a batch is one view). Timestamps are time.monotonic_ns() of the engine process; the
+ring header carries the wall-clock anchor that converts them.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+
+import numpy as np
+
+from infersight.probes.schema import RecordRegistry, RecordType
+
+#: Experts per MoE record; a layer with more experts spans several records (expert_offset).
+MOE_EXPERTS_PER_RECORD = 64
+
+
+class RecordKind(enum.IntEnum):
+    REQUEST = 1
+    STEP = 2
+    BATCH_MEMBER = 3
+    KV_BLOCK = 4
+    MOE = 5
+    SPEC = 6
+    PREFIX = 7
+    TASK_LABEL = 8
+
+
+class RequestEvent(enum.IntEnum):
+    ARRIVED = 1          # value0 = prompt tokens
+    SCHEDULED = 2        # value0 = prompt tokens, value1 = cached prefix tokens
+    PREFILL_CHUNK = 3    # ts_ns..end_ns, value0 = tokens, value1 = first position
+    FIRST_TOKEN = 4
+    TOKENS = 5           # value0 = tokens emitted this step
+    PREEMPTED = 6        # reason = PreemptReason
+    RESUMED = 7
+    FINISHED = 8         # reason = FinishReason, value0 = output tokens
+
+
+class PreemptReason(enum.IntEnum):
+    RECOMPUTE = 1
+    SWAP = 2
+
+
+class FinishReason(enum.IntEnum):
+    STOP = 1
+    LENGTH = 2
+    ABORT = 3
+    OTHER = 4
+
+
+_LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
+    RecordKind.REQUEST: (1, [("ts_ns", "q"), ("end_ns", "q"), ("request_id", "Q"), ("trace_hi", "Q"),
+                             ("trace_lo", "Q"), ("value0", "q"), ("value1", "q"), ("task_id", "H"),
+                             ("event", "B"), ("reason", "B")]),
+    RecordKind.STEP: (1, [("step_id", "Q"), ("start_ns", "q"), ("end_ns", "q"), ("prefill_tokens", "I"),
+                          ("decode_tokens", "I"), ("spec_tokens", "I"), ("spec_accepted", "I"),
+                          ("kv_blocks_in_use", "I"), ("kv_blocks_total", "I"), ("waiting", "I"),
+                          ("running", "I"), ("swapped", "I"), ("preempted", "I"), ("batch_size", "I"),
+                          ("finished", "I")]),
+    RecordKind.BATCH_MEMBER: (1, [("step_id", "Q"), ("request_id", "Q"), ("num_tokens", "I")]),
+    RecordKind.KV_BLOCK: (1, [("ts_ns", "q"), ("request_id", "q"), ("block_hash", "Q"), ("block_id", "I"),
+                              ("event", "B")]),
+    RecordKind.MOE: (1, [("step_id", "Q"), ("layer", "H"), ("expert_offset", "H"), ("n_experts", "H"),
+                         ("counts", f"{MOE_EXPERTS_PER_RECORD}I")]),
+    RecordKind.SPEC: (1, [("ts_ns", "q"), ("request_id", "Q"), ("draft_ns", "q"), ("verify_ns", "q"),
+                          ("accept_mask", "Q"), ("task_id", "H"), ("proposed", "H"), ("accepted", "H")]),
+    RecordKind.PREFIX: (1, [("ts_ns", "q"), ("request_id", "Q"), ("group_hash", "Q"), ("prompt_tokens", "I"),
+                            ("cached_tokens", "I"), ("task_id", "H")]),
+    RecordKind.TASK_LABEL: (1, [("task_id", "H"), ("label", "32s")]),
+}
+
+_NUMPY_CODES = {"q": "<i8", "Q": "<u8", "I": "<u4", "H": "<u2", "B": "u1"}
+
+
+def _numpy_format(code: str) -> object:
+    if code.endswith("s"):
+        return f"S{code[:-1]}"
+    if len(code) > 1:
+        return (_NUMPY_CODES[code[-1]], int(code[:-1]))
+    return _NUMPY_CODES[code]
+
+
+def record_struct(kind: RecordKind) -> struct.Struct:
+    """Packed little-endian layout, identical byte for byte to record_dtype(kind)."""
+    return struct.Struct("<" + "".join(code for _, code in _LAYOUTS[kind][1]))
+
+
+def record_dtype(kind: RecordKind) -> np.dtype:
+    fields = _LAYOUTS[kind][1]
+    return np.dtype([(name, _numpy_format(code)) for name, code in fields])
+
+
+def record_registry() -> RecordRegistry:
+    """Every probe record type, for creating or attaching to a ring."""
+    return RecordRegistry(RecordType(int(kind), kind.name.lower(), version, record_dtype(kind))
+                          for kind, (version, _) in _LAYOUTS.items())
+
+
+def split_trace_id(trace_id: int) -> tuple[int, int]:
+    return (trace_id >> 64) & 0xFFFF_FFFF_FFFF_FFFF, trace_id & 0xFFFF_FFFF_FFFF_FFFF
+
+
+def join_trace_id(hi: int, lo: int) -> int:
+    return (int(hi) << 64) | int(lo)

@@ -1,0 +1,296 @@
+"""Single-producer single-consumer ring of fixed-size probe records in shared memory.
+
+One ring per producing process (named "infersight-<pid>" by convention)::
+
+       0 +-------------------------------------------------------------+
+         | magic "ISPRING\\0" | layout version | header size | slot size |
+         | capacity | n types | producer pid | wall ns | monotonic ns  |
+      64 | write_pos | produced | dropped               (producer only) |
+     128 | read_pos | next_seq | consumed | corrupt | dropped_seen |    |
+         | pending_bad                                (consumer only) |
+     192 | type table: n x (kind u16, version u16, itemsize u32, name) |
+       H +-------------------------------------------------------------+  H: 64-aligned
+         | slot 0: seq u64 | kind u16 | rsv u16 | length u32 | record  |
+         | ...  capacity slots of slot_size bytes                      |
+         +-------------------------------------------------------------+
+
+Every ``write`` is one *event* and takes the next event sequence number
+(``produced``), whether it lands in a slot or is dropped because the ring is
+full.  ``write_pos``/``read_pos`` count slots, so ``produced == write_pos +
+dropped`` and the consumer counts drops exactly from sequence gaps.
+
+Publication relies on CPython executing our stores in program order and on
+x86-64 (TSO) making them visible to other cores in that order: the slot is
+filled first and ``write_pos`` stored last, so a consumer that sees the new
+``write_pos`` sees the whole slot.  Counters are 8-byte aligned u64s written
+through a ``memoryview`` cast to "Q" (one aligned 8-byte store each), so they
+are never torn.  Weakly ordered CPUs (ARM) would need fences this code lacks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+from typing import Iterable
+
+import numpy as np
+
+from infersight.probes.schema import (
+    CONSUMED, CORRUPT, DROPPED, DROPPED_SEEN, NEXT_SEQ, PENDING_BAD, PRODUCED, READ_POS, SLOT_HEADER,
+    SLOT_HEADER_SIZE, WRITE_POS, RecordRegistry, RecordType, RingFormatError, RingHeader, RingView,
+    as_registry, decode_header, encode_header, plan_header, resolve_dtypes,
+)
+
+__all__ = ["ProbeRing", "RingProducer", "RingConsumer", "RingFormatError", "list_rings", "bench_ingest"]
+
+_pack_slot_header = SLOT_HEADER.pack_into
+_OLD_TRACKER = os.name == "posix" and sys.version_info < (3, 13)  # attach registers with the tracker
+
+
+def list_rings(prefix: str = "infersight-") -> list[str]:
+    """Names of shared memory segments starting with ``prefix`` (Linux /dev/shm; [] elsewhere)."""
+    try:
+        with os.scandir("/dev/shm") as entries:
+            return sorted(e.name for e in entries if e.name.startswith(prefix) and e.is_file())
+    except OSError:
+        return []
+
+
+class RingProducer(RingView):
+    """Producer end: creates and owns (unlinks) the segment; ``write`` never blocks."""
+
+    def __init__(self, shm: SharedMemory, header: RingHeader, registry: RecordRegistry) -> None:
+        super().__init__(shm, header, {t.kind: t.dtype for t in registry})
+        self.registry = registry
+        self._specs = {t.kind: (t.dtype.itemsize, t.dtype) for t in registry}
+        self._write_pos, self._produced, self._dropped = (self._pc[i] for i in (WRITE_POS, PRODUCED, DROPPED))
+        # Cached first position that would be full: only on reaching it do we
+        # re-read the consumer's read_pos, keeping the write path off its line.
+        self._limit = self._cc[READ_POS] + self._capacity
+
+    @classmethod
+    def create(cls, name: str, capacity: int, slot_size: int | None,
+               record_types: RecordRegistry | Iterable[RecordType]) -> RingProducer:
+        """Create ring ``name`` with ``capacity`` slots (``slot_size=None``: fit the largest type)."""
+        registry = as_registry(record_types)
+        mono, wall = time.monotonic_ns(), time.time_ns()  # back to back: one anchor pair
+        header = plan_header(capacity, slot_size, registry, os.getpid(), wall, mono)
+        shm = SharedMemory(name=name, create=True, size=header.total_size)
+        encode_header(shm.buf, header)  # a new segment is zero-filled: every counter starts at 0
+        return cls(shm, header, registry)
+
+    def write(self, kind: int, record: np.ndarray | np.void | bytes) -> bool:
+        """Append one record; on a full ring count it dropped and return False.
+
+        Raises only for caller bugs (unregistered kind, wrong dtype or size),
+        and then before taking a sequence number.
+        """
+        spec = self._specs.get(kind)
+        if spec is None:
+            raise KeyError(f"kind {kind} is not registered on ring {self.name!r}")
+        if type(record) is bytes:
+            data = record
+        elif record.dtype is spec[1] or record.dtype == spec[1]:
+            data = record.tobytes()
+        else:
+            raise TypeError(f"kind {kind} expects dtype {spec[1]}, got {record.dtype}")
+        if len(data) != spec[0]:
+            raise ValueError(f"kind {kind} records are {spec[0]} bytes, got {len(data)} (batches: write_many)")
+        seq, pos, pc = self._produced, self._write_pos, self._pc
+        self._produced = seq + 1
+        if pos >= self._limit:
+            self._limit = self._cc[READ_POS] + self._capacity
+            if pos >= self._limit:
+                self._dropped += 1
+                pc[DROPPED] = self._dropped
+                pc[PRODUCED] = seq + 1
+                return False
+        off = self._slot0 + (pos % self._capacity) * self._slot_size
+        _pack_slot_header(self._buf, off, seq, kind, 0, spec[0])
+        self._buf[off + SLOT_HEADER_SIZE:off + SLOT_HEADER_SIZE + spec[0]] = data
+        self._write_pos = pos + 1
+        pc[WRITE_POS] = pos + 1  # publish: stored after the slot contents
+        pc[PRODUCED] = seq + 1  # after write_pos: RingConsumer.read relies on this order
+        return True
+
+    def write_many(self, kind: int, records: np.ndarray) -> int:
+        """Write each record of a same-kind batch to its own slot, in order.
+
+        Same outcome as one ``write`` per record: when the ring fills up the
+        tail of the batch is dropped.  Returns how many were written.
+        """
+        spec = self._specs.get(kind)
+        if spec is None:
+            raise KeyError(f"kind {kind} is not registered on ring {self.name!r}")
+        records = np.asarray(records).reshape(-1)
+        if records.dtype != spec[1]:
+            raise TypeError(f"kind {kind} expects dtype {spec[1]}, got {records.dtype}")
+        n, cap, pos, seq0, pc = len(records), self._capacity, self._write_pos, self._produced, self._pc
+        if pos + n > self._limit:
+            self._limit = self._cc[READ_POS] + cap
+        k = max(0, min(n, self._limit - pos))
+        done = 0
+        while done < k:  # at most two contiguous runs: before and after the wrap
+            start = (pos + done) % cap
+            m = min(k - done, cap - start)
+            hdr = self._slot_hdr[start:start + m]
+            hdr["seq"] = np.arange(seq0 + done, seq0 + done + m, dtype=np.uint64)
+            hdr["kind"], hdr["length"] = kind, spec[0]
+            self._payload[kind][start:start + m] = records[done:done + m]
+            done += m
+        self._write_pos = pc[WRITE_POS] = pos + k
+        if k < n:
+            self._dropped = pc[DROPPED] = self._dropped + n - k
+        self._produced = pc[PRODUCED] = seq0 + n
+        return k
+
+    def unlink(self) -> None:
+        """Remove the name; existing mappings (ours, consumers') stay valid."""
+        if _OLD_TRACKER:
+            # The resource tracker keeps a *set* of names, and a consumer in this
+            # process (or in a child sharing our tracker) removed ours when it
+            # unregistered its attach.  Re-adding it keeps SharedMemory.unlink's
+            # own unregister balanced, so the tracker prints no KeyError.
+            resource_tracker.register("/" + self.name, "shared_memory")
+        self._shm.unlink()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+        self.unlink()
+
+
+class RingConsumer(RingView):
+    """Consumer end: validates the header on attach, then reads records in order.
+
+    ``read`` returns ``{kind: structured array}``: each kind's records in
+    sequence order; kinds without records in the batch are absent.  The
+    accounting lives in the ring, so once a quiescent producer is drained,
+    ``produced == consumed + dropped + corrupt`` and ``dropped_seen == dropped``.
+    """
+
+    def __init__(self, shm: SharedMemory, header: RingHeader, dtypes: dict[int, np.dtype]) -> None:
+        super().__init__(shm, header, dtypes)
+        self.dtypes = dtypes
+        self._r, self._nxt, self._consumed, self._corrupt, self._seen, self._pending = (
+            self._cc[i] for i in (READ_POS, NEXT_SEQ, CONSUMED, CORRUPT, DROPPED_SEEN, PENDING_BAD))
+
+    @classmethod
+    def attach(cls, name: str, record_types: RecordRegistry | Iterable[RecordType] | None = None
+               ) -> RingConsumer:
+        """Attach to ring ``name``.  Given ``record_types``, every kind on the ring
+        must match one (name, version, itemsize); else records come back raw."""
+        known = None if record_types is None else as_registry(record_types)
+        shm = SharedMemory(name=name, **({} if _OLD_TRACKER else {"track": False}))
+        if _OLD_TRACKER:
+            # Before 3.13 every attach registers the segment with this process's
+            # resource tracker, which unlinks it (warning about a "leak") when we
+            # exit: that would delete the producer's live ring.  The consumer
+            # never owns the segment, so take the registration back.
+            resource_tracker.unregister("/" + shm.name, "shared_memory")
+        try:
+            header = decode_header(shm.buf, shm.size)
+            return cls(shm, header, resolve_dtypes(header, known, name))
+        except BaseException:
+            shm.close()
+            raise
+
+    @property
+    def dropped_seen(self) -> int:
+        """Events the producer dropped, as counted from sequence-number gaps."""
+        return self._seen
+
+    def read(self, max_records: int | None = None) -> dict[int, np.ndarray]:
+        """Take up to ``max_records`` slots (all available if None) off the ring."""
+        pc, cap, r = self._pc, self._capacity, self._r
+        # Load order matters: produced, write_pos, dropped -- the reverse of the
+        # producer's store order, so every event numbered below `produced` is
+        # either in a slot below `written` or counted in `dropped`.
+        produced, written, dropped = pc[PRODUCED], pc[WRITE_POS], pc[DROPPED]
+        n = written - r
+        if not 0 <= n <= cap:
+            raise RingFormatError(f"ring {self.name!r} counters are inconsistent: write position "
+                                  f"{written}, read position {r}, capacity {cap}")
+        n = n if max_records is None else min(n, max(0, max_records))
+        out: dict[int, np.ndarray] = {}
+        if n:
+            idx = np.arange(r % cap, r % cap + n) % cap
+            hdr = self._slot_hdr[idx]  # a copy; the slots stay ours until read_pos moves
+            ok = self._check_seqs(hdr["seq"], dropped)
+            good = 0
+            for kind, view in self._payload.items():
+                sel = (hdr["kind"] == kind) & (hdr["length"] == self._itemsize[kind])
+                if ok is not None:
+                    sel &= ok
+                if sel.any():
+                    out[kind] = view[idx[sel]]  # fancy indexing copies out of shared memory
+                    good += len(out[kind])
+            self._consumed += good
+            self._corrupt += n - good  # unknown kind, wrong length or unusable seq
+            self._r = r = r + n
+        if r == written and produced > self._nxt:
+            # Drained: events below `produced` not seen in a slot were dropped
+            # after the last written one (or sit in slots whose seq was corrupt).
+            k = produced - self._nxt
+            self._seen += max(0, k - self._pending)
+            self._pending, self._nxt = max(0, self._pending - k), produced
+        cc = self._cc
+        cc[NEXT_SEQ], cc[CONSUMED], cc[CORRUPT] = self._nxt, self._consumed, self._corrupt
+        cc[DROPPED_SEEN], cc[PENDING_BAD] = self._seen, self._pending
+        cc[READ_POS] = r  # last: this hands the slots back to the producer
+        return out
+
+    def _check_seqs(self, seqs: np.ndarray, dropped: int) -> np.ndarray | None:
+        """Count sequence gaps as drops; return a mask of slots with a usable
+        seq, or None if all are usable.  A seq going backwards, or jumping
+        further than the producer's drop count allows, marks its slot corrupt."""
+        n, nxt, seen, last = len(seqs), self._nxt, self._seen, int(seqs[-1])
+        if (self._pending == 0 and int(seqs[0]) >= nxt and last + 1 - nxt - n <= dropped - seen
+                and (n == 1 or bool(np.all(seqs[1:] > seqs[:-1])))):
+            self._seen, self._nxt = seen + last + 1 - nxt - n, last + 1  # common case: one vector test
+            return None
+        ok = np.ones(n, dtype=bool)
+        pending = self._pending  # slots since the last usable seq whose own seq was not usable
+        for i, s in enumerate(seqs.tolist()):
+            gap = s - nxt
+            if gap < 0 or gap - pending > dropped - seen:
+                ok[i] = False
+                pending += 1
+            else:
+                seen, pending, nxt = seen + max(0, gap - pending), 0, s + 1
+        self._nxt, self._seen, self._pending = nxt, seen, pending
+        return ok
+
+
+class ProbeRing:
+    """Entry points: ``ProbeRing.create`` (producer) and ``ProbeRing.attach`` (consumer)."""
+
+    create = staticmethod(RingProducer.create)
+    attach = staticmethod(RingConsumer.attach)
+
+
+def bench_ingest(n_records: int, capacity: int) -> dict[str, float]:
+    """Push ``n_records`` through producer -> consumer in this process.
+
+    Three quarters go in bursts of capacity/2, each drained at once (no drops);
+    the rest in bursts of 2*capacity, so about half of those overflow.  The
+    payloads are pre-encoded bytes: this times the ring, not record encoding.
+    """
+    rt = RecordType(1, "bench", 1, np.dtype([("ts_ns", "<u8"), ("trace", "<u8", (2,)), ("value", "<f8")]))
+    payloads = [np.array([(i, (i, i + 1), i / 2)], rt.dtype).tobytes() for i in range(64)]
+    name = f"infersight-bench-{os.getpid()}-{time.monotonic_ns()}"
+    with RingProducer.create(name, capacity, None, [rt]) as prod, RingConsumer.attach(name, [rt]) as cons:
+        steady = n_records * 3 // 4
+        t0 = time.perf_counter()
+        for total, burst in ((steady, max(1, capacity // 2)), (n_records - steady, 2 * capacity)):
+            while total > 0:
+                for i in range(min(burst, total)):
+                    prod.write(1, payloads[i & 63])
+                total -= burst
+                cons.read()
+        elapsed = time.perf_counter() - t0
+        st = cons.stats()
+    return {"events_per_second": n_records / elapsed, "produced": st["produced"],
+            "consumed": st["consumed"], "dropped": st["dropped"]}
