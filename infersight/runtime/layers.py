@@ -22,10 +22,20 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_positions: int, theta: float) -> None:
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-        angles = torch.outer(torch.arange(max_positions, dtype=torch.float64), inv_freq)
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
+        self.head_dim, self.max_positions, self.theta = head_dim, max_positions, theta
+        self.register_buffer("cos", torch.empty(max_positions, head_dim // 2), persistent=False)
+        self.register_buffer("sin", torch.empty(max_positions, head_dim // 2), persistent=False)
+        self.reset_tables()
+
+    def reset_tables(self) -> None:
+        """(Re)compute the tables in float32 on the buffers' device (after a meta-device build too)."""
+        device = self.cos.device
+        if device.type == "meta":
+            return
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim))
+        angles = torch.outer(torch.arange(self.max_positions, dtype=torch.float64), inv_freq)
+        self.cos = angles.cos().float().to(device)
+        self.sin = angles.sin().float().to(device)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x [T, H, D], positions [T] -> x rotated by each token's position."""

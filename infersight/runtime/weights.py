@@ -20,8 +20,10 @@ def shipped_weights(name: str) -> Path | None:
 
 
 def init_random(model: Transformer, seed: int) -> None:
-    """Same seed, same weights, on any device: draw on a CPU generator in parameter-name order."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    """Same seed, same weights: draw in parameter-name order on a generator of the model's device
+    (so a 40B-parameter shape is initialised on the GPU, not on the host)."""
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(seed)
     n_layers = model.cfg.n_layers
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
@@ -31,8 +33,7 @@ def init_random(model: Transformer, seed: int) -> None:
             std = 0.02
             if name.endswith(("attn.out.weight", "down.weight")):
                 std = 0.02 / (2 * n_layers) ** 0.5  # keep the residual stream's variance flat with depth
-            values = torch.randn(param.shape, generator=gen, dtype=torch.float32) * std
-            param.copy_(values.to(param.dtype))
+            param.normal_(0.0, std, generator=gen)
 
 
 def load_safetensors(model: Transformer, path: str | Path) -> None:
@@ -74,10 +75,14 @@ def build_model(cfg: ModelConfig, *, dtype: torch.dtype, device: str, seed: int,
                 weights: str | Path | None = None, attention_backend: str = "flash",
                 ranges: RangeMarker | None = None) -> Transformer:
     """A model in eval mode on `device`: explicit weights, else shipped weights, else random by seed."""
-    model = Transformer(cfg, attention_backend, ranges)
+    # Built on the meta device and materialised once on the target: no throw-away host init.
+    with torch.device("meta"):
+        model = Transformer(cfg, attention_backend, ranges)
+    model = model.to_empty(device=device).to(dtype)
+    model.rope.reset_tables()
     path = weights if weights is not None else shipped_weights(cfg.name)
     if path is not None:
         load_safetensors(model, path)
     else:
         init_random(model, seed)
-    return model.to(device=device, dtype=dtype).eval()
+    return model.eval()
