@@ -1,9 +1,10 @@
 """`infersight bench overhead`: what the probes cost the engine, measured in one process.
 
-Three engines with identical weights and workloads run interleaved, one decode step each in
-turn, so drift in the machine's speed hits all three alike: probes off, NVTX ranges only, and
-all probes (NVTX + semantic events into the ring, drained between steps outside the timing).
-Reported: median step time of each, the ratios to "off", and the cost per event.
+One engine in steady decode; before each step a switch picks what observes it, rotating through
+probes off, NVTX ranges only, and all probes (NVTX + semantic events into the ring, drained
+between steps outside the timing). Drift in the machine's speed hits all three alike.
+Reported: median step time of each, the ratios to "off", events per step, and the cost of one
+event measured directly (a tight loop of record writes).
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from infersight.bench.switch import SwitchObserver
 from infersight.probes.config import ProbeConfig
+from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.observer import ProbeObserver, make_observer
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingConsumer
@@ -47,45 +50,61 @@ def bench_overhead(model: str = "tiny-moe", device: str = "cpu", dtype: str = "f
     config = EngineConfig(model=model, device=device, dtype=dtype, seed=seed, max_num_seqs=batch,
                           max_num_batched_tokens=max(512, batch * prompt_len))
     name = f"infersight-bench-{time.monotonic_ns()}"
-    variants = {"off": None, "nvtx": ProbeConfig(events=False), "all": ProbeConfig(ring_name=name)}
-    engines = {k: Engine(config, make_observer(cfg)) for k, cfg in variants.items()}
-    probe = engines["all"].observer
-    assert isinstance(probe, ProbeObserver)
+    probe = ProbeObserver(ProbeConfig(ring_name=name))
+    switch = SwitchObserver({"off": make_observer(None), "nvtx": make_observer(ProbeConfig(events=False)),
+                             "all": probe}, initial="all")
+    engine = Engine(config, switch)
     consumer = RingConsumer.attach(probe.ring_name, record_registry())
     gen = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, 256, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
-    params = SamplingParams(temperature=0, max_tokens=steps + 8, ignore_eos=True)
-    for engine in engines.values():
-        for p in prompts:
-            engine.add_request(p, params)
-        engine.step()  # prefill; everything after is a decode step
-        engine.step()
+    params = SamplingParams(temperature=0, max_tokens=3 * steps + 8, ignore_eos=True)
+    for p in prompts:
+        engine.add_request(p, params)
+    engine.step()  # prefill; everything after is a decode step
+    engine.step()
     consumer.read()
-    before = consumer.stats()["produced"]
-    times: dict[str, list[float]] = {k: [] for k in engines}
-    order = list(engines)
+    order = ["off", "nvtx", "all"]
+    times: dict[str, list[float]] = {k: [] for k in order}
+    produced_by_all = 0
     for i in range(steps):
         for k in order[i % 3:] + order[:i % 3]:  # rotate who goes first
+            switch.select(k)
+            before = consumer.stats()["produced"]
             _sync(device)
             t0 = time.perf_counter_ns()
-            engines[k].step()
+            engine.step()
             _sync(device)
             times[k].append(time.perf_counter_ns() - t0)
-        consumer.read()
+            consumer.read()
+            if k == "all":
+                produced_by_all += consumer.stats()["produced"] - before
     stats = consumer.stats()
-    events_per_step = (stats["produced"] - before) / steps
+    events_per_step = produced_by_all / steps
     med = {k: statistics.median(v) for k, v in times.items()}
     result = OverheadResult(
         model=model, device=device, batch=batch, steps=steps,
         step_ms_off=round(med["off"] / 1e6, 4), step_ms_nvtx=round(med["nvtx"] / 1e6, 4),
         step_ms_all=round(med["all"] / 1e6, 4), ratio_nvtx=round(med["nvtx"] / med["off"], 4),
         ratio_all_probes=round(med["all"] / med["off"], 4), events_per_step=round(events_per_step, 1),
-        ns_per_event=round((med["all"] - med["nvtx"]) / events_per_step, 1) if events_per_step else 0.0,
-        nvtx_backend=probe.ranges.backend.name if hasattr(probe.ranges, "backend") else "none",
+        ns_per_event=round(_event_cost_ns(probe, consumer), 1),
+        nvtx_backend=probe.ranges.backend.name if isinstance(probe.ranges, NvtxRanges) else "none",
         dropped=stats["dropped"])
     consumer.close()
     probe.close()
     return result
+
+
+def _event_cost_ns(probe: ProbeObserver, consumer: RingConsumer, n: int = 20000) -> float:
+    """Median over 5 rounds of the cost of one request record (pack + ring write)."""
+    rounds = []
+    for _ in range(5):
+        consumer.read()
+        t0 = time.perf_counter_ns()
+        for i in range(n):
+            probe.on_tokens_emitted(0, i, 1)
+        rounds.append((time.perf_counter_ns() - t0) / n)
+    consumer.read()
+    return statistics.median(rounds)
 
 
 def as_dict(result: OverheadResult) -> dict[str, object]:

@@ -13,7 +13,7 @@ import torch
 from infersight.probes.config import ProbeConfig, TaskLabels
 from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.records import (
-    MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_registry,
+    MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_dtype, record_registry,
     record_struct, split_trace_id,
 )
 from infersight.probes.ring import RingProducer
@@ -38,6 +38,7 @@ class ProbeObserver(EngineObserver):
         self._pending_counts: tuple[int, torch.Tensor, torch.cuda.Event] | None = None
         self._write = self.ring.write
         self._pack = {kind: record_struct(kind).pack for kind in RecordKind}
+        self._member_dtype = record_dtype(RecordKind.BATCH_MEMBER)
 
     @property
     def ring_name(self) -> str:
@@ -136,8 +137,11 @@ class ProbeObserver(EngineObserver):
             stats.num_spec_tokens, stats.num_spec_accepted, stats.kv_blocks_in_use, stats.kv_blocks_total,
             stats.num_waiting, stats.num_running, stats.num_swapped, stats.num_preempted, len(stats.batch),
             len(stats.finished)))
-        for rid, n in stats.batch:
-            self._write(RecordKind.BATCH_MEMBER, self._pack[RecordKind.BATCH_MEMBER](stats.step_id, rid, n))
+        if stats.batch:
+            members = np.empty(len(stats.batch), self._member_dtype)
+            members["step_id"] = stats.step_id
+            members[["request_id", "num_tokens"]] = stats.batch  # one vectorised write for the batch
+            self.ring.write_many(RecordKind.BATCH_MEMBER, members)
 
     def close(self, unlink: bool = True) -> None:
         self.flush()

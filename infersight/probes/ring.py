@@ -203,7 +203,8 @@ class RingConsumer(RingView):
         return self._seen
 
     def read(self, max_records: int | None = None) -> dict[int, np.ndarray]:
-        """Take up to ``max_records`` slots (all available if None) off the ring."""
+        """Take up to ``max_records`` slots (all available if None) off the ring.
+        Bad slots are counted and skipped; only impossible counters raise."""
         pc, cap, r = self._pc, self._capacity, self._r
         # Load order matters: produced, write_pos, dropped -- the reverse of the
         # producer's store order, so every event numbered below `produced` is
@@ -275,8 +276,8 @@ def bench_ingest(n_records: int, capacity: int) -> dict[str, float]:
     """Push ``n_records`` through producer -> consumer in this process.
 
     Three quarters go in bursts of capacity/2, each drained at once (no drops);
-    the rest in bursts of 2*capacity, so about half of those overflow.  The
-    payloads are pre-encoded bytes: this times the ring, not record encoding.
+    the rest in bursts of 2*capacity (overflow, given n_records/4 > capacity).
+    Payloads are pre-encoded bytes: this times the ring, not record encoding.
     """
     rt = RecordType(1, "bench", 1, np.dtype([("ts_ns", "<u8"), ("trace", "<u8", (2,)), ("value", "<f8")]))
     payloads = [np.array([(i, (i, i + 1), i / 2)], rt.dtype).tobytes() for i in range(64)]

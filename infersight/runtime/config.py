@@ -108,6 +108,10 @@ class EngineConfig:
         self.draft_config = resolve_model(self.speculative_model) if self.speculative_model else None
         if self.draft_config and self.draft_config.vocab_size != self.model_config.vocab_size:
             raise ValueError("speculative_model must share the target's vocabulary")
+        if self.draft_config and self.draft_config.max_seq_len < self.model_config.max_seq_len:
+            # The draft runs at every position the target reaches; its RoPE table would run out.
+            raise ValueError(f"speculative_model max_seq_len {self.draft_config.max_seq_len} is shorter "
+                             f"than the target's {self.model_config.max_seq_len}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.attention_backend not in ("auto", "flash", "sdpa", "naive"):

@@ -77,8 +77,8 @@ def build_model(cfg: ModelConfig, *, dtype: torch.dtype, device: str, seed: int,
     """A model in eval mode on `device`: explicit weights, else shipped weights, else random by seed."""
     # Built on the meta device and materialised once on the target: no throw-away host init.
     with torch.device("meta"):
-        model = Transformer(cfg, attention_backend, ranges)
-    model = model.to_empty(device=device).to(dtype)
+        model = Transformer(cfg, attention_backend, ranges).to(dtype)
+    model = model.to_empty(device=device)
     model.rope.reset_tables()
     path = weights if weights is not None else shipped_weights(cfg.name)
     if path is not None:
