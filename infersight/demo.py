@@ -1,62 +1,173 @@
-"""`infersight demo`: run the reference engine on a small mixed workload and show, per request,
-where its time went (queue, prefill, decode) with prefix-cache and speculation results."""
+"""`infersight demo` (what `make demo` runs): the engine with probes, the agent beside it as a
+separate process, and a task-labelled workload; writes summary.json, requests.parquet and
+metrics.prom, and prints a short summary.
+"""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import torch
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from infersight.runtime import LLM, RequestOutput, SamplingParams
-
-SYSTEM_PROMPT = "You are a careful assistant. Answer briefly and precisely.\n"
-
-DEMO_PROMPTS: list[tuple[str, str]] = [
-    ("code", "def fibonacci(n):\n    "),
-    ("code", "import json\n\ndef load(path):\n    "),
-    ("json", '{"id": 17, "name": "'),
-    ("json", '{"items": [1, 2, 3], "total": '),
-    ("chat", "Explain what a KV cache is."),
-    ("chat", "Why is decoding memory-bound?"),
-    ("creative", "Write a short poem about the sea."),
-    ("creative", "Invent a name for a new colour."),
-]
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.runtime import Engine, EngineConfig, SamplingParams
+from infersight.workload import TASKS, WorkloadConfig, build_workload
 
 
 @dataclass
 class DemoConfig:
-    model: str = "tiny-moe"
-    draft: str | None = "tiny-draft"
-    device: str = "cpu"
+    out_dir: Path = Path("infersight-out")
+    device: str = "auto"
+    num_requests: int = 96
+    rate_per_s: float = 8.0
     max_tokens: int = 48
     seed: int = 0
+    port: int = 0  # 0: any free port on 127.0.0.1
+    num_kv_blocks: int = 160
+    cpu_offload_blocks: int = 64
 
 
-def ms(a: int | None, b: int | None) -> float:
-    return (b - a) / 1e6 if a is not None and b is not None else float("nan")
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
-def run_demo(config: DemoConfig) -> list[tuple[str, RequestOutput]]:
-    llm = LLM(config.model, device=config.device, seed=config.seed, speculative_model=config.draft)
-    prompts = [SYSTEM_PROMPT + p for _, p in DEMO_PROMPTS]
-    params = [SamplingParams(temperature=0.0, max_tokens=config.max_tokens, task=task, ignore_eos=True)
-              for task, _ in DEMO_PROMPTS]
-    outputs = llm.generate(prompts, params)
-    return [(task, out) for (task, _), out in zip(DEMO_PROMPTS, outputs)]
+def _get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback only)
+        return resp.read()
 
 
-def print_demo(results: list[tuple[str, RequestOutput]], console: Console) -> None:
-    table = Table(title="infersight demo: per-request timings (ms)")
-    for col in ("id", "task", "prompt", "cached", "out", "queue", "prefill", "TTFT", "decode", "e2e",
-                "spec acc", "preempt"):
-        table.add_column(col, justify="right")
-    for task, o in results:
-        t = o.times
-        prefill_end = t.prefill_chunks[-1][1] if t.prefill_chunks else None
-        acc = f"{o.num_spec_accepted}/{o.num_spec_proposed}" if o.num_spec_proposed else "-"
-        table.add_row(str(o.request_id), task, str(len(o.prompt_token_ids)), str(o.num_cached_tokens),
-                      str(len(o.token_ids)), f"{ms(t.arrival_ns, t.first_scheduled_ns):.1f}",
-                      f"{ms(t.first_scheduled_ns, prefill_end):.1f}", f"{ms(t.arrival_ns, t.first_token_ns):.1f}",
-                      f"{ms(t.first_token_ns, t.finish_ns):.1f}", f"{ms(t.arrival_ns, t.finish_ns):.1f}",
-                      acc, str(o.num_preemptions))
-    console.print(table)
+class AgentProcess:
+    """The sidecar as a real separate process, as a user would run it."""
+
+    def __init__(self, ring: str, port: int, out_dir: Path) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(out_dir / "agent.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen", f"127.0.0.1:{port}",
+             "--parquet-dir", str(out_dir), "--poll-interval", "0.05"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the agent exited with code {self.proc.returncode}; see {out_dir / 'agent.log'}")
+            try:
+                _get(self.url + "/health", 1.0)
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the agent did not answer on /health within 30 s")
+
+    def json(self, path: str) -> Any:
+        return json.loads(_get(self.url + path))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
+    if device == "cpu":
+        # Leave a core to the agent: two busy processes on oversubscribed torch threads crawl.
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    out = config.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    ring = f"infersight-demo-{os.getpid()}"
+    probe = ProbeObserver(ProbeConfig(ring_name=ring, task_labels=TASKS))
+    engine = Engine(EngineConfig(model="tiny-moe", speculative_model="tiny-draft", device=device, seed=config.seed,
+                                 num_kv_blocks=config.num_kv_blocks, cpu_offload_blocks=config.cpu_offload_blocks,
+                                 max_num_seqs=32, max_num_batched_tokens=512), probe)
+    workload = build_workload(WorkloadConfig(num_requests=config.num_requests, rate_per_s=config.rate_per_s,
+                                             max_tokens=config.max_tokens, seed=config.seed))
+    agent = AgentProcess(ring, config.port or _free_port(), out)
+    try:
+        _drive(engine, workload, console)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and agent.json("/api/v1/summary")["requests"] < len(workload):
+            time.sleep(0.1)
+        summary = agent.json("/api/v1/summary")
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        (out / "metrics.prom").write_bytes(_get(agent.url + "/metrics"))
+        slowest = agent.json("/api/v1/requests?slowest=5")["requests"]
+        diagnosis = agent.json("/api/v1/diagnosis")
+        (out / "diagnosis.json").write_text(json.dumps(diagnosis, indent=2))
+    finally:
+        agent.stop()
+        probe.close()
+    print_summary(summary, slowest, diagnosis, out, console)
+    return summary
+
+
+def _drive(engine: Engine, workload: list, console: Console) -> None:
+    pending = list(workload)
+    start = time.monotonic()
+    columns = (TextColumn("[bold]requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("requests", total=len(workload))
+        done = 0
+        while pending or engine.has_unfinished():
+            now = time.monotonic() - start
+            while pending and pending[0].arrival_s <= now:
+                r = pending.pop(0)
+                engine.add_request(r.prompt, SamplingParams(temperature=0.0, max_tokens=r.max_tokens,
+                                                            ignore_eos=True, task=r.task))
+            if engine.has_unfinished():
+                done += len(engine.step().finished)
+                bar.update(task, completed=done)
+            elif pending:
+                time.sleep(min(0.05, max(0.0, pending[0].arrival_s - now)))
+
+
+def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagnosis: dict[str, Any],
+                  out: Path, console: Console) -> None:
+    def fmt(v: Any, scale: float = 1.0, unit: str = "") -> str:
+        return "-" if v is None else f"{v * scale:.1f}{unit}" if isinstance(v, float) else str(v)
+
+    t = Table(title="infersight demo", show_header=False)
+    t.add_row("requests", str(summary["requests"]))
+    t.add_row("TTFT p50 / p99", f"{fmt(summary['ttft_seconds']['p50'], 1e3, ' ms')} / {fmt(summary['ttft_seconds']['p99'], 1e3, ' ms')}")
+    t.add_row("e2e p50 / p99", f"{fmt(summary['e2e_seconds']['p50'], 1e3, ' ms')} / {fmt(summary['e2e_seconds']['p99'], 1e3, ' ms')}")
+    pc = summary["prefix_cache"]
+    t.add_row("prefix cache hit rate", f"tokens {pc['token_hit_rate']:.1%}, requests {pc['request_hit_rate']:.1%}")
+    kv = summary["kv"]
+    t.add_row("KV", f"{kv['preemptions']} preemptions, {kv['evictions']} evictions, {kv['offloads']} offloads, "
+                    f"{kv['recomputed_tokens']} tokens recomputed")
+    for task, s in sorted(summary["spec"]["by_task"].items()):
+        t.add_row(f"speculation, {task}", f"accept {fmt(s['accept_rate'], 100, '%')}, tau {fmt(s['mean_accepted_length'])}, "
+                                           f"predicted speedup {fmt(s['predicted_speedup'])}x")
+    imb = [f"L{layer['layer']} {fmt(layer['max_over_mean'])}x" for layer in summary["moe"]["layers"]]
+    t.add_row("MoE max/mean load", ", ".join(imb) or "-")
+    t.add_row("dropped probe events", str(summary["dropped_events"]))
+    console.print(t)
+    s = Table(title="slowest requests (s)")
+    for col in ("id", "task", "prompt", "queue", "prefill", "stall", "decode", "e2e", "cause"):
+        s.add_column(col)
+    for r in slowest:
+        s.add_row(str(r["request_id"]), r["task"], str(r["prompt_tokens"]), fmt(r["queue_s"]), fmt(r["prefill_s"]),
+                  fmt(r["preemption_stall_s"]), fmt(r["decode_s"]), fmt(r["e2e_s"]), r["slow_cause"] or "-")
+    console.print(s)
+    for f in diagnosis["findings"][:5]:
+        console.print(f"- {f['message']}", markup=False)
+    for r in diagnosis["speculation_recommendations"]:
+        console.print(f"- {r['task']}: {r['action']}: {r['reason']}", markup=False)
+    console.print(f"written: {out}/summary.json, requests.parquet, metrics.prom, diagnosis.json")

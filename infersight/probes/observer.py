@@ -134,7 +134,8 @@ class ProbeObserver(EngineObserver):
     def on_step_end(self, stats: StepStats) -> None:
         self._write(RecordKind.STEP, self._pack[RecordKind.STEP](
             stats.step_id, stats.start_ns, stats.end_ns, stats.num_prefill_tokens, stats.num_decode_tokens,
-            stats.num_spec_tokens, stats.num_spec_accepted, stats.kv_blocks_in_use, stats.kv_blocks_total,
+            stats.num_spec_tokens, stats.num_spec_accepted, stats.kv_blocks_in_use, stats.kv_blocks_cached,
+            stats.kv_blocks_total, stats.kv_block_size,
             stats.num_waiting, stats.num_running, stats.num_swapped, stats.num_preempted, len(stats.batch),
             len(stats.finished)))
         if stats.batch:

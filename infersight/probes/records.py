@@ -58,7 +58,7 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
                              ("event", "B"), ("reason", "B")]),
     RecordKind.STEP: (1, [("step_id", "Q"), ("start_ns", "q"), ("end_ns", "q"), ("prefill_tokens", "I"),
                           ("decode_tokens", "I"), ("spec_tokens", "I"), ("spec_accepted", "I"),
-                          ("kv_blocks_in_use", "I"), ("kv_blocks_total", "I"), ("waiting", "I"),
+                          ("kv_blocks_in_use", "I"), ("kv_blocks_cached", "I"), ("kv_blocks_total", "I"), ("kv_block_size", "I"), ("waiting", "I"),
                           ("running", "I"), ("swapped", "I"), ("preempted", "I"), ("batch_size", "I"),
                           ("finished", "I")]),
     RecordKind.BATCH_MEMBER: (1, [("step_id", "Q"), ("request_id", "Q"), ("num_tokens", "I")]),

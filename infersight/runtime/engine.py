@@ -5,6 +5,7 @@ models. It emits events to one observer and returns a plain StepStats from step(
 """
 from __future__ import annotations
 
+import random
 import time
 
 import torch
@@ -48,12 +49,15 @@ class Engine:
             self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long, device=config.device)
         self.requests: dict[int, Request] = {}
         self.next_request_id = 0
+        self._trace_ids = random.Random()  # W3C trace ids for requests that arrive without one
         self.step_id = 0
 
     # -- requests -------------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, *,
                     task: str | None = None, trace_id: int = 0) -> int:
-        """Queue a request; returns its id. Bad input raises InvalidRequestError and changes nothing."""
+        """Queue a request; returns its id. Bad input raises InvalidRequestError and changes nothing.
+
+        trace_id: the caller's 128-bit W3C trace id (from its traceparent); 0 generates one."""
         params = params if params is not None else SamplingParams()
         if isinstance(prompt, str):
             if not prompt:
@@ -74,6 +78,7 @@ class Engine:
         self.next_request_id += 1
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + rid
         gen = torch.Generator(device=self.config.device).manual_seed(seed)
+        trace_id = trace_id or self._trace_ids.getrandbits(128) or 1
         now = time.monotonic_ns()
         req = Request(rid, token_ids, params, gen, now, trace_id=trace_id, task=task or params.task)
         self.requests[rid] = req
@@ -115,7 +120,9 @@ class Engine:
                 self._run(plan.scheduled, start, stats)
         stats.end_ns = time.monotonic_ns()
         stats.kv_blocks_in_use = self.kv.pool.num_in_use
+        stats.kv_blocks_cached = len(self.kv.pool.free_cached)
         stats.kv_blocks_total = self.kv.pool.num_blocks
+        stats.kv_block_size = self.config.block_size
         stats.num_waiting = len(self.scheduler.waiting)
         stats.num_running = len(self.scheduler.running)
         stats.num_swapped = len(self.scheduler.swapped)

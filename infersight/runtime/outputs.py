@@ -9,6 +9,8 @@ from infersight.runtime.request import Request, RequestTimes
 @dataclass
 class RequestOutput:
     request_id: int
+    trace_id: int
+    task: str | None
     prompt_token_ids: list[int]
     token_ids: list[int]
     text: str
@@ -21,6 +23,6 @@ class RequestOutput:
 
     @classmethod
     def from_request(cls, req: Request, text: str) -> "RequestOutput":
-        return cls(req.request_id, list(req.prompt_token_ids), list(req.output_token_ids), text,
+        return cls(req.request_id, req.trace_id, req.task, list(req.prompt_token_ids), list(req.output_token_ids), text,
                    req.finish_reason, req.num_prefix_hit_tokens, req.num_preemptions,
                    req.num_spec_proposed, req.num_spec_accepted, req.times)

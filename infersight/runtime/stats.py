@@ -14,7 +14,9 @@ class StepStats:
     num_spec_tokens: int = 0            # draft tokens verified this step
     num_spec_accepted: int = 0
     kv_blocks_in_use: int = 0
+    kv_blocks_cached: int = 0          # free but holding reusable prefix content
     kv_blocks_total: int = 0
+    kv_block_size: int = 0
     num_waiting: int = 0
     num_running: int = 0
     num_swapped: int = 0

@@ -53,7 +53,7 @@ def test_every_record_type_round_trips(probe):
     obs.on_kv_block(KVBlockEvent.EVICTED, 5, -1, 0x1234)
     obs.on_expert_counts(3, torch.tensor([[1, 2, 3], [4, 5, 6]]))
     obs.on_step_end(StepStats(3, 200, 300, num_prefill_tokens=4, num_decode_tokens=2, num_spec_tokens=4,
-                              num_spec_accepted=2, kv_blocks_in_use=6, kv_blocks_total=16, num_waiting=1,
+                              num_spec_accepted=2, kv_blocks_in_use=6, kv_blocks_cached=3, kv_blocks_total=16, kv_block_size=4, num_waiting=1,
                               num_running=2, num_swapped=0, num_preempted=1, batch=[(7, 5), (8, 1)],
                               finished=[8]))
     got = drain(consumer)
@@ -85,9 +85,10 @@ def test_every_record_type_round_trips(probe):
     assert moe["counts"][:, :3].tolist() == [[1, 2, 3], [4, 5, 6]] and not moe["counts"][:, 3:].any()
     step = got[RecordKind.STEP][0]
     assert (step["step_id"], step["start_ns"], step["end_ns"], step["prefill_tokens"], step["decode_tokens"],
-            step["spec_tokens"], step["spec_accepted"], step["kv_blocks_in_use"], step["kv_blocks_total"],
+            step["spec_tokens"], step["spec_accepted"], step["kv_blocks_in_use"], step["kv_blocks_cached"],
+            step["kv_blocks_total"], step["kv_block_size"],
             step["waiting"], step["running"], step["swapped"], step["preempted"], step["batch_size"],
-            step["finished"]) == (3, 200, 300, 4, 2, 4, 2, 6, 16, 1, 2, 0, 1, 2, 1)
+            step["finished"]) == (3, 200, 300, 4, 2, 4, 2, 6, 3, 16, 4, 1, 2, 0, 1, 2, 1)
     members = got[RecordKind.BATCH_MEMBER]
     assert members[["step_id", "request_id", "num_tokens"]].tolist() == [(3, 7, 5), (3, 8, 1)]
     assert consumer.stats()["dropped"] == 0

@@ -1,0 +1,100 @@
+"""Attach to probe rings (by name or discovered), read them, decode batches into EventFrames.
+
+A ring that is missing or unreadable is logged once per retry interval and retried; it never
+stops the agent. Request ids are per engine process, so with several rings each ring's ids are
+shifted into their own range (ring index << 48).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from infersight.correlate.frames import EventFrames, update_labels
+from infersight.probes.records import record_registry
+from infersight.probes.ring import RingConsumer, RingFormatError, list_rings
+
+log = logging.getLogger("infersight.agent")
+RING_ID_SHIFT = 48
+
+
+@dataclass
+class AttachedRing:
+    name: str
+    index: int
+    consumer: RingConsumer
+    labels: dict[int, str] = field(default_factory=lambda: {0: "other"})
+
+
+class RingSet:
+    def __init__(self, names: list[str], discover: bool, retry_interval_s: float = 2.0) -> None:
+        self.wanted = list(names)
+        self.discover = discover
+        self.retry_interval_s = retry_interval_s
+        self.attached: dict[str, AttachedRing] = {}
+        self._next_try: dict[str, float] = {}
+        self._registry = record_registry()
+        self._indices: dict[str, int] = {}
+
+    def _index(self, name: str) -> int:
+        return self._indices.setdefault(name, len(self._indices))
+
+    def refresh(self) -> None:
+        """Attach wanted (and, with discover, newly appeared) rings; failures are retried later."""
+        names = list(self.wanted)
+        if self.discover:
+            names += [n for n in list_rings() if n not in names]
+        now = time.monotonic()
+        for name in names:
+            if name in self.attached or now < self._next_try.get(name, 0.0):
+                continue
+            try:
+                consumer = RingConsumer.attach(name, self._registry)
+            except FileNotFoundError:
+                log.warning("ring %r not found (is the engine running with probes on?); retrying in %.0f s",
+                            name, self.retry_interval_s)
+            except (RingFormatError, ValueError, OSError) as exc:
+                log.warning("ring %r cannot be read: %s; retrying in %.0f s", name, exc, self.retry_interval_s)
+            else:
+                self.attached[name] = AttachedRing(name, self._index(name), consumer)
+                log.info("attached to ring %r", name)
+                continue
+            self._next_try[name] = now + self.retry_interval_s
+
+    def read(self) -> list[tuple[AttachedRing, EventFrames]]:
+        """One batch per attached ring that had records."""
+        out = []
+        for ring in list(self.attached.values()):
+            try:
+                records = ring.consumer.read()
+            except RingFormatError as exc:
+                log.error("ring %r became unreadable (%s); detaching", ring.name, exc)
+                self.detach(ring.name)
+                continue
+            if not records:
+                continue
+            ring.labels = update_labels(ring.labels, records)
+            frames = EventFrames.from_records(records, ring.labels)
+            if ring.index:
+                offset = np.int64(ring.index) << RING_ID_SHIFT
+                for df in (frames.request_events, frames.batch, frames.spec, frames.prefix):
+                    df["request_id"] += offset
+                mask = frames.kv_events["request_id"] >= 0
+                frames.kv_events.loc[mask, "request_id"] += offset
+            out.append((ring, frames))
+        return out
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {name: ring.consumer.stats() for name, ring in self.attached.items()}
+
+    def detach(self, name: str) -> None:
+        ring = self.attached.pop(name, None)
+        if ring is not None:
+            ring.consumer.close()
+            self._next_try[name] = time.monotonic() + self.retry_interval_s
+
+    def close(self) -> None:
+        for name in list(self.attached):
+            self.detach(name)

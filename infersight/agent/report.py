@@ -1,0 +1,128 @@
+"""The JSON API's documents, built from AgentState: summary, slowest requests, diagnosis.
+
+Structured for programs first (stable keys, numbers in base units, NaN written as null), and
+readable by people.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from infersight.agent.aggregates import quantile
+from infersight.agent.state import AgentState
+from infersight.correlate import moe, speculation
+from infersight.exporters import catalogue as C
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN/inf -> None, numpy scalars -> Python."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if not math.isfinite(float(value)) else float(value)
+    return value
+
+
+def _spec_by_task(state: AgentState) -> pd.DataFrame:
+    return speculation.acceptance_by_task(state.spec_events)
+
+
+def expert_frame(state: AgentState) -> pd.DataFrame:
+    """The cumulative (layer, expert, tokens) matrix in the correlate.moe long format."""
+    m = state.expert_tokens
+    if m.size == 0:
+        return pd.DataFrame({"step_id": pd.Series(dtype="int64"), "layer": pd.Series(dtype="int64"),
+                             "expert": pd.Series(dtype="int64"), "tokens": pd.Series(dtype="int64")})
+    layers, experts = np.indices(m.shape)
+    return pd.DataFrame({"step_id": 0, "layer": layers.ravel(), "expert": experts.ravel(), "tokens": m.ravel()})
+
+
+def summary(state: AgentState) -> dict[str, Any]:
+    with state.lock:
+        rows = pd.DataFrame(list(state.finished))
+        kv_events = state.counters[C.KV_EVENTS.name]
+        prefix_q = state.counters[C.PREFIX_QUERIED.name].total()
+        prefix_h = state.counters[C.PREFIX_HIT.name].total()
+        prefix_r = state.counters[C.PREFIX_REQUESTS.name].total()
+        prefix_hr = state.counters[C.PREFIX_HIT_REQUESTS.name].total()
+        imbalance = moe.layer_imbalance(expert_frame(state))
+        by_task = _spec_by_task(state)
+        rings = dict(state.ring_stats)
+        gpu_by_task = dict(state.counters[C.GPU_SECONDS.name].values)
+        preempt = state.counters[C.PREEMPTIONS.name].total()
+        recomputed_tokens = state.counters[C.KV_RECOMPUTED_TOKENS.name].total()
+        last = dict(state.last_step)
+        seen = state.requests_seen
+    col = (lambda c: rows[c].dropna().to_numpy()) if not rows.empty else (lambda c: np.empty(0))
+    return _clean({
+        "requests": int(len(rows)),
+        "requests_seen": seen,
+        "ttft_seconds": {"p50": quantile(col("ttft_s"), 0.5), "p99": quantile(col("ttft_s"), 0.99)},
+        "e2e_seconds": {"p50": quantile(col("e2e_s"), 0.5), "p99": quantile(col("e2e_s"), 0.99)},
+        "itl_mean_seconds": {"p50": quantile(col("itl_mean_s"), 0.5), "p99": quantile(col("itl_mean_s"), 0.99)},
+        "phases_seconds_total": {p: float(col(f"{p}_s").sum()) for p in C.PHASES},
+        "prefix_cache": {"token_hit_rate": prefix_h / prefix_q if prefix_q else 0.0,
+                         "request_hit_rate": prefix_hr / prefix_r if prefix_r else 0.0},
+        "kv": {"preemptions": int(preempt), "evictions": int(kv_events.get(("evicted",))),
+               "offloads": int(kv_events.get(("offloaded",))), "reloads": int(kv_events.get(("reloaded",))),
+               "recomputed_tokens": int(recomputed_tokens),
+               "blocks_in_use": last.get("kv_blocks_in_use"), "blocks_cached": last.get("kv_blocks_cached"),
+               "blocks_total": last.get("kv_blocks_total")},
+        "moe": {"layers": [{"layer": int(r.layer), "max_over_mean": r.max_over_mean, "cv": r.cv,
+                            "hot_cold_ratio": r.hot_cold_ratio} for r in imbalance.itertuples(index=False)]},
+        "spec": {"by_task": {str(r.task): {"accept_rate": r.accept_rate, "mean_accepted_length": r.mean_accepted_length,
+                                           "gamma": r.gamma, "cost_ratio": r.cost_ratio,
+                                           "predicted_speedup": r.predicted_speedup}
+                             for r in by_task.itertuples(index=False)}},
+        "cost": {"gpu_seconds_by_task": {labels[0]: v for labels, v in gpu_by_task.items()}},
+        "slow_causes": rows["slow_cause"][rows["slow_cause"] != ""].value_counts().to_dict() if not rows.empty else {},
+        "dropped_events": int(sum(s.get("dropped", 0) for s in rings.values())),
+        "rings": rings,
+    })
+
+
+REQUEST_FIELDS = ("request_id", "trace_id", "task", "prompt_tokens", "cached_tokens", "output_tokens", "finish_reason",
+                  "num_preemptions", "queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s",
+                  "ttft_s", "itl_mean_s", "gpu_seconds", "slow_cause")
+
+
+def slowest(state: AgentState, n: int) -> list[dict[str, Any]]:
+    with state.lock:
+        rows = sorted(state.finished, key=lambda r: -float(r["e2e_s"]))[:n]  # type: ignore[arg-type]
+    return _clean([{k: r.get(k) for k in REQUEST_FIELDS} for r in rows])
+
+
+def diagnosis(state: AgentState) -> dict[str, Any]:
+    """What is limiting this engine, in findings a program can act on and a person can read."""
+    s = summary(state)
+    findings: list[dict[str, Any]] = []
+    phases = s["phases_seconds_total"]
+    total = sum(v for v in phases.values() if v) or 0.0
+    if total:
+        top = max(phases, key=lambda p: phases[p] or 0.0)
+        findings.append({"kind": "latency_breakdown", "phase": top, "share": (phases[top] or 0.0) / total,
+                         "message": f"{top} accounts for {100 * (phases[top] or 0.0) / total:.0f}% of request time"})
+    for cause, n in s["slow_causes"].items():
+        findings.append({"kind": "slow_requests", "cause": cause, "count": n,
+                         "message": f"{n} requests above the rolling p99, mostly from {cause.replace('_', ' ')}"})
+    if s["kv"]["preemptions"]:
+        findings.append({"kind": "kv_pressure", "preemptions": s["kv"]["preemptions"],
+                         "recomputed_tokens": s["kv"]["recomputed_tokens"],
+                         "message": f"{s['kv']['preemptions']} preemptions: the KV pool is too small for the load"})
+    for layer in s["moe"]["layers"]:
+        if (layer["max_over_mean"] or 0) >= 2.0:
+            findings.append({"kind": "moe_imbalance", "layer": layer["layer"], "max_over_mean": layer["max_over_mean"],
+                             "message": f"layer {layer['layer']}: the hottest expert gets "
+                                        f"{layer['max_over_mean']:.1f}x the mean load"})
+    with state.lock:
+        by_task = _spec_by_task(state)
+    recs = speculation.recommendations(by_task)
+    return _clean({"findings": findings, "speculation_recommendations": recs,
+                   "dropped_events": s["dropped_events"]})

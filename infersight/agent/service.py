@@ -1,0 +1,98 @@
+"""The agent process: an ingest loop on the main thread, the HTTP server on a background thread.
+
+The engine never waits on any of this: it only writes to its ring, which drops (and counts)
+when the agent falls behind.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+
+from infersight.agent.config import AgentConfig, ConfigError
+from infersight.agent.ingest import RingSet
+from infersight.agent.server import build_app
+from infersight.agent.state import AgentState
+from infersight.exporters.parquet import ParquetSink
+from infersight.exporters.prometheus import build_registry
+
+log = logging.getLogger("infersight.agent")
+
+
+class PortInUseError(ConfigError):
+    pass
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUseError(f"{host}:{port} is already in use; pick another with --listen HOST:PORT") from None
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+class Agent:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.state = AgentState(config)
+        self.rings = RingSet(config.rings, config.discover, config.retry_interval_s)
+        self.registry = build_registry(self.state)
+        self.sink = ParquetSink(Path(config.parquet_dir) / "requests.parquet") if config.parquet_dir else None
+        self._sock = _bind(config.host, config.port)
+        self.port = self._sock.getsockname()[1]
+        self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry), log_level="warning",
+                                                     access_log=False))
+        self._stop = threading.Event()
+        self._http: threading.Thread | None = None
+
+    def start_http(self) -> None:
+        self._http = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
+                                      name="infersight-http")
+        self._http.start()
+        log.info("serving on http://%s:%d (/metrics, /api/v1/summary)", self.config.host, self.port)
+
+    def poll_once(self) -> int:
+        """Read every ring once and fold the events in; returns how many rings had data."""
+        self.rings.refresh()
+        batches = self.rings.read()
+        for _, frames in batches:
+            self.state.ingest(frames)
+        anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
+        self.state.set_ring_stats(self.rings.stats(), anchor)
+        if self.sink is not None:
+            self.sink.write(self.state.take_new_rows())
+        return len(batches)
+
+    def run(self, duration_s: float | None = None) -> None:
+        self.start_http()
+        deadline = time.monotonic() + duration_s if duration_s else None
+        try:
+            while not self._stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                start = time.monotonic()
+                self.poll_once()
+                self._stop.wait(max(0.0, self.config.poll_interval_s - (time.monotonic() - start)))
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        self.poll_once()
+        if self.sink is not None:
+            self.sink.close()
+        self._server.should_exit = True
+        if self._http is not None:
+            self._http.join(timeout=5)
+        self.rings.close()
+        self._sock.close()

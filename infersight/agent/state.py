@@ -1,0 +1,214 @@
+"""AgentState: everything the agent knows, updated one batch of events at a time.
+
+Per batch the analyses in `correlate` run on the new frames (plus what is carried over: events
+of requests still in flight, steps still waiting for their batch rows). The results are folded
+into cumulative counters and histograms that the exporters render. A lock guards the state
+between the ingest thread and the HTTP handlers; the engine never takes it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+import numpy as np
+import pandas as pd
+
+from infersight.agent.aggregates import LabelledCounter, LabelledHistogram
+from infersight.agent.config import AgentConfig
+from infersight.correlate import cost, kv, moe, prefix, requests, speculation
+from infersight.correlate.frames import EventFrames
+from infersight.exporters import catalogue as C
+
+#: Verifications kept for per-task acceptance and speedup (recent behaviour is what advice needs).
+SPEC_WINDOW = 100_000
+
+
+class AgentState:
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self.lock = threading.Lock()
+        self.started_wall = time.time()
+        self.counters = {spec.name: LabelledCounter() for spec in C.CATALOGUE if spec.kind == "counter"}
+        self.histograms = {spec.name: LabelledHistogram(spec.buckets or ()) for spec in C.CATALOGUE
+                           if spec.kind == "histogram"}
+        self.last_step: dict[str, int] = {}
+        self.finished: deque[dict[str, object]] = deque(maxlen=config.retain_requests)
+        self.e2e_window: deque[float] = deque(maxlen=config.slow_window)
+        self.new_rows: list[dict[str, object]] = []  # rows not yet handed to the Parquet sink
+        self.open_events = EventFrames().request_events
+        self.open_gpu_seconds: dict[int, float] = {}
+        self.pending = EventFrames()  # steps whose batch rows have not all arrived, and those rows
+        self.kv_carry = EventFrames().kv_events
+        self.reload_events = EventFrames().kv_events  # KV reloads of requests still in flight
+        self.expert_tokens = np.zeros((0, 0), dtype=np.int64)
+        self.prefix_groups: dict[int, list[int]] = {}  # group hash -> [requests, cached tokens, prompt tokens]
+        self.spec_events = EventFrames().spec  # all verifications, kept compact (per task and position below)
+        self.ring_stats: dict[str, dict[str, int]] = {}
+        self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
+        self.requests_seen = 0
+
+    # -- ingest -------------------------------------------------------------------------------------
+    def ingest(self, frames: EventFrames) -> None:
+        with self.lock:
+            self._steps(frames)
+            self._kv(frames.kv_events)
+            self._moe(frames.moe)
+            self._prefix(frames.prefix)
+            self._spec(frames.spec)
+            self._requests(frames.request_events)
+
+    def set_ring_stats(self, stats: dict[str, dict[str, int]], anchor: tuple[int, int] | None) -> None:
+        with self.lock:
+            self.ring_stats = stats
+            if anchor is not None:
+                self.wall_anchor = anchor
+
+    def _wall_s(self, mono_ns: int) -> float:
+        wall, mono = self.wall_anchor
+        return (wall + (mono_ns - mono)) / 1e9
+
+    def _steps(self, frames: EventFrames) -> None:
+        steps = frames.steps
+        if not steps.empty:
+            last = steps.iloc[-1]
+            self.last_step = {k: int(last[k]) for k in steps.columns}
+            self.counters[C.STEPS.name].inc((), len(steps))
+            self.histograms[C.STEP_DURATION.name].observe((), (steps["end_ns"] - steps["start_ns"]) / 1e9)
+            tokens = self.counters[C.STEP_TOKENS.name]
+            for kind, col in (("prefill", "prefill_tokens"), ("decode", "decode_tokens"), ("spec", "spec_tokens")):
+                tokens.inc((kind,), int(steps[col].sum()))
+        # Cost needs each step with all its batch rows; a read can split them, so hold the rest.
+        pend = self.pending.concat(EventFrames(steps=steps, batch=frames.batch))
+        have = pend.batch.groupby("step_id").size()
+        complete = pend.steps["batch_size"].to_numpy() == have.reindex(pend.steps["step_id"]).fillna(0).to_numpy()
+        ready_steps = pend.steps[complete]
+        ready_batch = pend.batch[pend.batch["step_id"].isin(ready_steps["step_id"])]
+        self.pending = EventFrames(steps=pend.steps[~complete].reset_index(drop=True),
+                                   batch=pend.batch[~pend.batch["step_id"].isin(ready_steps["step_id"])]
+                                   .reset_index(drop=True))
+        if not ready_steps.empty:
+            shares = cost.step_cost_shares(ready_steps, ready_batch)
+            per_request = cost.cost_by_request(shares)
+            for rid, secs in zip(per_request["request_id"], per_request["gpu_seconds"]):
+                self.open_gpu_seconds[int(rid)] = self.open_gpu_seconds.get(int(rid), 0.0) + float(secs)
+
+    def _kv(self, events: pd.DataFrame) -> None:
+        if events.empty:
+            return
+        counter = self.counters[C.KV_EVENTS.name]
+        for event, n in kv.transition_counts(events).items():
+            if n:
+                counter.inc((event,), n)
+        recomputed = kv.recomputed_blocks(events)
+        if recomputed:
+            self.counters[C.KV_RECOMPUTED_TOKENS.name].inc((), recomputed * self.last_step.get("kv_block_size", 16))
+        reloads = events[events["event"] == "reloaded"]
+        if not reloads.empty:
+            self.reload_events = pd.concat([self.reload_events, reloads], ignore_index=True)
+        # Ages that end in this batch may have started in an earlier one: carry each block's open
+        # events (its last birth and last "cached" since its last close) and measure over carry + new.
+        window = pd.concat([self.kv_carry, events], ignore_index=True) if not self.kv_carry.empty else events
+        hist = self.histograms[C.KV_AGE.name]
+        for age_kind, group in kv.block_lifetimes(window).groupby("kind"):
+            hist.observe((str(age_kind),), group["seconds"].to_numpy())
+        last_close = window[window["event"].isin(["evicted", "freed"])].groupby("block_id")["ts_ns"].max()
+        after = window[window["ts_ns"] > window["block_id"].map(last_close).fillna(-1)]
+        opens = after[after["event"].isin(["allocated", "reloaded", "cached"])]
+        self.kv_carry = opens.groupby(["block_id", "event"], sort=False).tail(1).reset_index(drop=True)
+
+    def _moe(self, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        load = moe.expert_load(frame)
+        n_layers, n_experts = int(load["layer"].max()) + 1, int(load["expert"].max()) + 1
+        if self.expert_tokens.shape[0] < n_layers or self.expert_tokens.shape[1] < n_experts:
+            grown = np.zeros((max(n_layers, self.expert_tokens.shape[0]), max(n_experts, self.expert_tokens.shape[1])),
+                             dtype=np.int64)
+            grown[:self.expert_tokens.shape[0], :self.expert_tokens.shape[1]] = self.expert_tokens
+            self.expert_tokens = grown
+        np.add.at(self.expert_tokens, (load["layer"].to_numpy(), load["expert"].to_numpy()), load["tokens"].to_numpy())
+
+    def _prefix(self, frame: pd.DataFrame) -> None:
+        for row in frame.itertuples(index=False):
+            task = (row.task,)
+            self.counters[C.PREFIX_QUERIED.name].inc(task, row.prompt_tokens)
+            self.counters[C.PREFIX_HIT.name].inc(task, row.cached_tokens)
+            self.counters[C.PREFIX_REQUESTS.name].inc(task)
+            if row.cached_tokens > 0:
+                self.counters[C.PREFIX_HIT_REQUESTS.name].inc(task)
+            if row.group_hash:
+                g = self.prefix_groups.setdefault(int(row.group_hash), [0, 0, 0])
+                g[0] += 1
+                g[1] += int(row.cached_tokens)
+                g[2] += int(row.prompt_tokens)
+        if len(self.prefix_groups) > 4 * self.config.retain_requests:  # bounded: keep the biggest groups
+            keep = sorted(self.prefix_groups.items(), key=lambda kv_: -kv_[1][0])[: self.config.retain_requests]
+            self.prefix_groups = dict(keep)
+
+    def _spec(self, frame: pd.DataFrame) -> None:
+        if frame.empty:
+            return
+        spec = pd.concat([self.spec_events, frame], ignore_index=True) if not self.spec_events.empty else frame
+        self.spec_events = spec.iloc[-SPEC_WINDOW:].reset_index(drop=True)  # recent verifications only
+        for task, group in frame.groupby("task"):
+            self.counters[C.SPEC_DRAFT.name].inc((task,), int(group["proposed"].sum()))
+            self.counters[C.SPEC_ACCEPTED.name].inc((task,), int(group["accepted"].sum()))
+            self.counters[C.SPEC_VERIFICATIONS.name].inc((task,), len(group))
+        by_pos = speculation.acceptance_by_position(frame)
+        for row in by_pos.itertuples(index=False):
+            self.counters[C.SPEC_POSITION_PROPOSED.name].inc((row.task, str(row.position)), row.proposed)
+            self.counters[C.SPEC_POSITION_ACCEPTED.name].inc((row.task, str(row.position)), row.accepted)
+
+    def _requests(self, events: pd.DataFrame) -> None:
+        self.requests_seen += int((events["event"] == "ARRIVED").sum())
+        for reason in events.loc[events["event"] == "PREEMPTED", "reason"]:
+            self.counters[C.PREEMPTIONS.name].inc((reason,))
+        self.open_events = pd.concat([self.open_events, events], ignore_index=True) if not self.open_events.empty else events
+        done_ids = self.open_events.loc[self.open_events["event"] == "FINISHED", "request_id"].unique()
+        if len(done_ids) == 0:
+            return
+        done_mask = self.open_events["request_id"].isin(done_ids)
+        done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
+        rows = requests.request_table(done)
+        rows["gpu_seconds"] = [self.open_gpu_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
+        self.e2e_window.extend(rows["e2e_s"].tolist())
+        threshold = float("inf")
+        if len(self.e2e_window) >= self.config.min_requests_for_p99:
+            threshold = float(np.quantile(np.fromiter(self.e2e_window, float), 0.99))
+        slow = requests.attribute_slow(rows, threshold, spec=self.spec_events,
+                                       kv_events=self.reload_events) if np.isfinite(threshold) else None
+        if not self.reload_events.empty:
+            self.reload_events = self.reload_events[~self.reload_events["request_id"].isin(done_ids)]
+        causes = dict(zip(slow["request_id"], slow["slow_cause"])) if slow is not None and not slow.empty else {}
+        rows["slow_cause"] = [causes.get(r, "") for r in rows["request_id"]]
+        for cause in causes.values():
+            self.counters[C.SLOW.name].inc((cause,))
+        self._observe_rows(rows, done)
+        records = rows.to_dict("records")
+        self.finished.extend(records)
+        self.new_rows.extend(records)
+
+    def _observe_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
+        for task, g in rows.groupby("task"):
+            t = (str(task),)
+            traces = g["trace_id"].tolist()
+            wall = time.time()
+            self.histograms[C.TTFT.name].observe(t, g["ttft_s"].dropna().to_numpy(),
+                                                 g.loc[g["ttft_s"].notna(), "trace_id"].tolist(), wall)
+            self.histograms[C.E2E.name].observe(t, g["e2e_s"].to_numpy(), traces, wall)
+            for phase in C.PHASES:
+                self.histograms[C.PHASE.name].observe((phase, str(task)), g[f"{phase}_s"].to_numpy())
+            self.counters[C.PROMPT_TOKENS.name].inc(t, int(g["prompt_tokens"].sum()))
+            self.counters[C.GENERATION_TOKENS.name].inc(t, int(g["output_tokens"].sum()))
+            self.counters[C.GPU_SECONDS.name].inc(t, float(g["gpu_seconds"].sum()))
+            for reason, n in g["finish_reason"].value_counts().items():
+                self.counters[C.REQUESTS.name].inc((str(task), str(reason)), int(n))
+        itl = requests.inter_token_latencies(events)
+        for task, g in itl.groupby("task"):
+            self.histograms[C.ITL.name].observe((str(task),), g["itl_s"].to_numpy())
+
+    def take_new_rows(self) -> list[dict[str, object]]:
+        with self.lock:
+            rows, self.new_rows = self.new_rows, []
+            return rows

@@ -1,0 +1,1 @@
+"""Pure analyses over DataFrames of probe events (parse once, analyse with stateless functions)."""

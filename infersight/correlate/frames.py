@@ -1,0 +1,171 @@
+"""Probe records -> one DataFrame per stream, with documented columns.
+
+Every analysis in `correlate` takes these frames and never mutates them. Timestamps stay in
+monotonic ns of the engine process (`*_ns` columns); durations derived from them are seconds.
+
+request_events   ts_ns, end_ns, request_id, trace_id (32 hex chars), task, event, reason, value0, value1
+                 event in ARRIVED SCHEDULED PREFILL_CHUNK FIRST_TOKEN TOKENS PREEMPTED RESUMED FINISHED;
+                 value0/value1: see infersight.probes.records.RequestEvent; reason: "" | recompute | swap |
+                 stop | length | abort | other.
+steps            step_id, start_ns, end_ns, prefill_tokens, decode_tokens, spec_tokens, spec_accepted,
+                 kv_blocks_in_use, kv_blocks_cached, kv_blocks_total, kv_block_size, waiting, running, swapped, preempted,
+                 batch_size, finished
+batch            step_id, request_id, num_tokens         (who was in each step, with how many tokens fed)
+kv_events        ts_ns, event, block_id, request_id, block_hash    (event: KVBlockEvent names, lower case;
+                 request_id -1 for evictions)
+moe              step_id, layer, expert, tokens          (long format, one row per (step, layer, expert))
+spec             ts_ns, request_id, task, proposed, accepted, accept_mask, draft_ns, verify_ns
+prefix           ts_ns, request_id, task, prompt_tokens, cached_tokens, group_hash
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+import pandas as pd
+
+from infersight.probes.records import (
+    FinishReason, PreemptReason, RecordKind, RequestEvent, record_dtype,
+)
+from infersight.runtime.observer import KVBlockEvent
+
+REQUEST_EVENT_NAMES = {int(e): e.name for e in RequestEvent}
+KV_EVENT_NAMES = {int(e): e.name.lower() for e in KVBlockEvent}
+_PREEMPT_NAMES = {int(e): e.name.lower() for e in PreemptReason}
+_FINISH_NAMES = {int(e): e.name.lower() for e in FinishReason}
+
+
+def _empty(columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+
+
+REQUEST_COLUMNS = {"ts_ns": "int64", "end_ns": "int64", "request_id": "int64", "trace_id": "object",
+                   "task": "object", "event": "object", "reason": "object", "value0": "int64", "value1": "int64"}
+STEP_COLUMNS = {name: "int64" for name in record_dtype(RecordKind.STEP).names}
+BATCH_COLUMNS = {"step_id": "int64", "request_id": "int64", "num_tokens": "int64"}
+KV_COLUMNS = {"ts_ns": "int64", "event": "object", "block_id": "int64", "request_id": "int64", "block_hash": "uint64"}
+MOE_COLUMNS = {"step_id": "int64", "layer": "int64", "expert": "int64", "tokens": "int64"}
+SPEC_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "proposed": "int64", "accepted": "int64",
+                "accept_mask": "uint64", "draft_ns": "int64", "verify_ns": "int64"}
+PREFIX_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "prompt_tokens": "int64",
+                  "cached_tokens": "int64", "group_hash": "uint64"}
+
+
+def trace_hex(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    return np.array([f"{int(h):016x}{int(lo_):016x}" for h, lo_ in zip(hi, lo)], dtype=object)
+
+
+def task_names(task_ids: np.ndarray, labels: dict[int, str]) -> np.ndarray:
+    return np.array([labels.get(int(t), "other") for t in task_ids], dtype=object)
+
+
+def request_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(REQUEST_COLUMNS)
+    events = rec["event"].astype(np.int64)
+    reasons = rec["reason"].astype(np.int64)
+    is_preempt = events == RequestEvent.PREEMPTED
+    is_finish = events == RequestEvent.FINISHED
+    reason = np.array([_PREEMPT_NAMES.get(int(r), "") if p else (_FINISH_NAMES.get(int(r), "") if f else "")
+                       for r, p, f in zip(reasons, is_preempt, is_finish)], dtype=object)
+    return pd.DataFrame({
+        "ts_ns": rec["ts_ns"].astype(np.int64), "end_ns": rec["end_ns"].astype(np.int64),
+        "request_id": rec["request_id"].astype(np.int64), "trace_id": trace_hex(rec["trace_hi"], rec["trace_lo"]),
+        "task": task_names(rec["task_id"], labels),
+        "event": np.array([REQUEST_EVENT_NAMES.get(int(e), "UNKNOWN") for e in events], dtype=object),
+        "reason": reason, "value0": rec["value0"].astype(np.int64), "value1": rec["value1"].astype(np.int64)})
+
+
+def step_frame(rec: np.ndarray) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(STEP_COLUMNS)
+    return pd.DataFrame({name: rec[name].astype(np.int64) for name in STEP_COLUMNS})
+
+
+def batch_frame(rec: np.ndarray) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(BATCH_COLUMNS)
+    return pd.DataFrame({name: rec[name].astype(np.int64) for name in BATCH_COLUMNS})
+
+
+def kv_frame(rec: np.ndarray) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(KV_COLUMNS)
+    return pd.DataFrame({
+        "ts_ns": rec["ts_ns"].astype(np.int64),
+        "event": np.array([KV_EVENT_NAMES.get(int(e), "unknown") for e in rec["event"]], dtype=object),
+        "block_id": rec["block_id"].astype(np.int64), "request_id": rec["request_id"].astype(np.int64),
+        "block_hash": rec["block_hash"].astype(np.uint64)})
+
+
+def moe_frame(rec: np.ndarray) -> pd.DataFrame:
+    """Long format: each record holds up to 64 experts starting at expert_offset."""
+    if len(rec) == 0:
+        return _empty(MOE_COLUMNS)
+    width = rec["counts"].shape[1]
+    expert = rec["expert_offset"].astype(np.int64)[:, None] + np.arange(width)[None, :]
+    valid = expert < rec["n_experts"].astype(np.int64)[:, None]
+    rows = np.broadcast_to(np.arange(len(rec))[:, None], expert.shape)[valid]
+    return pd.DataFrame({"step_id": rec["step_id"].astype(np.int64)[rows], "layer": rec["layer"].astype(np.int64)[rows],
+                         "expert": expert[valid], "tokens": rec["counts"].astype(np.int64)[valid]})
+
+
+def spec_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(SPEC_COLUMNS)
+    return pd.DataFrame({
+        "ts_ns": rec["ts_ns"].astype(np.int64), "request_id": rec["request_id"].astype(np.int64),
+        "task": task_names(rec["task_id"], labels), "proposed": rec["proposed"].astype(np.int64),
+        "accepted": rec["accepted"].astype(np.int64), "accept_mask": rec["accept_mask"].astype(np.uint64),
+        "draft_ns": rec["draft_ns"].astype(np.int64), "verify_ns": rec["verify_ns"].astype(np.int64)})
+
+
+def prefix_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(PREFIX_COLUMNS)
+    return pd.DataFrame({
+        "ts_ns": rec["ts_ns"].astype(np.int64), "request_id": rec["request_id"].astype(np.int64),
+        "task": task_names(rec["task_id"], labels), "prompt_tokens": rec["prompt_tokens"].astype(np.int64),
+        "cached_tokens": rec["cached_tokens"].astype(np.int64), "group_hash": rec["group_hash"].astype(np.uint64)})
+
+
+@dataclass
+class EventFrames:
+    """One batch of decoded probe events (or the concatenation of several)."""
+
+    request_events: pd.DataFrame = field(default_factory=lambda: _empty(REQUEST_COLUMNS))
+    steps: pd.DataFrame = field(default_factory=lambda: _empty(STEP_COLUMNS))
+    batch: pd.DataFrame = field(default_factory=lambda: _empty(BATCH_COLUMNS))
+    kv_events: pd.DataFrame = field(default_factory=lambda: _empty(KV_COLUMNS))
+    moe: pd.DataFrame = field(default_factory=lambda: _empty(MOE_COLUMNS))
+    spec: pd.DataFrame = field(default_factory=lambda: _empty(SPEC_COLUMNS))
+    prefix: pd.DataFrame = field(default_factory=lambda: _empty(PREFIX_COLUMNS))
+
+    @classmethod
+    def from_records(cls, records: dict[int, np.ndarray], labels: dict[int, str]) -> "EventFrames":
+        """records: what RingConsumer.read() returns; labels: task id -> name seen so far."""
+        empty = np.empty(0)
+
+        def get(kind: RecordKind) -> np.ndarray:
+            return records.get(int(kind), empty)
+
+        return cls(request_frame(get(RecordKind.REQUEST), labels), step_frame(get(RecordKind.STEP)),
+                   batch_frame(get(RecordKind.BATCH_MEMBER)), kv_frame(get(RecordKind.KV_BLOCK)),
+                   moe_frame(get(RecordKind.MOE)), spec_frame(get(RecordKind.SPEC), labels),
+                   prefix_frame(get(RecordKind.PREFIX), labels))
+
+    def concat(self, other: "EventFrames") -> "EventFrames":
+        def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
+            if b.empty:
+                return a
+            return b if a.empty else pd.concat([a, b], ignore_index=True)
+
+        return EventFrames(*(cat(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)))
+
+
+def update_labels(labels: dict[int, str], records: dict[int, np.ndarray]) -> dict[int, str]:
+    """Labels plus those announced by TASK_LABEL records (a new dict; the input is not changed)."""
+    out = {0: "other", **labels}
+    for rec in records.get(int(RecordKind.TASK_LABEL), np.empty(0)):
+        out[int(rec["task_id"])] = bytes(rec["label"]).rstrip(b"\0").decode("utf-8", "replace")
+    return out

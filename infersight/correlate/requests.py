@@ -1,0 +1,253 @@
+"""Per-request latency: an exact decomposition of end-to-end time, inter-token latencies, and a
+rule-based attribution of slow requests.
+
+Decomposition, on the engine's one monotonic clock (A arrived, S first scheduled, T first token,
+F finished; R received and E response sent when a network frame is given):
+
+    R ---- A ------- S ------------ T ---------------- F ---- E
+    network  queue      prefill       decode              network
+                  preemption stalls [PREEMPTED, RESUMED) are cut out of prefill and decode
+
+Every part is computed in integer ns and converted to seconds once, so in ns the parts sum to
+e2e exactly: queue + prefill + preemption_stall + decode + network == e2e.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+NS = 1e9
+
+REQUEST_TABLE_COLUMNS = [
+    "request_id", "trace_id", "task", "prompt_tokens", "cached_tokens", "output_tokens", "finish_reason",
+    "num_preemptions", "arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns", "queue_s",
+    "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s", "ttft_s", "itl_mean_s"]
+ITL_COLUMNS = ["request_id", "task", "itl_s"]
+SLOW_COLUMNS = ["request_id", "slow_cause", "detail"]
+PARTS = ["queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s"]
+
+#: attribute_slow thresholds (documented there).
+PREEMPTION_SHARE = 0.25
+LOW_ACCEPT_RATE = 0.3
+LONG_PROMPT_PERCENTILE = 90.0
+
+
+def _first_ts(ev: pd.DataFrame, name: str, ids: pd.Index, col: str = "ts_ns", fill: int = -1) -> np.ndarray:
+    """Per id in ids, `col` of the earliest `name` event (fill where none). Reindexing with an int
+    fill keeps int64: a NaN round trip through float64 would lose ns beyond 2**53."""
+    sub = ev[ev["event"] == name].sort_values("ts_ns", kind="stable").drop_duplicates("request_id")
+    return sub.set_index("request_id")[col].astype(np.int64).reindex(ids, fill_value=fill).to_numpy()
+
+
+def _overlap(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Length of [a, b) intersected with [lo, hi), in ns (0 when disjoint)."""
+    return np.maximum(0, np.minimum(b, hi) - np.maximum(a, lo))
+
+
+def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per request with a FINISHED event (and its ARRIVED; a request whose ARRIVED is
+    missing, e.g. dropped by a full ring, cannot be decomposed and is left out), by request_id.
+
+    Columns: request_id, trace_id, task, prompt_tokens (ARRIVED value0), cached_tokens (SCHEDULED
+    value1, 0 if never scheduled), output_tokens (FINISHED value0), finish_reason, num_preemptions,
+    arrival_ns, first_scheduled_ns, first_token_ns (-1: never happened), finish_ns, then seconds:
+    queue_s, prefill_s, preemption_stall_s, decode_s, network_s, e2e_s, ttft_s, itl_mean_s.
+
+    queue = S - A (a request never scheduled, e.g. aborted while waiting, queues until F);
+    stall = sum of [PREEMPTED, next RESUMED) clipped to [S, F]; a PREEMPTED with no later RESUMED
+    stalls until F (or until the next PREEMPTED if a RESUMED record was lost, so no overlap);
+    prefill = (T, or F without a first token) - S - stall inside that window;
+    decode = F - T - stall inside [T, F) (0 without a first token);
+    network (network frame: request_id, receive_ns, send_end_ns, same clock) = (A - R) + (E - F),
+    0 for requests absent from it; e2e = F - A + network;
+    ttft_s = T - A (+ A - R with network); itl_mean_s = (F - T) / max(1, output_tokens - 1), the
+    decode window as the client sees it, stalls included. Both NaN without a first token.
+    """
+    ev = request_events
+    finished = ev[ev["event"] == "FINISHED"].sort_values("ts_ns", kind="stable").drop_duplicates("request_id")
+    arrived_ids = ev.loc[ev["event"] == "ARRIVED", "request_id"].unique()
+    finished = finished[finished["request_id"].isin(arrived_ids)].sort_values("request_id")
+    if finished.empty:
+        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in REQUEST_TABLE_COLUMNS})
+    ids = pd.Index(finished["request_id"].to_numpy(np.int64))
+
+    f = finished["ts_ns"].to_numpy(np.int64)
+    a = _first_ts(ev, "ARRIVED", ids)
+    s_raw = _first_ts(ev, "SCHEDULED", ids)
+    t_raw = _first_ts(ev, "FIRST_TOKEN", ids)
+    f = np.maximum(f, a)
+    # Clamp into order so every part is >= 0 and the telescoping sum stays exact.
+    s = np.where(s_raw < 0, f, np.clip(s_raw, a, f))
+    t = np.where(t_raw < 0, f, np.clip(t_raw, s, f))
+
+    stall_pre, stall_dec, n_pre = _stalls(ev, ids, s, t, f)
+    queue_ns = s - a
+    prefill_ns = t - s - stall_pre
+    decode_ns = f - t - stall_dec
+
+    net_ns = np.zeros(len(ids), np.int64)
+    lead_ns = np.zeros(len(ids), np.int64)  # A - R: the part of ttft before the engine saw it
+    if network is not None and not network.empty:
+        net = network.drop_duplicates("request_id").set_index("request_id")
+        r = net["receive_ns"].astype(np.int64).reindex(ids, fill_value=-1).to_numpy()
+        e = net["send_end_ns"].astype(np.int64).reindex(ids, fill_value=-1).to_numpy()
+        has = (r >= 0) & (e >= 0)
+        lead_ns = np.where(has, a - r, 0)
+        net_ns = np.where(has, lead_ns + (e - f), 0)
+
+    out_tokens = finished["value0"].to_numpy(np.int64)
+    has_token = t_raw >= 0
+    return pd.DataFrame({
+        "request_id": ids.to_numpy(), "trace_id": finished["trace_id"].to_numpy(object),
+        "task": finished["task"].to_numpy(object),
+        "prompt_tokens": _first_ts(ev, "ARRIVED", ids, "value0", 0),
+        "cached_tokens": _first_ts(ev, "SCHEDULED", ids, "value1", 0),
+        "output_tokens": out_tokens, "finish_reason": finished["reason"].to_numpy(object),
+        "num_preemptions": n_pre, "arrival_ns": a, "first_scheduled_ns": s_raw, "first_token_ns": t_raw,
+        "finish_ns": f, "queue_s": queue_ns / NS, "prefill_s": prefill_ns / NS,
+        "preemption_stall_s": (stall_pre + stall_dec) / NS, "decode_s": decode_ns / NS,
+        "network_s": net_ns / NS, "e2e_s": (f - a + net_ns) / NS,
+        "ttft_s": np.where(has_token, (t - a + lead_ns) / NS, np.nan),
+        "itl_mean_s": np.where(has_token, (f - t) / NS / np.maximum(1, out_tokens - 1), np.nan),
+    })
+
+
+def _dtype(column: str) -> str:
+    if column in ("trace_id", "task", "finish_reason"):
+        return "object"
+    return "float64" if column.endswith("_s") else "int64"
+
+
+def _stalls(ev: pd.DataFrame, ids: pd.Index, s: np.ndarray, t: np.ndarray, f: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request (aligned with ids): stall ns inside [S, T), stall ns inside [T, F), PREEMPTED count."""
+    pr = ev[ev["event"].isin(["PREEMPTED", "RESUMED"]) & ev["request_id"].isin(ids)]
+    pr = pr.sort_values(["request_id", "ts_ns"], kind="stable")
+    nxt = pr.groupby("request_id")["ts_ns"].shift(-1, fill_value=-1).to_numpy(np.int64)
+    is_pre = (pr["event"] == "PREEMPTED").to_numpy()
+    pos = ids.get_indexer(pr["request_id"].to_numpy(np.int64))[is_pre]
+    start = pr["ts_ns"].to_numpy(np.int64)[is_pre]
+    end = np.where(nxt[is_pre] < 0, f[pos], nxt[is_pre])
+    pre = np.zeros(len(ids), np.int64)
+    dec = np.zeros(len(ids), np.int64)
+    np.add.at(pre, pos, _overlap(start, end, s[pos], t[pos]))
+    np.add.at(dec, pos, _overlap(start, end, t[pos], f[pos]))
+    return pre, dec, np.bincount(pos, minlength=len(ids)).astype(np.int64)
+
+
+def inter_token_latencies(request_events: pd.DataFrame) -> pd.DataFrame:
+    """Columns request_id, task, itl_s: for each TOKENS event after a request's first, the gap since
+    its previous TOKENS event divided by the tokens it emitted, repeated once per token, so a
+    histogram weights by tokens (a speculative step emitting 3 tokens in 30 ms counts 3 x 10 ms).
+    Gaps span preemption stalls: that is what the client sees. Empty input -> empty frame."""
+    tok = request_events[(request_events["event"] == "TOKENS") & (request_events["value0"] > 0)]
+    tok = tok.sort_values(["request_id", "ts_ns"], kind="stable")
+    prev = tok.groupby("request_id")["ts_ns"].shift(1, fill_value=-1).to_numpy(np.int64)
+    keep = prev >= 0
+    n = tok["value0"].to_numpy(np.int64)[keep]
+    gap = tok["ts_ns"].to_numpy(np.int64)[keep] - prev[keep]
+    return pd.DataFrame({
+        "request_id": np.repeat(tok["request_id"].to_numpy(np.int64)[keep], n),
+        "task": np.repeat(tok["task"].to_numpy(object)[keep], n),
+        "itl_s": np.repeat(gap / NS / np.maximum(n, 1), n)})
+
+
+def rolling_p99(values: np.ndarray, window: int = 1000) -> float:
+    """p99 (linear interpolation) of the last `window` values, NaN ignored: a slow-request threshold
+    for attribute_slow that follows recent load. NaN when there is no value."""
+    recent = np.asarray(values, dtype=np.float64)[-window:]
+    recent = recent[~np.isnan(recent)]
+    return float(np.percentile(recent, 99)) if len(recent) else float("nan")
+
+
+def _step_tokens(requests: pd.DataFrame, steps: pd.DataFrame | None, batch: pd.DataFrame | None
+                 ) -> tuple[dict[int, float], float]:
+    """(request_id -> mean total tokens of the steps it was in, median total tokens over steps)."""
+    if batch is not None and not batch.empty:
+        per_step = batch.groupby("step_id")["num_tokens"].sum()
+        member = batch[["step_id", "request_id"]].drop_duplicates()
+        mean = per_step.reindex(member["step_id"]).groupby(member["request_id"].to_numpy()).mean()
+        return {int(k): float(v) for k, v in mean.items()}, float(per_step.median())
+    if steps is not None and not steps.empty:
+        # No membership records: a request is taken to be in every step overlapping [S, F].
+        tokens = (steps["prefill_tokens"] + steps["decode_tokens"] + steps["spec_tokens"]).to_numpy(np.float64)
+        st, en = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+        means: dict[int, float] = {}
+        for rid, s, f in requests[["request_id", "first_scheduled_ns", "finish_ns"]].itertuples(index=False):
+            inside = (en >= (s if s >= 0 else f)) & (st <= f)
+            if inside.any():
+                means[int(rid)] = float(tokens[inside].mean())
+        return means, float(np.median(tokens))
+    return {}, float("nan")
+
+
+def attribute_slow(requests: pd.DataFrame, threshold_s: float, steps: pd.DataFrame | None = None,
+                   batch: pd.DataFrame | None = None, spec: pd.DataFrame | None = None,
+                   kv_events: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Why each request of request_table() with e2e_s > threshold_s was slow.
+
+    Columns request_id, slow_cause, detail (a sentence with the numbers). The first rule that holds
+    wins; "largest part" is the largest of queue, prefill, preemption_stall, decode, network:
+      preemption              preemption stall is the largest part or >= 25% of e2e
+      kv_reload               kv_events has `reloaded` events with this request_id (swapped back in)
+      queue_wait              queue is the largest part
+      network                 network is the largest part
+      long_prompt             prefill is the largest part and prompt_tokens > p90 of all rows' prompt_tokens
+      speculation_rejections  the request's accepted / proposed in `spec` < 0.3 and decode is the largest part
+      batch_interference      prefill or decode is the largest part and the steps it was in averaged more
+                              batch tokens than the median step (membership and tokens from `batch`; without
+                              it, steps overlapping [first scheduled, finish] and their fed tokens from `steps`)
+      unattributed            none of the above (or the data to check them was not given)
+    """
+    slow = requests[requests["e2e_s"] > threshold_s]
+    if slow.empty:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c == "request_id" else "object") for c in SLOW_COLUMNS})
+    reloads: dict[int, int] = {}
+    if kv_events is not None and not kv_events.empty:
+        rel = kv_events[kv_events["event"] == "reloaded"]
+        reloads = {int(k): int(v) for k, v in rel.groupby("request_id").size().items()}
+    accept: dict[int, tuple[int, int]] = {}
+    if spec is not None and not spec.empty:
+        sums = spec.groupby("request_id")[["accepted", "proposed"]].sum()
+        accept = {int(r): (int(x.accepted), int(x.proposed)) for r, x in sums.iterrows()}
+    p90 = float(np.percentile(requests["prompt_tokens"].to_numpy(np.float64), LONG_PROMPT_PERCENTILE))
+    step_mean, step_median = _step_tokens(slow, steps, batch)
+
+    causes, details = [], []
+    for row in slow.itertuples(index=False):
+        rid, e2e = int(row.request_id), float(row.e2e_s)
+        parts = {p: float(getattr(row, p)) for p in PARTS}
+        largest = max(parts, key=parts.__getitem__)  # ties: the first in PARTS order
+        name = largest.removesuffix("_s")
+        of = f"of {e2e:.3f} s e2e"
+        stall = parts["preemption_stall_s"]
+        acc, prop = accept.get(rid, (0, 0))
+        mean_tokens = step_mean.get(rid, float("nan"))
+        if largest == "preemption_stall_s" or stall >= PREEMPTION_SHARE * e2e:
+            cause = "preemption"
+            detail = f"stalled {stall:.3f} s {of} ({stall / e2e:.0%}) over {row.num_preemptions} preemption(s)"
+        elif reloads.get(rid, 0) > 0:
+            cause = "kv_reload"
+            detail = f"{reloads[rid]} KV block(s) reloaded from the CPU tier; stalled {stall:.3f} s {of}"
+        elif largest == "queue_s":
+            cause, detail = "queue_wait", f"waited {parts['queue_s']:.3f} s {of} before first being scheduled"
+        elif largest == "network_s":
+            cause, detail = "network", f"spent {parts['network_s']:.3f} s {of} in the network"
+        elif largest == "prefill_s" and row.prompt_tokens > p90:
+            cause = "long_prompt"
+            detail = (f"prefill took {parts['prefill_s']:.3f} s {of} for {row.prompt_tokens} prompt tokens "
+                      f"(p90 {p90:.0f})")
+        elif largest == "decode_s" and prop > 0 and acc / prop < LOW_ACCEPT_RATE:
+            cause = "speculation_rejections"
+            detail = (f"accepted {acc} of {prop} draft tokens ({acc / prop:.0%}); decode took "
+                      f"{parts['decode_s']:.3f} s {of}")
+        elif largest in ("prefill_s", "decode_s") and mean_tokens > step_median:
+            cause = "batch_interference"
+            detail = (f"{name} took {parts[largest]:.3f} s {of} in steps averaging {mean_tokens:.1f} batch "
+                      f"tokens (median step {step_median:.1f})")
+        else:
+            cause, detail = "unattributed", f"largest part {name} {parts[largest]:.3f} s {of}; no rule matched"
+        causes.append(cause)
+        details.append(detail)
+    return pd.DataFrame({"request_id": slow["request_id"].to_numpy(np.int64), "slow_cause": causes,
+                         "detail": details})

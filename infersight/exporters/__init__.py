@@ -1,0 +1,1 @@
+"""Exporters: Prometheus exposition (and, later, OTLP and Parquet), all reading one metric catalogue."""

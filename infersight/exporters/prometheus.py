@@ -1,0 +1,153 @@
+"""Prometheus exposition of the agent's state: one custom collector, families built at scrape.
+
+Every family comes from a catalogue entry, so names, help, units and label names are never
+typed here. The agent owns its registry (no global default registry, nothing registered at
+import). With vllm_compat, the subset we can honestly provide is also served under vLLM's names.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar as PromExemplar
+
+from infersight.agent.aggregates import LabelledCounter, LabelledHistogram
+from infersight.agent.report import expert_frame
+from infersight.agent.state import AgentState
+from infersight.correlate import moe, speculation
+from infersight.exporters import catalogue as C
+from infersight.exporters.catalogue import MetricSpec
+
+
+def _counter(spec: MetricSpec, data: LabelledCounter, name: str | None = None,
+             extra: tuple[tuple[str, str], ...] = ()) -> CounterMetricFamily:
+    fam = CounterMetricFamily(name or spec.name, spec.help, labels=[*spec.labels, *(k for k, _ in extra)])
+    for labels, value in sorted(data.values.items()):
+        fam.add_metric([*labels, *(v for _, v in extra)], value)
+    return fam
+
+
+def _histogram(spec: MetricSpec, data: LabelledHistogram, name: str | None = None,
+               extra: tuple[tuple[str, str], ...] = ()) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name or spec.name, spec.help, labels=[*spec.labels, *(k for k, _ in extra)],
+                                unit="" if name else spec.unit)
+    for labels in sorted(data.series):
+        buckets = []
+        for le, count, ex in data.cumulative(labels):
+            if ex is not None:
+                buckets.append((le, count, PromExemplar({"trace_id": ex.trace_id}, ex.value, ex.timestamp)))
+            else:
+                buckets.append((le, count))
+        fam.add_metric([*labels, *(v for _, v in extra)], buckets, data.series[labels].sum)
+    return fam
+
+
+def _gauge(spec: MetricSpec, rows: list[tuple[list[str], float]], name: str | None = None) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name or spec.name, spec.help, labels=list(spec.labels))
+    for labels, value in rows:
+        fam.add_metric(labels, value)
+    return fam
+
+
+class AgentCollector(Collector):
+    def __init__(self, state: AgentState) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[Metric]:
+        state, cfg = self.state, self.state.config
+        with state.lock:
+            for spec in C.CATALOGUE:
+                if spec.kind == "counter" and spec.name not in (C.EXPERT_TOKENS.name, C.PROBE_EVENTS.name,
+                                                               C.PROBE_DROPPED.name, C.PROBE_CORRUPT.name):
+                    yield _counter(spec, state.counters[spec.name])
+                elif spec.kind == "histogram":
+                    yield _histogram(spec, state.histograms[spec.name])
+            yield from self._engine_gauges()
+            yield from self._moe(cfg.max_expert_series, cfg.top_hot_pairs)
+            yield from self._spec_gauges()
+            yield from self._probe_counters()
+            if cfg.vllm_compat:
+                yield from self._vllm(cfg.model_name)
+
+    def _engine_gauges(self) -> Iterator[Metric]:
+        last = self.state.last_step
+        if not last:
+            return
+        yield _gauge(C.REQUESTS_RUNNING, [([], last["running"])])
+        yield _gauge(C.REQUESTS_WAITING, [([], last["waiting"])])
+        yield _gauge(C.REQUESTS_SWAPPED, [([], last["swapped"])])
+        total, used, cached = last["kv_blocks_total"], last["kv_blocks_in_use"], last["kv_blocks_cached"]
+        yield _gauge(C.KV_BLOCKS, [(["in_use"], used), (["cached"], cached), (["free"], total - used - cached)])
+        yield _gauge(C.KV_USAGE, [([], used / total if total else 0.0)])
+
+    def _moe(self, cap: int, top_n: int) -> Iterator[Metric]:
+        m = self.state.expert_tokens
+        if m.size == 0:
+            return
+        fam = CounterMetricFamily(C.EXPERT_TOKENS.name, C.EXPERT_TOKENS.help, labels=list(C.EXPERT_TOKENS.labels))
+        if m.size <= cap:
+            for (layer, expert), v in zip(((l, e) for l in range(m.shape[0]) for e in range(m.shape[1])), m.ravel()):
+                fam.add_metric([str(layer), str(expert)], float(v))
+        else:
+            for expert, v in enumerate(m.sum(axis=0)):
+                fam.add_metric(["all", str(expert)], float(v))
+            top = moe.top_pairs(expert_frame(self.state), top_n)
+            yield _gauge(C.HOT_EXPERT_TOKENS, [([str(r.layer), str(r.expert)], float(r.tokens))
+                                               for r in top.itertuples(index=False)])
+        yield fam
+        imb = moe.layer_imbalance(expert_frame(self.state))
+        rows = []
+        for r in imb.itertuples(index=False):
+            for stat in ("max_over_mean", "cv", "hot_cold_ratio"):
+                rows.append(([str(r.layer), stat], float(getattr(r, stat))))
+        yield _gauge(C.MOE_IMBALANCE, rows)
+
+    def _spec_gauges(self) -> Iterator[Metric]:
+        by_task = speculation.acceptance_by_task(self.state.spec_events)
+        if by_task.empty:
+            return
+        yield _gauge(C.SPEC_PREDICTED_SPEEDUP, [([str(r.task)], float(r.predicted_speedup))
+                                                for r in by_task.itertuples(index=False)])
+        yield _gauge(C.SPEC_ACCEPT_RATE, [([str(r.task)], float(r.accept_rate)) for r in by_task.itertuples(index=False)])
+
+    def _probe_counters(self) -> Iterator[Metric]:
+        for spec, key in ((C.PROBE_EVENTS, "produced"), (C.PROBE_DROPPED, "dropped"), (C.PROBE_CORRUPT, "corrupt")):
+            data = LabelledCounter()
+            for ring, stats in self.state.ring_stats.items():
+                data.inc((ring,), stats.get(key, 0))
+            yield _counter(spec, data)
+
+    def _vllm(self, model: str) -> Iterator[Metric]:
+        """vLLM names for dashboards that already query them: same numbers, vLLM's label model_name."""
+        extra = (("model_name", model),)
+        for spec in (C.TTFT, C.ITL, C.E2E):
+            merged = LabelledHistogram(spec.buckets or ())
+            for labels, series in self.state.histograms[spec.name].series.items():
+                mine = merged.series.setdefault((), type(series)(series.counts * 0))
+                mine.counts += series.counts
+                mine.sum += series.sum
+            yield _histogram(spec, merged, name=spec.vllm_name, extra=extra)
+        for spec in (C.PROMPT_TOKENS, C.GENERATION_TOKENS, C.PREEMPTIONS, C.PREFIX_QUERIED, C.PREFIX_HIT,
+                     C.SPEC_DRAFT, C.SPEC_ACCEPTED):
+            total = LabelledCounter()
+            total.inc((), self.state.counters[spec.name].total())
+            fam = CounterMetricFamily(spec.vllm_name or spec.name, spec.help, labels=["model_name"])
+            fam.add_metric([model], total.get(()))
+            yield fam
+        last = self.state.last_step
+        if last:
+            for spec, value in ((C.REQUESTS_RUNNING, last["running"]), (C.REQUESTS_WAITING, last["waiting"]),
+                                (C.KV_USAGE, last["kv_blocks_in_use"] / max(1, last["kv_blocks_total"]))):
+                fam = GaugeMetricFamily(spec.vllm_name or spec.name, spec.help, labels=["model_name"])
+                fam.add_metric([model], value)
+                yield fam
+
+
+def build_registry(state: AgentState) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(state))
+    return registry
