@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # A CPU build by default; GPU users override, e.g. `make demo TORCH_SPEC="torch --index-url ..."`.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv install install-test demo test bench clean
+.PHONY: venv install install-test services demo test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +17,16 @@ install: venv
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e .
 
-install-test: install
+install-test: install services
 	$(PY) -m pip install -q -e ".[test]"
+
+# Services the tests start themselves: a real Prometheus server (Debian's package, which also
+# brings promtool). Installed only when missing; the tests skip, saying why, if it cannot be.
+services:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+	  ( (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
+	    || sudo -n sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus' >/dev/null 2>&1 \
+	    || echo "warning: could not install prometheus; the Prometheus tests will be skipped" )
 
 demo: install
 	$(PY) -m infersight demo

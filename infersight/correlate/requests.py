@@ -22,8 +22,13 @@ REQUEST_TABLE_COLUMNS = [
     "request_id", "trace_id", "task", "prompt_tokens", "cached_tokens", "output_tokens", "finish_reason",
     "num_preemptions", "arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns", "queue_s",
     "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s", "ttft_s", "itl_mean_s"]
-ITL_COLUMNS = ["request_id", "task", "itl_s"]
-SLOW_COLUMNS = ["request_id", "slow_cause", "detail"]
+# Text columns are object, as in frames.py, whether or not the frame is empty (pandas 3 would
+# otherwise infer its str dtype for non-empty frames only).
+REQUEST_TABLE_DTYPES = {c: "object" if c in ("trace_id", "task", "finish_reason") else
+                        "float64" if c.endswith("_s") else "int64" for c in REQUEST_TABLE_COLUMNS}
+ITL_DTYPES = {"request_id": "int64", "task": "object", "itl_s": "float64"}
+SLOW_DTYPES = {"request_id": "int64", "slow_cause": "object", "detail": "object"}
+SLOW_COLUMNS = list(SLOW_DTYPES)
 PARTS = ["queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s"]
 
 #: attribute_slow thresholds (documented there).
@@ -32,7 +37,11 @@ LOW_ACCEPT_RATE = 0.3
 LONG_PROMPT_PERCENTILE = 90.0
 
 
-def _first_ts(ev: pd.DataFrame, name: str, ids: pd.Index, col: str = "ts_ns", fill: int = -1) -> np.ndarray:
+def _empty(dtypes: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in dtypes.items()})
+
+
+def _first(ev: pd.DataFrame, name: str, ids: pd.Index, col: str = "ts_ns", fill: int = -1) -> np.ndarray:
     """Per id in ids, `col` of the earliest `name` event (fill where none). Reindexing with an int
     fill keeps int64: a NaN round trip through float64 would lose ns beyond 2**53."""
     sub = ev[ev["event"] == name].sort_values("ts_ns", kind="stable").drop_duplicates("request_id")
@@ -68,13 +77,13 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
     arrived_ids = ev.loc[ev["event"] == "ARRIVED", "request_id"].unique()
     finished = finished[finished["request_id"].isin(arrived_ids)].sort_values("request_id")
     if finished.empty:
-        return pd.DataFrame({c: pd.Series(dtype=_dtype(c)) for c in REQUEST_TABLE_COLUMNS})
+        return _empty(REQUEST_TABLE_DTYPES)
     ids = pd.Index(finished["request_id"].to_numpy(np.int64))
 
     f = finished["ts_ns"].to_numpy(np.int64)
-    a = _first_ts(ev, "ARRIVED", ids)
-    s_raw = _first_ts(ev, "SCHEDULED", ids)
-    t_raw = _first_ts(ev, "FIRST_TOKEN", ids)
+    a = _first(ev, "ARRIVED", ids)
+    s_raw = _first(ev, "SCHEDULED", ids)
+    t_raw = _first(ev, "FIRST_TOKEN", ids)
     f = np.maximum(f, a)
     # Clamp into order so every part is >= 0 and the telescoping sum stays exact.
     s = np.where(s_raw < 0, f, np.clip(s_raw, a, f))
@@ -100,8 +109,8 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
     return pd.DataFrame({
         "request_id": ids.to_numpy(), "trace_id": finished["trace_id"].to_numpy(object),
         "task": finished["task"].to_numpy(object),
-        "prompt_tokens": _first_ts(ev, "ARRIVED", ids, "value0", 0),
-        "cached_tokens": _first_ts(ev, "SCHEDULED", ids, "value1", 0),
+        "prompt_tokens": _first(ev, "ARRIVED", ids, "value0", 0),
+        "cached_tokens": _first(ev, "SCHEDULED", ids, "value1", 0),
         "output_tokens": out_tokens, "finish_reason": finished["reason"].to_numpy(object),
         "num_preemptions": n_pre, "arrival_ns": a, "first_scheduled_ns": s_raw, "first_token_ns": t_raw,
         "finish_ns": f, "queue_s": queue_ns / NS, "prefill_s": prefill_ns / NS,
@@ -109,13 +118,7 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
         "network_s": net_ns / NS, "e2e_s": (f - a + net_ns) / NS,
         "ttft_s": np.where(has_token, (t - a + lead_ns) / NS, np.nan),
         "itl_mean_s": np.where(has_token, (f - t) / NS / np.maximum(1, out_tokens - 1), np.nan),
-    })
-
-
-def _dtype(column: str) -> str:
-    if column in ("trace_id", "task", "finish_reason"):
-        return "object"
-    return "float64" if column.endswith("_s") else "int64"
+    }).astype(REQUEST_TABLE_DTYPES)
 
 
 def _stalls(ev: pd.DataFrame, ids: pd.Index, s: np.ndarray, t: np.ndarray, f: np.ndarray
@@ -149,7 +152,7 @@ def inter_token_latencies(request_events: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "request_id": np.repeat(tok["request_id"].to_numpy(np.int64)[keep], n),
         "task": np.repeat(tok["task"].to_numpy(object)[keep], n),
-        "itl_s": np.repeat(gap / NS / np.maximum(n, 1), n)})
+        "itl_s": np.repeat(gap / NS / np.maximum(n, 1), n)}).astype(ITL_DTYPES)
 
 
 def rolling_p99(values: np.ndarray, window: int = 1000) -> float:
@@ -201,7 +204,7 @@ def attribute_slow(requests: pd.DataFrame, threshold_s: float, steps: pd.DataFra
     """
     slow = requests[requests["e2e_s"] > threshold_s]
     if slow.empty:
-        return pd.DataFrame({c: pd.Series(dtype="int64" if c == "request_id" else "object") for c in SLOW_COLUMNS})
+        return _empty(SLOW_DTYPES)
     reloads: dict[int, int] = {}
     if kv_events is not None and not kv_events.empty:
         rel = kv_events[kv_events["event"] == "reloaded"]
@@ -223,7 +226,7 @@ def attribute_slow(requests: pd.DataFrame, threshold_s: float, steps: pd.DataFra
         stall = parts["preemption_stall_s"]
         acc, prop = accept.get(rid, (0, 0))
         mean_tokens = step_mean.get(rid, float("nan"))
-        if largest == "preemption_stall_s" or stall >= PREEMPTION_SHARE * e2e:
+        if stall > 0 and (largest == "preemption_stall_s" or stall >= PREEMPTION_SHARE * e2e):
             cause = "preemption"
             detail = f"stalled {stall:.3f} s {of} ({stall / e2e:.0%}) over {row.num_preemptions} preemption(s)"
         elif reloads.get(rid, 0) > 0:
@@ -250,4 +253,4 @@ def attribute_slow(requests: pd.DataFrame, threshold_s: float, steps: pd.DataFra
         causes.append(cause)
         details.append(detail)
     return pd.DataFrame({"request_id": slow["request_id"].to_numpy(np.int64), "slow_cause": causes,
-                         "detail": details})
+                         "detail": details}).astype(SLOW_DTYPES)
