@@ -66,6 +66,12 @@ def _parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def _cmd_bench_agent(args: argparse.Namespace) -> int:
+    from infersight.bench.agent import as_dict, bench_agent
+
+    return _print_result(as_dict(bench_agent(args.requests, args.tokens)), args.json)
+
+
 def _print_result(result: dict[str, object], json_only: bool) -> int:
     """Key: value lines for people, then one JSON object last for programs."""
     if not json_only:
@@ -123,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     ing.add_argument("--capacity", type=int, default=1 << 16)
     ing.add_argument("--json", action="store_true", help="print only the JSON result")
     ing.set_defaults(func=_cmd_bench_ingest)
+    ag = bench_sub.add_parser("agent", help="agent ingest events/s, event-to-/metrics latency, peak RSS")
+    ag.add_argument("--requests", type=int, default=2048)
+    ag.add_argument("--tokens", type=int, default=32, help="decode steps per request")
+    ag.add_argument("--json", action="store_true", help="print only the JSON result")
+    ag.set_defaults(func=_cmd_bench_agent)
     return parser
 
 

@@ -60,9 +60,10 @@ def summary(state: AgentState) -> dict[str, Any]:
         recomputed_tokens = state.counters[C.KV_RECOMPUTED_TOKENS.name].total()
         last = dict(state.last_step)
         seen = state.requests_seen
+        finished = state.counters[C.REQUESTS.name].total()  # all finished; `rows` keeps only the last retain_requests
     col = (lambda c: rows[c].dropna().to_numpy()) if not rows.empty else (lambda c: np.empty(0))
     return _clean({
-        "requests": int(len(rows)),
+        "requests": int(finished),
         "requests_seen": seen,
         "ttft_seconds": {"p50": quantile(col("ttft_s"), 0.5), "p99": quantile(col("ttft_s"), 0.99)},
         "e2e_seconds": {"p50": quantile(col("e2e_s"), 0.5), "p99": quantile(col("e2e_s"), 0.99)},

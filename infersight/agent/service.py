@@ -18,7 +18,6 @@ from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.ingest import RingSet
 from infersight.agent.server import build_app
 from infersight.agent.state import AgentState
-from infersight.exporters.parquet import ParquetSink
 from infersight.exporters.prometheus import build_registry
 
 log = logging.getLogger("infersight.agent")
@@ -47,7 +46,11 @@ class Agent:
         self.state = AgentState(config)
         self.rings = RingSet(config.rings, config.discover, config.retry_interval_s)
         self.registry = build_registry(self.state)
-        self.sink = ParquetSink(Path(config.parquet_dir) / "requests.parquet") if config.parquet_dir else None
+        self.sink = None
+        if config.parquet_dir:
+            from infersight.exporters.parquet import ParquetSink  # pyarrow is heavy; load it only when asked
+
+            self.sink = ParquetSink(Path(config.parquet_dir) / "requests.parquet")
         self._sock = _bind(config.host, config.port)
         self.port = self._sock.getsockname()[1]
         self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry), log_level="warning",

@@ -62,8 +62,11 @@ def cost_by_request(shares: pd.DataFrame) -> pd.DataFrame:
     request's steps lacked energy data), sorted by request_id."""
     if shares.empty:
         return _empty({"request_id": "int64", "gpu_seconds": "float64", "joules": "float64"})
-    return shares.groupby("request_id", as_index=False, sort=True).agg(
-        gpu_seconds=("gpu_seconds", "sum"), joules=("joules", lambda j: j.sum(min_count=1)))
+    grouped = shares.groupby("request_id", sort=True)
+    # sum(min_count=1) through the vectorised path: NaN only where no step had energy data.
+    return pd.DataFrame({"request_id": grouped["gpu_seconds"].sum().index.to_numpy(np.int64),
+                         "gpu_seconds": grouped["gpu_seconds"].sum().to_numpy(),
+                         "joules": grouped["joules"].sum(min_count=1).to_numpy()})
 
 
 def cost_by_task(shares: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:

@@ -51,12 +51,27 @@ PREFIX_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "pr
                   "cached_tokens": "int64", "group_hash": "uint64"}
 
 
-def trace_hex(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    return np.array([f"{int(h):016x}{int(lo_):016x}" for h, lo_ in zip(hi, lo)], dtype=object)
+def trace_hex(hi: np.ndarray, lo: np.ndarray, request_id: np.ndarray) -> np.ndarray:
+    """32-hex-digit trace ids, formatted once per request (a request has one trace id and many events)."""
+    codes, uniques = pd.factorize(np.asarray(request_id))
+    first = np.empty(len(uniques), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    names = np.array([f"{int(hi[i]):016x}{int(lo[i]):016x}" for i in first], dtype=object)
+    return names[codes]
+
+
+def _lookup(codes: np.ndarray, names: dict[int, str], default: str) -> np.ndarray:
+    """Vectorised code -> name: one table indexed by code, unknown codes -> default."""
+    codes = np.asarray(codes, np.int64)
+    size = max(int(codes.max(initial=0)), max(names, default=0)) + 1
+    table = np.full(size, default, dtype=object)
+    for code, name in names.items():
+        table[code] = name
+    return table[codes]
 
 
 def task_names(task_ids: np.ndarray, labels: dict[int, str]) -> np.ndarray:
-    return np.array([labels.get(int(t), "other") for t in task_ids], dtype=object)
+    return _lookup(task_ids, labels, "other")
 
 
 def request_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
@@ -64,16 +79,13 @@ def request_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
         return _empty(REQUEST_COLUMNS)
     events = rec["event"].astype(np.int64)
     reasons = rec["reason"].astype(np.int64)
-    is_preempt = events == RequestEvent.PREEMPTED
-    is_finish = events == RequestEvent.FINISHED
-    reason = np.array([_PREEMPT_NAMES.get(int(r), "") if p else (_FINISH_NAMES.get(int(r), "") if f else "")
-                       for r, p, f in zip(reasons, is_preempt, is_finish)], dtype=object)
+    reason = np.where(events == RequestEvent.PREEMPTED, _lookup(reasons, _PREEMPT_NAMES, ""),
+                      np.where(events == RequestEvent.FINISHED, _lookup(reasons, _FINISH_NAMES, ""), ""))
     return pd.DataFrame({
         "ts_ns": rec["ts_ns"].astype(np.int64), "end_ns": rec["end_ns"].astype(np.int64),
-        "request_id": rec["request_id"].astype(np.int64), "trace_id": trace_hex(rec["trace_hi"], rec["trace_lo"]),
+        "request_id": rec["request_id"].astype(np.int64), "trace_id": trace_hex(rec["trace_hi"], rec["trace_lo"], rec["request_id"]),
         "task": task_names(rec["task_id"], labels),
-        "event": np.array([REQUEST_EVENT_NAMES.get(int(e), "UNKNOWN") for e in events], dtype=object),
-        "reason": reason, "value0": rec["value0"].astype(np.int64), "value1": rec["value1"].astype(np.int64)})
+        "event": _lookup(events, REQUEST_EVENT_NAMES, "UNKNOWN"), "reason": reason.astype(object), "value0": rec["value0"].astype(np.int64), "value1": rec["value1"].astype(np.int64)})
 
 
 def step_frame(rec: np.ndarray) -> pd.DataFrame:
@@ -93,7 +105,7 @@ def kv_frame(rec: np.ndarray) -> pd.DataFrame:
         return _empty(KV_COLUMNS)
     return pd.DataFrame({
         "ts_ns": rec["ts_ns"].astype(np.int64),
-        "event": np.array([KV_EVENT_NAMES.get(int(e), "unknown") for e in rec["event"]], dtype=object),
+        "event": _lookup(rec["event"], KV_EVENT_NAMES, "unknown"),
         "block_id": rec["block_id"].astype(np.int64), "request_id": rec["request_id"].astype(np.int64),
         "block_hash": rec["block_hash"].astype(np.uint64)})
 

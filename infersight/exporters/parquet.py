@@ -34,8 +34,9 @@ class ParquetSink:
         self.rows_written += len(rows)
 
     def close(self) -> None:
-        if self._writer is None:  # an empty file with the schema, so readers always find the columns
-            pq.write_table(SCHEMA.empty_table(), self.path)
+        if self._writer is None:
+            if not self.rows_written:  # an empty file with the schema, so readers always find the columns
+                pq.write_table(SCHEMA.empty_table(), self.path)  # (never over rows already written)
         else:
             self._writer.close()
             self._writer = None

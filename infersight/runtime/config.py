@@ -49,9 +49,10 @@ class ModelConfig:
 MODEL_CONFIGS: dict[str, ModelConfig] = {
     c.name: c
     for c in (
-        ModelConfig("tiny-moe", d_model=256, n_layers=4, n_heads=8, n_kv_heads=2, ffn_dim=512,
+        # Trained by infersight.training; fine-grained experts keep the weights a few MB.
+        ModelConfig("tiny-moe", d_model=256, n_layers=4, n_heads=8, n_kv_heads=2, ffn_dim=128,
                     n_experts=8, top_k=2, shared_expert=False, max_seq_len=1024),
-        ModelConfig("tiny-draft", d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=384,
+        ModelConfig("tiny-draft", d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=256,
                     max_seq_len=1024),
         # Random-weight shapes for GPU benchmarks; the byte vocabulary keeps the LM head small.
         ModelConfig("llama-1b-shape", d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8,

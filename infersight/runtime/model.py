@@ -30,14 +30,20 @@ class Attention(nn.Module):
         self.out = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
         self.backend = backend
 
+    def _qkv(self, x: torch.Tensor, rope: RotaryEmbedding,
+             positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [..., T, d] -> q [..., T, H, D], k and v [..., T, Hkv, D], q and k rotated by position."""
+        q, k, v = self.qkv(x).split(
+            [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim], -1)
+        lead = x.shape[:-1]
+        q = rope(q.view(*lead, self.n_heads, self.head_dim), positions)
+        k = rope(k.view(*lead, self.n_kv_heads, self.head_dim), positions)
+        return q, k, v.view(*lead, self.n_kv_heads, self.head_dim)
+
     def forward(self, x: torch.Tensor, rope: RotaryEmbedding, batch: ForwardBatch,
                 k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv(x).split(
-            [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim], -1)
-        q = rope(q.view(t, self.n_heads, self.head_dim), batch.positions)
-        k = rope(k.view(t, self.n_kv_heads, self.head_dim), batch.positions)
-        v = v.view(t, self.n_kv_heads, self.head_dim)
+        q, k, v = self._qkv(x, rope, batch.positions)
         # Write this step's K/V first, so every kernel below reads its whole context from the cache.
         k_cache.view(-1, self.n_kv_heads, self.head_dim)[batch.slot_mapping] = k
         v_cache.view(-1, self.n_kv_heads, self.head_dim)[batch.slot_mapping] = v
@@ -57,6 +63,13 @@ class Attention(nn.Module):
                 o = flash_attention(qs, ks, vs, causal=True, q_offset=q_offset)
             out[seg.start:seg.start + seg.length] = o
         return self.out(out.reshape(t, -1))
+
+    def forward_train(self, x: torch.Tensor, rope: RotaryEmbedding, positions: torch.Tensor) -> torch.Tensor:
+        """Training path: x [B, T, d], causal SDPA over the window itself, no KV cache."""
+        b, t, _ = x.shape
+        q, k, v = (z.transpose(1, 2) for z in self._qkv(x, rope, positions))  # [B, heads, T, D]
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return self.out(o.transpose(1, 2).reshape(b, t, -1))
 
 
 class DecoderLayer(nn.Module):
@@ -80,6 +93,16 @@ class DecoderLayer(nn.Module):
         with self.ranges.range(self.names["mlp"]):
             return x + self.ffn(h)
 
+    def forward_train(self, x: torch.Tensor, rope: RotaryEmbedding,
+                      positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [B, T, d] -> (x, this layer's MoE load-balancing loss, None for a dense FFN)."""
+        x = x + self.attn.forward_train(self.attn_norm(x), rope, positions)
+        h = self.ffn_norm(x)
+        if isinstance(self.ffn, MoEFFN):
+            out, aux = self.ffn.forward_train(h)
+            return x + out, aux
+        return x + self.ffn(h), None
+
 
 class Transformer(nn.Module):
     """forward() returns logits for the tokens in batch.logits_index only."""
@@ -101,3 +124,18 @@ class Transformer(nn.Module):
             x = layer(x, self.rope, batch, i, k_caches[i], v_caches[i])
         h = self.norm(x[batch.logits_index])
         return self.lm_head(h).float()
+
+    def forward_train(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Plain causal forward for training: tokens [B, T] at positions 0..T-1, no KV cache.
+
+        Returns (logits [B, T, V] float32, aux): aux is the MoE load-balancing loss averaged over
+        the MoE layers (0 for a dense model)."""
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.embed(tokens)
+        aux_losses = []
+        for layer in self.layers:
+            x, aux = layer.forward_train(x, self.rope, positions)
+            if aux is not None:
+                aux_losses.append(aux)
+        aux_loss = torch.stack(aux_losses).mean() if aux_losses else x.new_zeros((), dtype=torch.float32)
+        return self.lm_head(self.norm(x)).float(), aux_loss

@@ -41,6 +41,19 @@ class MoEFFN(nn.Module):
         with self.ranges.range(self.experts_range):
             return self._run_experts(x, weights, expert_ids)
 
+    def forward_train(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training path: x [..., d] -> (the same output as forward(), Switch load-balancing loss).
+
+        The loss is n_experts * sum_i f_i * P_i, with f_i the share of top-k assignments that go to
+        expert i and P_i the mean router probability of expert i; 1.0 when perfectly balanced."""
+        flat = x.reshape(-1, x.shape[-1])
+        logits = self.router(flat)
+        weights, expert_ids = route(logits, self.top_k)
+        probs = torch.softmax(logits.float(), dim=-1)
+        share = torch.bincount(expert_ids.flatten(), minlength=self.n_experts).float() / expert_ids.numel()
+        aux = self.n_experts * (share * probs.mean(0)).sum()
+        return self._run_experts(flat, weights, expert_ids).view_as(x), aux
+
     def _run_experts(self, x: torch.Tensor, weights: torch.Tensor, expert_ids: torch.Tensor) -> torch.Tensor:
         out = torch.zeros_like(x)
         # Sort the (token, slot) pairs by expert so each expert sees one contiguous slice.

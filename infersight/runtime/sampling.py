@@ -13,7 +13,8 @@ class SamplingParams:
     """Per-request generation settings, validated on creation (InvalidRequestError on bad values).
 
     temperature 0 means greedy. top_k <= 0 disables top-k. seed makes the request reproducible
-    whatever else is in the batch. use_speculation turns speculative decoding off for this request
+    whatever else is in the batch; with speculation on, a preemption or a tight token budget
+    changes how many drafts a step makes, so the tokens stay exactly distributed but can differ. use_speculation turns speculative decoding off for this request
     when the engine has a draft model. task labels the request for per-task statistics."""
 
     temperature: float = 1.0

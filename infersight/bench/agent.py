@@ -1,0 +1,145 @@
+"""`infersight bench agent`: the sidecar's ingest rate, event-to-/metrics latency, and memory.
+
+- ingest: a synthetic but engine-shaped event stream (requests through their whole life, steps
+  with batch rows, KV transitions, MoE counts, verifications) is written to a ring, then the
+  agent's poll (read + decode + fold into state) is timed on one core.
+- latency: a step record is written, and /metrics is fetched until it shows it; p99 over trials.
+- rss: the peak resident memory (VmHWM) of a separate `infersight agent` process after that load.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from infersight.agent.config import AgentConfig
+from infersight.agent.service import Agent
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.runtime.observer import KVBlockEvent
+from infersight.runtime.stats import StepStats
+
+import torch
+
+
+@dataclass
+class AgentBenchResult:
+    events: int
+    ingest_seconds: float
+    events_per_second: float
+    metrics_latency_p50_s: float
+    metrics_latency_p99_s: float
+    peak_rss_mb: float
+    dropped: int
+
+
+def _workload(probe: ProbeObserver, n_requests: int, tokens_per_request: int, pause_s: float = 0.0) -> None:
+    """Requests in waves of 32, each decoded for tokens_per_request steps (pause_s between waves)."""
+    t = time.monotonic_ns()
+    counts = torch.randint(0, 50, (4, 8))
+    step = 0
+    for wave in range(0, n_requests, 32):
+        ids = list(range(wave, min(n_requests, wave + 32)))
+        for rid in ids:
+            probe.on_request_arrived(rid, t, 100, ("code", "json", "chat", "creative")[rid % 4], 0)
+            probe.on_request_scheduled(rid, t + 10, 100, 32, 12345)
+            probe.on_kv_block(KVBlockEvent.ALLOCATED, rid % 64, rid, 0)
+            probe.on_prefill_chunk(rid, t + 10, t + 1000, 0, 100)
+            probe.on_first_token(rid, t + 1000)
+        for _ in range(tokens_per_request):
+            step += 1
+            t += 10_000
+            for rid in ids:
+                probe.on_tokens_emitted(rid, t, 1)
+                probe.on_spec_verified(rid, 4, 2, [True, True, False], 1000, 4000)
+            probe.on_expert_counts(step, counts)
+            probe.on_step_end(StepStats(step, t - 9000, t, num_decode_tokens=len(ids), kv_blocks_in_use=10,
+                                        kv_blocks_total=64, kv_block_size=16, batch=[(r, 1) for r in ids]))
+        for rid in ids:
+            probe.on_kv_block(KVBlockEvent.CACHED, rid % 64, rid, 777)
+            probe.on_request_finished(rid, t + 1, "length", tokens_per_request)
+        time.sleep(pause_s)
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    """Peak resident set of a process (Linux /proc), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _ingest_rate(n_requests: int, tokens_per_request: int) -> tuple[int, float]:
+    """Events and seconds for one agent poll over a pre-filled ring, in this process (one core)."""
+    name = f"infersight-benchagent-{time.monotonic_ns()}"
+    probe = ProbeObserver(ProbeConfig(ring_name=name, ring_capacity=1 << 22, nvtx=False))
+    agent = Agent(AgentConfig(rings=[name], port=0))
+    agent.poll_once()
+    _workload(probe, n_requests, tokens_per_request)
+    produced = probe.ring.stats()["produced"]
+    t0 = time.perf_counter()
+    agent.poll_once()
+    seconds = time.perf_counter() - t0
+    agent.close()
+    probe.close()
+    return produced, seconds
+
+
+def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: int = 30) -> AgentBenchResult:
+    events, seconds = _ingest_rate(n_requests, tokens_per_request)
+    # Latency and memory of the agent as users run it: a separate `infersight agent` process.
+    name = f"infersight-benchagent-{time.monotonic_ns()}"
+    probe = ProbeObserver(ProbeConfig(ring_name=name, nvtx=False))  # the default ring size
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--ring", name, "--listen",
+                             f"127.0.0.1:{port}", "--poll-interval", "0.1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the agent did not start") from None
+                time.sleep(0.1)
+        _workload(probe, n_requests, tokens_per_request, pause_s=0.01)  # steady load, then latency probes
+        latencies = []
+        step = 10**9
+        for _ in range(trials):
+            before = json.loads(urllib.request.urlopen(url + "/api/v1/summary", timeout=5).read())
+            step += 1
+            t_write = time.perf_counter()
+            probe.on_step_end(StepStats(step, 0, 1000, kv_blocks_total=64, kv_block_size=16))
+            want = f'infersight_steps_total {float(step - 10**9 + _steps(n_requests, tokens_per_request))}'
+            while want not in urllib.request.urlopen(url + "/metrics", timeout=5).read().decode():
+                time.sleep(0.005)
+            latencies.append(time.perf_counter() - t_write)
+            del before
+        rss = _vm_hwm_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        dropped = probe.ring.stats()["dropped"]
+        probe.close()
+    lat = sorted(latencies)
+    return AgentBenchResult(events, round(seconds, 4), round(events / seconds, 1), round(statistics.median(lat), 4),
+                            round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 4), round(rss, 1), dropped)
+
+
+def _steps(n_requests: int, tokens_per_request: int) -> int:
+    return -(-n_requests // 32) * tokens_per_request
+
+
+def as_dict(result: AgentBenchResult) -> dict[str, object]:
+    return asdict(result)
