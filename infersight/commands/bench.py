@@ -1,0 +1,64 @@
+"""`infersight bench runtime|overhead|ingest|agent`."""
+from __future__ import annotations
+
+import argparse
+
+from infersight.commands.output import print_result
+
+
+def _runtime(args: argparse.Namespace) -> int:
+    from infersight.bench.runtime import as_dict, bench_runtime
+
+    return print_result(as_dict(bench_runtime(model=args.model, device=args.device, dtype=args.dtype,
+                                              batch=args.batch, prompt_len=args.prompt_len,
+                                              decode_steps=args.decode_steps)), args.json)
+
+
+def _overhead(args: argparse.Namespace) -> int:
+    from infersight.bench.overhead import as_dict, bench_overhead
+
+    return print_result(as_dict(bench_overhead(model=args.model, device=args.device, dtype=args.dtype,
+                                               batch=args.batch, steps=args.steps)), args.json)
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from infersight.probes.ring import bench_ingest
+
+    return print_result(dict(bench_ingest(args.records, args.capacity)), args.json)
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from infersight.bench.agent import as_dict, bench_agent
+
+    return print_result(as_dict(bench_agent(args.requests, args.tokens)), args.json)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="measure the runtime, the probes or the agent")
+    bench_sub = bench.add_subparsers(dest="bench", required=True)
+
+    def model_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", default="tiny-moe")
+        p.add_argument("--device", default="cpu")
+        p.add_argument("--dtype", default="float32")
+        p.add_argument("--batch", type=int, default=16)
+
+    rt = bench_sub.add_parser("runtime", help="prefill and decode tokens/s")
+    model_args(rt)
+    rt.add_argument("--prompt-len", type=int, default=128)
+    rt.add_argument("--decode-steps", type=int, default=32)
+    rt.set_defaults(func=_runtime)
+    ov = bench_sub.add_parser("overhead", help="probes off / NVTX only / all probes, interleaved decode steps")
+    model_args(ov)
+    ov.add_argument("--steps", type=int, default=200)
+    ov.set_defaults(func=_overhead)
+    ing = bench_sub.add_parser("ingest", help="producer -> ring -> consumer events/s with drop accounting")
+    ing.add_argument("--records", type=int, default=1_000_000)
+    ing.add_argument("--capacity", type=int, default=1 << 16)
+    ing.set_defaults(func=_ingest)
+    ag = bench_sub.add_parser("agent", help="agent ingest events/s, event-to-/metrics latency, peak RSS")
+    ag.add_argument("--requests", type=int, default=2048)
+    ag.add_argument("--tokens", type=int, default=32, help="decode steps per request")
+    ag.set_defaults(func=_agent)
+    for p in (rt, ov, ing, ag):
+        p.add_argument("--json", action="store_true", help="print only the JSON result")
