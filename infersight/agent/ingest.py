@@ -81,6 +81,8 @@ class RingSet:
                 offset = np.int64(ring.index) << RING_ID_SHIFT
                 for df in (frames.request_events, frames.batch, frames.spec, frames.prefix):
                     df["request_id"] += offset
+                for df in (frames.steps, frames.batch, frames.moe):  # step ids are per engine too
+                    df["step_id"] += offset
                 mask = frames.kv_events["request_id"] >= 0
                 frames.kv_events.loc[mask, "request_id"] += offset
             out.append((ring, frames))

@@ -22,6 +22,9 @@ from infersight.exporters import catalogue as C
 
 #: Verifications kept for per-task acceptance and speedup (recent behaviour is what advice needs).
 SPEC_WINDOW = 100_000
+#: Bounds on state waiting for events that ring drops may have lost.
+MAX_PENDING_STEPS = 256
+MAX_OPEN_REQUESTS = 50_000
 
 
 class AgentState:
@@ -84,8 +87,13 @@ class AgentState:
         complete = pend.steps["batch_size"].to_numpy() == have.reindex(pend.steps["step_id"]).fillna(0).to_numpy()
         ready_steps = pend.steps[complete]
         ready_batch = pend.batch[pend.batch["step_id"].isin(ready_steps["step_id"])]
-        self.pending = EventFrames(steps=pend.steps[~complete].reset_index(drop=True),
-                                   batch=pend.batch[~pend.batch["step_id"].isin(ready_steps["step_id"])]
+        waiting = pend.steps[~complete]
+        if len(waiting) > MAX_PENDING_STEPS:
+            # Batch rows lost to ring drops never arrive; forget the oldest incomplete steps
+            # (their cost is not attributed; the drops themselves are counted by the ring).
+            waiting = waiting.iloc[-MAX_PENDING_STEPS:]
+        self.pending = EventFrames(steps=waiting.reset_index(drop=True),
+                                   batch=pend.batch[pend.batch["step_id"].isin(waiting["step_id"])]
                                    .reset_index(drop=True))
         if not ready_steps.empty:
             shares = cost.step_cost_shares(ready_steps, ready_batch)
@@ -165,6 +173,13 @@ class AgentState:
         for reason in events.loc[events["event"] == "PREEMPTED", "reason"]:
             self.counters[C.PREEMPTIONS.name].inc((reason,))
         self.open_events = pd.concat([self.open_events, events], ignore_index=True) if not self.open_events.empty else events
+        open_ids = self.open_events["request_id"].unique()
+        if len(open_ids) > MAX_OPEN_REQUESTS:
+            # A request whose FINISHED event was dropped would stay open forever: keep the newest.
+            stale = open_ids[:len(open_ids) - MAX_OPEN_REQUESTS]
+            self.open_events = self.open_events[~self.open_events["request_id"].isin(stale)].reset_index(drop=True)
+            for rid in stale:
+                self.open_gpu_seconds.pop(int(rid), None)
         done_ids = self.open_events.loc[self.open_events["event"] == "FINISHED", "request_id"].unique()
         if len(done_ids) == 0:
             return

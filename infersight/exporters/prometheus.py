@@ -6,6 +6,7 @@ import). With vllm_compat, the subset we can honestly provide is also served und
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator
 
 from prometheus_client import CollectorRegistry
@@ -130,7 +131,8 @@ class AgentCollector(Collector):
                 mine = merged.series.setdefault((), type(series)(series.counts * 0))
                 mine.counts += series.counts
                 mine.sum += series.sum
-            yield _histogram(spec, merged, name=spec.vllm_name, extra=extra)
+            # merged over tasks: model_name is its only label (not spec.labels, which would take the value)
+            yield _histogram(replace(spec, labels=()), merged, name=spec.vllm_name, extra=extra)
         for spec in (C.PROMPT_TOKENS, C.GENERATION_TOKENS, C.PREEMPTIONS, C.PREFIX_QUERIED, C.PREFIX_HIT,
                      C.SPEC_DRAFT, C.SPEC_ACCEPTED):
             total = LabelledCounter()
@@ -138,6 +140,14 @@ class AgentCollector(Collector):
             fam = CounterMetricFamily(spec.vllm_name or spec.name, spec.help, labels=["model_name"])
             fam.add_metric([model], total.get(()))
             yield fam
+        fam = CounterMetricFamily(C.REQUESTS.vllm_name or C.REQUESTS.name, C.REQUESTS.help,
+                                  labels=["finished_reason", "model_name"])
+        by_reason: dict[str, float] = {}
+        for (_, reason), value in self.state.counters[C.REQUESTS.name].values.items():
+            by_reason[reason] = by_reason.get(reason, 0.0) + value
+        for reason, value in sorted(by_reason.items()):
+            fam.add_metric([reason, model], value)
+        yield fam
         last = self.state.last_step
         if last:
             for spec, value in ((C.REQUESTS_RUNNING, last["running"]), (C.REQUESTS_WAITING, last["waiting"]),

@@ -1,0 +1,223 @@
+"""A real Prometheus server scrapes the agent while a tiny engine runs a workload; every catalogue
+metric the workload produces must be queryable, and the numbers must agree with the agent's JSON
+API and with the engine's own outputs."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from agent_workload import MAX_TOKENS, free_port, make_engine, run_workload, unique_ring
+
+from infersight.agent import report
+from infersight.agent.config import AgentConfig
+from infersight.agent.service import Agent
+from infersight.exporters import catalogue as C
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(),
+                                reason="needs a Prometheus server binary (/usr/bin/prometheus; `make services`)")
+JOB = "infersight"
+
+#: Catalogue metrics this workload legitimately leaves without a series (asserted absent, so this
+#: list stays true). Everything else in the catalogue must have data.
+NO_DATA = {
+    C.ENERGY.name: "nothing feeds it: attributing joules needs a GPU power sampler, and this is a CPU run",
+    C.HOT_EXPERT_TOKENS.name: "only exposed when layers x experts (2 x 4 here) exceeds max_expert_series (512)",
+}
+#: Present, with value 0 by construction (asserted below).
+ZERO = {
+    "network phase": 'sum(infersight_request_phase_seconds_sum{phase="network"})',
+    "dropped events": "sum(infersight_probe_events_dropped_total)",
+    "corrupt events": "sum(infersight_probe_events_corrupt_total)",
+}
+
+
+class Prom:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, q: str) -> list[dict]:
+        resp = httpx.get(f"{self.url}/api/v1/query", params={"query": q}, timeout=5)
+        body = resp.json()
+        assert resp.status_code == 200 and body["status"] == "success", (q, body)
+        return body["data"]["result"]
+
+    def value(self, q: str) -> float:
+        result = self.query(q)
+        assert len(result) == 1, (q, result)
+        return float(result[0]["value"][1])
+
+
+def _start_prometheus(tmp: Path, target_port: int) -> tuple[subprocess.Popen, str, Path]:
+    port = free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(f"""global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: {JOB}
+    static_configs:
+      - targets: ['127.0.0.1:{target_port}']
+""")
+    log = tmp / "prometheus.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+                                 f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage"],
+                                stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"prometheus exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                return proc, url, log
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"prometheus was not ready within 30 s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory):
+    """(Prom, workload, agent, probe) once Prometheus holds a scrape taken after the last event."""
+    tmp = tmp_path_factory.mktemp("prometheus")
+    ring = unique_ring("prom")
+    engine, probe = make_engine(ring)
+    # min_requests_for_p99=2: with six requests the slow-request attribution has something to do.
+    agent = Agent(AgentConfig(rings=[ring], port=0, min_requests_for_p99=2))
+    agent.start_http()
+    proc = None
+    try:
+        proc, url, log = _start_prometheus(tmp, agent.port)
+        prom = Prom(url)
+        work = run_workload(engine, agent.poll_once)
+        agent.poll_once()
+        done_at = time.time()  # nothing changes in the agent's state after this
+        n = len(work.prompts)
+        deadline = time.monotonic() + 30
+        while True:
+            got = prom.query(f'sum(infersight_requests_total{{job="{JOB}"}})')
+            last = prom.query(f'timestamp(up{{job="{JOB}"}})')
+            if got and float(got[0]["value"][1]) == n and last and float(last[0]["value"][1]) > done_at:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"Prometheus did not scrape {n} finished requests within 30 s (last: {got}, "
+                            f"up: {prom.query('up')}):\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        assert prom.value(f'up{{job="{JOB}"}}') == 1.0
+        yield prom, work, agent, probe
+    finally:
+        if proc is not None:
+            _stop(proc)
+        agent.close()
+        probe.close()
+
+
+def test_every_catalogue_metric_is_in_prometheus(scraped) -> None:
+    prom, *_ = scraped
+    missing, unexpected = [], []
+    for spec in C.CATALOGUE:
+        result = prom.query(f'{{__name__=~"{spec.sample}(_bucket|_sum|_count)?", job="{JOB}"}}')
+        if spec.name in NO_DATA:
+            if result:
+                unexpected.append(spec.name)
+        elif not result:
+            missing.append(spec.name)
+        else:
+            for series in result:  # each series carries exactly the catalogue's labels
+                labels = set(series["metric"]) - {"__name__", "job", "instance", "le"}
+                assert labels == set(spec.labels), (spec.name, series["metric"])
+    assert not missing, f"catalogue metrics without data in Prometheus: {missing}"
+    assert not unexpected, f"these now have data; move them out of NO_DATA: {unexpected}"
+
+
+def test_zero_valued_series_are_present(scraped) -> None:
+    prom, work, *_ = scraped
+    for what, q in ZERO.items():
+        assert prom.value(q) == 0.0, what
+    n = len(work.prompts)
+    for phase in C.PHASES:  # every phase observed once per request, network included
+        assert prom.value(f'sum(infersight_request_phase_seconds_count{{phase="{phase}"}})') == n, phase
+
+
+def test_prometheus_agrees_with_json_api_and_engine(scraped) -> None:
+    prom, work, agent, probe = scraped
+    summary = report.summary(agent.state)
+    outs = work.outputs
+    n = len(outs)
+    v = prom.value
+    assert v("sum(infersight_requests_total)") == summary["requests"] == n
+    assert v('sum(infersight_requests_total{finish_reason="length"})') == n
+    for task in ("code", "json"):
+        want = sum(1 for _, t in work.prompts.values() if t == task)
+        assert v(f'sum(infersight_requests_total{{task="{task}"}})') == want
+        assert v(f'sum(infersight_e2e_request_latency_seconds_count{{task="{task}"}})') == want
+        assert v(f'sum(infersight_spec_draft_tokens_total{{task="{task}"}})') == \
+            sum(o.num_spec_proposed for o in outs if o.task == task)
+        assert v(f'sum(infersight_spec_accepted_tokens_total{{task="{task}"}})') == \
+            sum(o.num_spec_accepted for o in outs if o.task == task)
+    assert v("sum(infersight_time_to_first_token_seconds_count)") == n
+    assert v('infersight_kv_block_events_total{event="evicted"}') == summary["kv"]["evictions"] > 0
+    assert v('infersight_kv_block_events_total{event="offloaded"}') == summary["kv"]["offloads"]
+    assert v('infersight_kv_block_events_total{event="reloaded"}') == summary["kv"]["reloads"]
+    assert v("infersight_kv_recomputed_tokens_total") == summary["kv"]["recomputed_tokens"]
+    assert v("sum(infersight_preemptions_total)") == summary["kv"]["preemptions"] == \
+        sum(o.num_preemptions for o in outs) > 0
+    assert v("sum(infersight_spec_draft_tokens_total)") == sum(o.num_spec_proposed for o in outs)
+    assert v("sum(infersight_spec_accepted_tokens_total)") == sum(o.num_spec_accepted for o in outs) > 0
+    assert v("sum(infersight_prompt_tokens_total)") == work.prompt_tokens()
+    assert v("sum(infersight_prefix_cache_queried_tokens_total)") == work.prompt_tokens()
+    assert v("sum(infersight_prefix_cache_hit_tokens_total)") == sum(o.num_cached_tokens for o in outs) > 0
+    assert v("sum(infersight_prefix_cache_hit_requests_total)") == sum(1 for o in outs if o.num_cached_tokens)
+    assert v("sum(infersight_generation_tokens_total)") == MAX_TOKENS * n
+    assert v("infersight_steps_total") == len(work.steps)
+    assert v("sum(infersight_step_duration_seconds_count)") == len(work.steps)
+    for kind, attr in (("prefill", "num_prefill_tokens"), ("decode", "num_decode_tokens"),
+                       ("spec", "num_spec_tokens")):
+        assert v(f'infersight_step_tokens_total{{kind="{kind}"}}') == sum(getattr(s, attr) for s in work.steps)
+    worked = sum(s.end_ns - s.start_ns for s in work.steps if s.batch) / 1e9
+    assert v("sum(infersight_gpu_seconds_total)") == pytest.approx(worked, abs=1e-6)
+    assert v("sum(infersight_kv_blocks)") == 16 == summary["kv"]["blocks_total"]
+    assert v("infersight_kv_cache_usage_ratio") == 0.0 == summary["kv"]["blocks_in_use"]  # all done
+    assert v("infersight_requests_running") == v("infersight_requests_waiting") == 0
+    assert v("sum(infersight_slow_requests_total)") == sum(summary["slow_causes"].values()) > 0
+    expert_tokens = v("sum(infersight_moe_expert_tokens_total)")
+    fed = sum(n_tok for s in work.steps for _, n_tok in s.batch)
+    assert expert_tokens == 2 * 2 * fed  # top_k experts per fed token, in each of the 2 layers
+    stats = probe.ring.stats()
+    assert v("sum(infersight_probe_events_total)") == stats["produced"] == stats["consumed"]
+    for task, s in summary["spec"]["by_task"].items():
+        assert v(f'infersight_spec_accept_rate{{task="{task}"}}') == pytest.approx(s["accept_rate"])
+
+
+def test_exemplars_carry_the_engines_trace_ids(scraped) -> None:
+    prom, work, agent, _ = scraped
+    rows = {r["trace_id"]: r for r in agent.state.finished}
+    now = time.time()
+    for metric, column in (("infersight_e2e_request_latency_seconds_bucket", "e2e_s"),
+                           ("infersight_time_to_first_token_seconds_bucket", "ttft_s")):
+        resp = httpx.get(f"{prom.url}/api/v1/query_exemplars",
+                         params={"query": metric, "start": now - 600, "end": now + 60}, timeout=5).json()
+        assert resp["status"] == "success", resp
+        exemplars = [e for series in resp["data"] for e in series["exemplars"]]
+        assert exemplars, metric
+        for e in exemplars:
+            trace = e["labels"]["trace_id"]
+            assert trace in work.trace_ids
+            assert float(e["value"]) == pytest.approx(rows[trace][column], abs=1e-9)
