@@ -46,11 +46,12 @@ class Agent:
         self.state = AgentState(config)
         self.rings = RingSet(config.rings, config.discover, config.retry_interval_s)
         self.registry = build_registry(self.state)
-        self.sink = None
+        self.sink = self.frame_sink = None
         if config.parquet_dir:
-            from infersight.exporters.parquet import ParquetSink  # pyarrow is heavy; load it only when asked
+            from infersight.exporters.parquet import FrameSink, ParquetSink  # load pyarrow only when asked
 
             self.sink = ParquetSink(Path(config.parquet_dir) / "requests.parquet")
+            self.frame_sink = FrameSink(Path(config.parquet_dir) / "events")
         self._sock = _bind(config.host, config.port)
         self.port = self._sock.getsockname()[1]
         self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry), log_level="warning",
@@ -70,6 +71,8 @@ class Agent:
         batches = self.rings.read()
         for _, frames in batches:
             self.state.ingest(frames)
+            if self.frame_sink is not None:
+                self.frame_sink.write(frames)
         anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
         self.state.set_ring_stats(self.rings.stats(), anchor)
         if self.sink is not None:
@@ -94,6 +97,8 @@ class Agent:
         self.poll_once()
         if self.sink is not None:
             self.sink.close()
+        if self.frame_sink is not None:
+            self.frame_sink.close()
         self._server.should_exit = True
         if self._http is not None:
             self._http.join(timeout=5)

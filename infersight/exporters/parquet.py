@@ -1,12 +1,17 @@
 """Per-request rows to a Parquet file, one row group per flush (pyarrow's streaming writer)."""
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from infersight.agent.report import REQUEST_FIELDS
+
+if TYPE_CHECKING:
+    from infersight.correlate.frames import EventFrames
 
 _TYPES = {"request_id": pa.int64(), "trace_id": pa.string(), "task": pa.string(), "prompt_tokens": pa.int64(),
           "cached_tokens": pa.int64(), "output_tokens": pa.int64(), "finish_reason": pa.string(),
@@ -40,3 +45,42 @@ class ParquetSink:
         else:
             self._writer.close()
             self._writer = None
+
+
+class FrameSink:
+    """Every decoded event stream to its own Parquet file (<dir>/<frame>.parquet), with the columns
+    documented in infersight.correlate.frames. Batches are buffered into row groups of about
+    `rows_per_group` rows (one row group per poll would bloat the file). The report reads these."""
+
+    def __init__(self, directory: str | Path, rows_per_group: int = 50_000) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.rows_per_group = rows_per_group
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._buffers: dict[str, list[pa.Table]] = {}
+
+    def write(self, frames: "EventFrames") -> None:
+        for f in fields(frames):
+            df = getattr(frames, f.name)
+            if df.empty:
+                continue
+            buf = self._buffers.setdefault(f.name, [])
+            buf.append(pa.Table.from_pandas(df, preserve_index=False))
+            if sum(t.num_rows for t in buf) >= self.rows_per_group:
+                self._flush(f.name)
+
+    def _flush(self, name: str) -> None:
+        buf = self._buffers.pop(name, [])
+        if not buf:
+            return
+        writer = self._writers.get(name)
+        if writer is None:
+            writer = self._writers[name] = pq.ParquetWriter(self.directory / f"{name}.parquet", buf[0].schema)
+        writer.write_table(pa.concat_tables([t.cast(writer.schema) for t in buf]))
+
+    def close(self) -> None:
+        for name in list(self._buffers):
+            self._flush(name)
+        for writer in self._writers.values():
+            writer.close()
+        self._writers = {}
