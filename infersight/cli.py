@@ -8,7 +8,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("demo", "agent", "bench")
+COMMANDS = ("demo", "agent", "bench", "capture", "dashboards", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

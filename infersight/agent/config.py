@@ -28,6 +28,14 @@ class AgentConfig:
     vllm_compat: bool = False
     model_name: str = "tiny-moe"
     retry_interval_s: float = 2.0
+    # Captures: the bearer token of POST /api/v1/capture (None: read or create token_file, 0600).
+    token: str | None = None
+    token_file: str | None = None
+    capture_min_interval_s: float = 30.0
+    auto_capture_ttft_p99_s: float | None = None   # auto-capture rules, all off unless set
+    auto_capture_kv_usage: float | None = None
+    auto_capture_preemptions: int | None = None
+    auto_capture_cooldown_s: float = 300.0
 
     def __post_init__(self) -> None:
         if not self.rings and not self.discover:

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import uvicorn
 
+from infersight.agent.capture import (
+    CaptureController, CaptureRecord, CaptureRules, default_token_file, load_or_create_token,
+)
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.ingest import RingSet
 from infersight.agent.server import build_app
@@ -21,6 +24,18 @@ from infersight.agent.state import AgentState
 from infersight.exporters.prometheus import build_registry
 
 log = logging.getLogger("infersight.agent")
+
+
+def analyze_capture(path: str) -> dict[str, object]:
+    """A finished capture's kernel breakdown and findings (or why there is none)."""
+    try:
+        from infersight.kernels.analyze import analyze_path  # the kernel ingest + diagnosis
+    except ImportError as exc:
+        return {"error": f"kernel analysis unavailable: {exc}"}
+    try:
+        return analyze_path(path)
+    except (ValueError, OSError) as exc:
+        return {"error": str(exc)}
 
 
 class PortInUseError(ConfigError):
@@ -54,7 +69,13 @@ class Agent:
             self.frame_sink = FrameSink(Path(config.parquet_dir) / "events")
         self._sock = _bind(config.host, config.port)
         self.port = self._sock.getsockname()[1]
-        self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry), log_level="warning",
+        self.captures = CaptureController(config.capture_min_interval_s, CaptureRules(
+            config.auto_capture_ttft_p99_s, config.auto_capture_kv_usage, config.auto_capture_preemptions,
+            config.auto_capture_cooldown_s))
+        token_file = Path(config.token_file) if config.token_file else default_token_file(self.port)
+        self.token = config.token or load_or_create_token(token_file)
+        self.token_file = None if config.token else token_file
+        self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry, self), log_level="warning",
                                                      access_log=False))
         self._stop = threading.Event()
         self._http: threading.Thread | None = None
@@ -73,11 +94,25 @@ class Agent:
             self.state.ingest(frames)
             if self.frame_sink is not None:
                 self.frame_sink.write(frames)
+        self._captures_poll()
         anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
         self.state.set_ring_stats(self.rings.stats(), anchor)
         if self.sink is not None:
             self.sink.write(self.state.take_new_rows())
         return len(batches)
+
+    def request_capture(self, steps: int, tool: str, reason: str = "api") -> CaptureRecord:
+        return self.captures.request(sorted(self.rings.attached), steps, tool, reason)
+
+    def _captures_poll(self) -> None:
+        for record in self.captures.poll():
+            log.info("capture %d %s: %s", record.capture_id, record.state, record.path or "-")
+            if record.state == "done" and record.path:
+                record.analysis = analyze_capture(record.path)
+        last = self.state.last_step
+        kv_usage = last["kv_blocks_in_use"] / last["kv_blocks_total"] if last.get("kv_blocks_total") else None
+        preempted = int(last.get("preempted", 0)) if last else 0
+        self.captures.check_rules(sorted(self.rings.attached), self.state.recent_ttft_p99(), kv_usage, preempted)
 
     def run(self, duration_s: float | None = None) -> None:
         self.start_http()
@@ -102,5 +137,6 @@ class Agent:
         self._server.should_exit = True
         if self._http is not None:
             self._http.join(timeout=5)
+        self.captures.close()
         self.rings.close()
         self._sock.close()

@@ -223,6 +223,12 @@ class AgentState:
         for task, g in itl.groupby("task"):
             self.histograms[C.ITL.name].observe((str(task),), g["itl_s"].to_numpy())
 
+    def recent_ttft_p99(self, window: int = 200) -> float | None:
+        """TTFT p99 over the last `window` finished requests (None before there are 20)."""
+        with self.lock:
+            recent = [r["ttft_s"] for r in list(self.finished)[-window:] if r.get("ttft_s") == r.get("ttft_s")]
+        return float(np.quantile(recent, 0.99)) if len(recent) >= 20 else None
+
     def take_new_rows(self) -> list[dict[str, object]]:
         with self.lock:
             rows, self.new_rows = self.new_rows, []

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 
 
@@ -9,7 +10,8 @@ from dataclasses import dataclass
 class ProbeConfig:
     """events: semantic records into a shared-memory ring. nvtx: NVTX ranges (plus record_function
     during torch.profiler captures). task_labels: the allowed labels (None: the first
-    max_task_labels seen); anything else is recorded as "other"."""
+    max_task_labels seen); anything else is recorded as "other". capture_dir: where on-demand
+    captures (asked for through the control block) are written."""
 
     events: bool = True
     nvtx: bool = True
@@ -19,6 +21,7 @@ class ProbeConfig:
     ring_capacity: int = 1 << 16
     task_labels: tuple[str, ...] | None = None
     max_task_labels: int = 32
+    capture_dir: str = os.path.join(tempfile.gettempdir(), "infersight-captures")
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 2:

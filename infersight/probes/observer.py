@@ -10,7 +10,9 @@ import time
 import numpy as np
 import torch
 
+from infersight.probes.capture import StepCapture
 from infersight.probes.config import ProbeConfig, TaskLabels
+from infersight.probes.control import ControlBlock, control_name
 from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.records import (
     MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_dtype, record_registry,
@@ -33,6 +35,8 @@ class ProbeObserver(EngineObserver):
                                     if config.nvtx else RangeMarker())
         self.wants_expert_counts = config.expert_counts
         self.ring = RingProducer.create(config.ring_name, config.ring_capacity, None, record_registry())
+        self.control = ControlBlock(control_name(config.ring_name), create=True)
+        self.capture = StepCapture(self.control, config.capture_dir)
         self.tasks = TaskLabels(config.task_labels, config.max_task_labels)
         self._requests: dict[int, tuple[int, int, int]] = {}  # request id -> (trace hi, trace lo, task id)
         self._pending_counts: tuple[int, torch.Tensor, torch.cuda.Event] | None = None
@@ -131,6 +135,9 @@ class ProbeObserver(EngineObserver):
         self._write(RecordKind.SPEC, self._pack[RecordKind.SPEC](
             time.monotonic_ns(), request_id, draft_ns, verify_ns, mask, task_id, num_proposed, num_accepted))
 
+    def on_step_begin(self, step_id: int, t_ns: int) -> None:
+        self.capture.on_step_begin()
+
     def on_step_end(self, stats: StepStats) -> None:
         self._write(RecordKind.STEP, self._pack[RecordKind.STEP](
             stats.step_id, stats.start_ns, stats.end_ns, stats.num_prefill_tokens, stats.num_decode_tokens,
@@ -143,9 +150,11 @@ class ProbeObserver(EngineObserver):
             members["step_id"] = stats.step_id
             members[["request_id", "num_tokens"]] = stats.batch  # one vectorised write for the batch
             self.ring.write_many(RecordKind.BATCH_MEMBER, members)
+        self.capture.on_step_end()
 
     def close(self, unlink: bool = True) -> None:
         self.flush()
+        self.control.close()
         self.ring.close()
         if unlink:
             self.ring.unlink()

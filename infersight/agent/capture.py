@@ -1,0 +1,153 @@
+"""Captures on demand (POST /api/v1/capture, bearer token) or by rule (slow TTFT, KV nearly full,
+a burst of preemptions), one at a time, rate-limited; the engine is asked through its control
+block and the agent picks the trace up when the engine says it is written.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infersight.probes.control import CaptureState, CaptureTool, ControlBlock, control_name
+
+log = logging.getLogger("infersight.agent")
+
+
+class CaptureRefused(Exception):
+    """status: the HTTP status to answer with (409 busy, 429 too soon, 503 no engine)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class CaptureRecord:
+    capture_id: int
+    ring: str
+    steps: int
+    tool: str
+    reason: str
+    requested_wall: float
+    state: str = "requested"
+    path: str = ""
+    analysis: dict[str, Any] | None = None
+
+
+def default_token_file(port: int) -> Path:
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(tempfile.gettempdir(), f"infersight-{os.getuid()}")
+    return Path(base) / "infersight" / f"agent-{port}.token"
+
+
+def load_or_create_token(path: Path) -> str:
+    """The token in `path`, or a new one written there readable by this user only (0600)."""
+    if path.is_file():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+@dataclass
+class CaptureRules:
+    """Auto-trigger thresholds; None disables a rule."""
+
+    ttft_p99_s: float | None = None
+    kv_usage: float | None = 0.95
+    preemptions_per_poll: int | None = None
+    cooldown_s: float = 300.0
+
+
+@dataclass
+class CaptureController:
+    min_interval_s: float = 30.0
+    rules: CaptureRules = field(default_factory=CaptureRules)
+    records: list[CaptureRecord] = field(default_factory=list)
+    _blocks: dict[str, ControlBlock] = field(default_factory=dict)
+    _last_request: float = -1e18
+    _last_auto: float = -1e18
+
+    def _block(self, ring: str) -> ControlBlock:
+        block = self._blocks.get(ring)
+        if block is None:
+            block = self._blocks[ring] = ControlBlock(control_name(ring), create=False)
+        return block
+
+    def request(self, rings: list[str], steps: int, tool: str, reason: str = "api") -> CaptureRecord:
+        if not 1 <= steps <= 1000:
+            raise ValueError(f"steps must be in 1..1000, got {steps}")
+        try:
+            tool_id = CaptureTool[tool.upper().replace("-", "_")]
+        except KeyError:
+            raise ValueError(f"tool must be 'torch' or 'cuda-profiler', got {tool!r}") from None
+        if not rings:
+            raise CaptureRefused(503, "no engine attached: no probe ring to send the request to")
+        if any(r.state == "running" or r.state == "requested" for r in self.records):
+            raise CaptureRefused(409, "a capture is already in progress; one at a time")
+        now = time.monotonic()
+        if now - self._last_request < self.min_interval_s:
+            raise CaptureRefused(429, f"captures are rate-limited to one per {self.min_interval_s:.0f} s")
+        ring = rings[0]
+        try:
+            block = self._block(ring)
+        except (FileNotFoundError, ValueError) as exc:
+            raise CaptureRefused(503, f"the engine behind {ring!r} has no control block: {exc}") from None
+        seq = block.request(steps, tool_id)
+        self._last_request = now
+        record = CaptureRecord(seq, ring, steps, tool, reason, time.time())
+        self.records.append(record)
+        log.info("capture %d requested on %s: %d steps with %s (%s)", seq, ring, steps, tool, reason)
+        return record
+
+    def poll(self) -> list[CaptureRecord]:
+        """Capture records that finished since the last poll."""
+        finished = []
+        for record in self.records:
+            if record.state not in ("requested", "running"):
+                continue
+            block = self._blocks.get(record.ring)
+            if block is None or block.ack_seq < record.capture_id:
+                continue
+            state = block.state
+            if state is CaptureState.RUNNING:
+                record.state = "running"
+            elif state in (CaptureState.DONE, CaptureState.FAILED):
+                record.state = state.name.lower()
+                record.path = block.path
+                finished.append(record)
+        return finished
+
+    def check_rules(self, rings: list[str], ttft_p99_s: float | None, kv_usage: float | None,
+                    preemptions: int) -> CaptureRecord | None:
+        """Start a capture when a rule fires and the cool-down has passed."""
+        rules, now = self.rules, time.monotonic()
+        if now - self._last_auto < rules.cooldown_s:
+            return None
+        reason = None
+        if rules.ttft_p99_s is not None and ttft_p99_s is not None and ttft_p99_s > rules.ttft_p99_s:
+            reason = f"ttft p99 {ttft_p99_s:.3f} s > {rules.ttft_p99_s} s"
+        elif rules.kv_usage is not None and kv_usage is not None and kv_usage > rules.kv_usage:
+            reason = f"kv usage {kv_usage:.0%} > {rules.kv_usage:.0%}"
+        elif rules.preemptions_per_poll is not None and preemptions > rules.preemptions_per_poll:
+            reason = f"{preemptions} preemptions in one poll > {rules.preemptions_per_poll}"
+        if reason is None:
+            return None
+        try:
+            record = self.request(rings, 20, "torch", reason=f"auto: {reason}")
+        except CaptureRefused:
+            return None
+        self._last_auto = now
+        return record
+
+    def close(self) -> None:
+        for block in self._blocks.values():
+            block.close()
+        self._blocks = {}

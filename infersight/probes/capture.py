@@ -1,0 +1,83 @@
+"""Engine-side capture: wrap the next N steps in torch.profiler or cudaProfilerStart/Stop.
+
+Outside a capture window the engine pays one integer comparison per step (is there a new
+request in the control block?). The trace is written when the window closes, on the engine's
+thread: a capture is asked for, so its export cost is accepted; everything else stays free.
+"""
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from infersight.probes.control import CaptureState, CaptureTool, ControlBlock
+
+log = logging.getLogger("infersight.probes")
+
+
+class StepCapture:
+    def __init__(self, control: ControlBlock, out_dir: str | Path) -> None:
+        self.control = control
+        self.out_dir = Path(out_dir)
+        self._seen = control.request_seq  # requests made before we started are not ours
+        self._profiler: torch.profiler.profile | None = None
+        self._tool: CaptureTool | None = None
+        self._left = 0
+        self._seq = 0
+
+    def on_step_begin(self) -> None:
+        if self._left == 0 and self.control.request_seq != self._seen:
+            self._start()
+
+    def on_step_end(self) -> None:
+        if self._left:
+            self._left -= 1
+            if self._left == 0:
+                self._stop()
+
+    def _start(self) -> None:
+        self._seq, steps, self._tool = self.control.take()
+        self._seen = self._seq
+        self._left = max(1, steps)
+        try:
+            if self._tool is CaptureTool.TORCH:
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if torch.cuda.is_available():
+                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                self._profiler = torch.profiler.profile(activities=activities, record_shapes=True)
+                self._profiler.start()
+            else:
+                torch.cuda.profiler.start()
+        except Exception as exc:  # a capture must never take the engine down
+            log.error("capture %d could not start: %s", self._seq, exc)
+            self._left = 0
+            self.control.set_state(CaptureState.FAILED, str(exc))
+
+    def _stop(self) -> None:
+        try:
+            if self._tool is CaptureTool.TORCH and self._profiler is not None:
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                self._profiler.stop()
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                path = self.out_dir / f"capture-{os.getpid()}-{self._seq}.json.gz"
+                with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+                    raw = tmp.name
+                self._profiler.export_chrome_trace(raw)
+                with open(raw, "rb") as src, gzip.open(path, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                os.unlink(raw)
+                self.control.set_state(CaptureState.DONE, str(path))
+            else:
+                torch.cuda.profiler.stop()
+                self.control.set_state(CaptureState.DONE, "")
+        except Exception as exc:
+            log.error("capture %d could not be written: %s", self._seq, exc)
+            self.control.set_state(CaptureState.FAILED, str(exc))
+        finally:
+            self._profiler = None

@@ -1,0 +1,105 @@
+"""The control block: a few bytes of shared memory through which the agent asks the engine for
+a capture, and the engine answers. The engine reads one counter per step; that is all it pays.
+
+    0  magic "ISCTRL\\0\\0" | version u32 | pad
+   16  request_seq u64   (agent writes: ask for capture number request_seq)
+   24  steps u32 | tool u8 | pad          (agent writes, before request_seq)
+   32  ack_seq u64       (engine writes: the last request it took)
+   40  state u8 | pad                     (engine writes: idle, running, done, failed)
+   48  path (256 bytes, NUL-padded UTF-8) (engine writes: where the capture went)
+"""
+from __future__ import annotations
+
+import enum
+import os
+import struct
+import sys
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+
+MAGIC = b"ISCTRL\0\0"
+VERSION = 1
+SIZE = 512
+_OLD_TRACKER = os.name == "posix" and sys.version_info < (3, 13)
+
+
+class CaptureTool(enum.IntEnum):
+    TORCH = 1           # torch.profiler (CPU + CUDA activities, shapes) -> Kineto trace
+    CUDA_PROFILER = 2   # cudaProfilerStart/Stop, for `nsys profile --capture-range=cudaProfilerApi`
+
+
+class CaptureState(enum.IntEnum):
+    IDLE = 0
+    RUNNING = 1
+    DONE = 2
+    FAILED = 3
+
+
+def control_name(ring_name: str) -> str:
+    return f"{ring_name}-ctl"
+
+
+class ControlBlock:
+    """Both ends use this class: the engine creates (create=True), the agent attaches."""
+
+    def __init__(self, name: str, create: bool) -> None:
+        if create:
+            self.shm = SharedMemory(name=name, create=True, size=SIZE)
+            self.shm.buf[:SIZE] = bytes(SIZE)
+            struct.pack_into("<8sI", self.shm.buf, 0, MAGIC, VERSION)
+        else:
+            self.shm = SharedMemory(name=name, **({} if _OLD_TRACKER else {"track": False}))
+            if _OLD_TRACKER:  # the agent never owns the block: keep its tracker from unlinking it
+                resource_tracker.unregister("/" + self.shm.name, "shared_memory")
+            magic, version = struct.unpack_from("<8sI", self.shm.buf, 0)
+            if magic != MAGIC or version != VERSION or self.shm.size < SIZE:
+                self.shm.close()
+                raise ValueError(f"{name!r} is not an infersight control block of version {VERSION}")
+        self.owner = create
+        self._words = self.shm.buf[16:48].cast("Q")  # request_seq, (steps|tool), ack_seq, (state)
+
+    # -- agent side ---------------------------------------------------------------------------
+    def request(self, steps: int, tool: CaptureTool) -> int:
+        struct.pack_into("<IB", self.shm.buf, 24, steps, int(tool))
+        seq = self._words[0] + 1
+        self._words[0] = seq  # written last: the engine sees steps and tool before the new seq
+        return int(seq)
+
+    # -- engine side --------------------------------------------------------------------------
+    @property
+    def request_seq(self) -> int:
+        return int(self._words[0])
+
+    @property
+    def ack_seq(self) -> int:
+        return int(self._words[2])
+
+    def take(self) -> tuple[int, int, CaptureTool]:
+        """(seq, steps, tool) of the pending request, acknowledged."""
+        steps, tool = struct.unpack_from("<IB", self.shm.buf, 24)
+        seq = self.request_seq
+        self._words[2] = seq
+        self.set_state(CaptureState.RUNNING, "")
+        return seq, int(steps), CaptureTool(tool)
+
+    def set_state(self, state: CaptureState, path: str) -> None:
+        raw = path.encode()[:255]
+        self.shm.buf[48:48 + 256] = raw + bytes(256 - len(raw))
+        self.shm.buf[40] = int(state)
+
+    # -- both ---------------------------------------------------------------------------------
+    @property
+    def state(self) -> CaptureState:
+        return CaptureState(self.shm.buf[40])
+
+    @property
+    def path(self) -> str:
+        return bytes(self.shm.buf[48:48 + 256]).rstrip(b"\0").decode(errors="replace")
+
+    def close(self) -> None:
+        self._words.release()
+        self.shm.close()
+        if self.owner:
+            if _OLD_TRACKER:
+                resource_tracker.register("/" + self.shm.name, "shared_memory")  # see RingProducer.unlink
+            self.shm.unlink()

@@ -1,0 +1,86 @@
+"""On-demand capture end to end: token, one at a time, rate limit, the engine's trace written."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import stat
+import time
+
+import httpx
+import pytest
+import torch
+
+from infersight.agent.config import AgentConfig
+from infersight.agent.service import Agent
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.runtime import Engine, EngineConfig, ModelConfig, SamplingParams
+
+TINY = ModelConfig("cap-moe", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, n_experts=4, top_k=2,
+                   max_seq_len=128)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    name = f"infersight-captest-{os.getpid()}-{time.monotonic_ns()}"
+    probe = ProbeObserver(ProbeConfig(ring_name=name, capture_dir=str(tmp_path / "captures")))
+    engine = Engine(EngineConfig(model=TINY), probe)
+    agent = Agent(AgentConfig(rings=[name], port=0, token_file=str(tmp_path / "token"), capture_min_interval_s=3600))
+    agent.poll_once()
+    agent.start_http()
+    yield engine, agent, probe, tmp_path
+    agent.close()
+    probe.close()
+    torch.set_num_threads(threads)
+
+
+def test_capture_requires_the_token_and_writes_a_trace_of_the_next_steps(setup):
+    engine, agent, probe, tmp_path = setup
+    token_path = tmp_path / "token"
+    assert stat.S_IMODE(token_path.stat().st_mode) == 0o600
+    token = token_path.read_text().strip()
+    url = f"http://127.0.0.1:{agent.port}/api/v1/capture"
+    assert httpx.post(url, json={"steps": 3}).status_code == 401
+    assert httpx.post(url, json={"steps": 3}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    bad = httpx.post(url, json={"steps": 0}, headers={"Authorization": f"Bearer {token}"})
+    assert bad.status_code == 400 and "steps" in bad.json()["error"]
+    ok = httpx.post(url, json={"steps": 3, "tool": "torch"}, headers={"Authorization": f"Bearer {token}"})
+    assert ok.status_code == 202
+    busy = httpx.post(url, json={"steps": 3}, headers={"Authorization": f"Bearer {token}"})
+    assert busy.status_code == 409  # one at a time
+    for i in range(3):
+        engine.add_request([10 + i] * 20, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    steps = 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+    assert steps >= 4  # the capture window (3 steps) closed inside the run
+    agent.poll_once()
+    record = httpx.get(f"http://127.0.0.1:{agent.port}/api/v1/captures").json()["captures"][0]
+    assert record["state"] == "done", record
+    trace = json.load(gzip.open(record["path"]))
+    names = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"]
+    # Exactly the 3 steps after the request: one "step" range each, with the layer ranges inside.
+    assert names.count("step") == 3
+    assert names.count("layer.0.attention") >= 3 and "schedule" in names
+    # Rate limit: the next request within the interval is refused.
+    again = httpx.post(url, json={"steps": 1}, headers={"Authorization": f"Bearer {token}"})
+    assert again.status_code == 429
+
+
+def test_auto_capture_fires_on_kv_pressure_with_cooldown(setup):
+    engine, agent, probe, tmp_path = setup
+    agent.captures.min_interval_s = 0
+    agent.captures.rules.kv_usage = 0.0  # any use of the KV pool counts as pressure
+    engine.add_request([5] * 30, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    engine.step()
+    agent.poll_once()
+    assert len(agent.captures.records) == 1 and agent.captures.records[0].reason.startswith("auto: kv usage")
+    while engine.has_unfinished():
+        engine.step()
+    agent.poll_once()
+    agent.poll_once()
+    assert len(agent.captures.records) == 1  # the cool-down holds the rule back
