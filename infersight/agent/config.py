@@ -28,6 +28,14 @@ class AgentConfig:
     vllm_compat: bool = False
     model_name: str = "tiny-moe"
     retry_interval_s: float = 2.0
+    # -- tracing (opt-in; infersight.tracing): spans built from the probe events, exported over OTLP.
+    # otlp_endpoint None: off; "": on, endpoint from the OTEL_EXPORTER_OTLP_* variables; else the
+    # collector's base URL (http/protobuf: http://host:4318; grpc: host:4317).
+    otlp_endpoint: str | None = None
+    otlp_protocol: str | None = None  # http/protobuf (default) | grpc; None: OTEL_EXPORTER_OTLP_PROTOCOL
+    trace_sample_ratio: float = 1.0   # head ratio; slow and failed requests are always kept
+    export_content: bool = False      # prompt/completion text on spans (when the server sent it too)
+    otlp_metrics: bool = False        # gen_ai.server.* histograms over OTLP as well
     # Captures: the bearer token of POST /api/v1/capture (None: read or create token_file, 0600).
     token: str | None = None
     token_file: str | None = None
@@ -36,6 +44,10 @@ class AgentConfig:
     auto_capture_kv_usage: float | None = None
     auto_capture_preemptions: int | None = None
     auto_capture_cooldown_s: float = 300.0
+    # GPU telemetry: auto tries DCGM, then gpu_url (a dcgm-exporter /metrics), then NVML, then none.
+    gpu_source: str = "auto"
+    gpu_url: str | None = None
+    gpu_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.rings and not self.discover:
@@ -47,3 +59,7 @@ class AgentConfig:
         for name in ("max_expert_series", "top_hot_pairs", "slow_window", "min_requests_for_p99", "retain_requests"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 <= self.trace_sample_ratio <= 1.0:
+            raise ConfigError(f"trace sample ratio must be in [0, 1], got {self.trace_sample_ratio}")
+        if self.otlp_protocol not in (None, "http/protobuf", "grpc"):
+            raise ConfigError(f"OTLP protocol must be http/protobuf or grpc, got {self.otlp_protocol!r}")

@@ -79,7 +79,8 @@ class RingSet:
             frames = EventFrames.from_records(records, ring.labels)
             if ring.index:
                 offset = np.int64(ring.index) << RING_ID_SHIFT
-                for df in (frames.request_events, frames.batch, frames.spec, frames.prefix):
+                for df in (frames.request_events, frames.batch, frames.spec, frames.prefix, frames.network,
+                           frames.served, frames.texts):
                     df["request_id"] += offset
                 for df in (frames.steps, frames.batch, frames.moe):  # step ids are per engine too
                     df["step_id"] += offset

@@ -60,6 +60,7 @@ def summary(state: AgentState) -> dict[str, Any]:
         recomputed_tokens = state.counters[C.KV_RECOMPUTED_TOKENS.name].total()
         last = dict(state.last_step)
         seen = state.requests_seen
+        gpu = {"status": state.gpu_status, "phase_breakdown": list(state.gpu_phases)}
         finished = state.counters[C.REQUESTS.name].total()  # all finished; `rows` keeps only the last retain_requests
     col = (lambda c: rows[c].dropna().to_numpy()) if not rows.empty else (lambda c: np.empty(0))
     return _clean({
@@ -84,6 +85,7 @@ def summary(state: AgentState) -> dict[str, Any]:
                              for r in by_task.itertuples(index=False)}},
         "cost": {"gpu_seconds_by_task": {labels[0]: v for labels, v in gpu_by_task.items()}},
         "slow_causes": rows["slow_cause"][rows["slow_cause"] != ""].value_counts().to_dict() if not rows.empty else {},
+        "gpu": gpu,
         "dropped_events": int(sum(s.get("dropped", 0) for s in rings.values())),
         "rings": rings,
     })

@@ -22,6 +22,7 @@ from infersight.agent.ingest import RingSet
 from infersight.agent.server import build_app
 from infersight.agent.state import AgentState
 from infersight.exporters.prometheus import build_registry
+from infersight.gpu import GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
 
 log = logging.getLogger("infersight.agent")
 
@@ -60,15 +61,20 @@ class Agent:
         self.config = config
         self.state = AgentState(config)
         self.rings = RingSet(config.rings, config.discover, config.retry_interval_s)
-        self.registry = build_registry(self.state)
+
         self.sink = self.frame_sink = None
         if config.parquet_dir:
             from infersight.exporters.parquet import FrameSink, ParquetSink  # load pyarrow only when asked
 
             self.sink = ParquetSink(Path(config.parquet_dir) / "requests.parquet")
             self.frame_sink = FrameSink(Path(config.parquet_dir) / "events")
-        self._sock = _bind(config.host, config.port)
+        self._sock = _bind(config.host, config.port)  # first: a busy port is a usage error, before any work
         self.port = self._sock.getsockname()[1]
+        gpu_config = GpuTelemetryConfig(config.gpu_source, config.gpu_url, config.gpu_interval_s)
+        self.gpu = GpuSampler(open_collector(gpu_config), gpu_config.interval_s, gpu_config.ring_size)
+        log.info("GPU telemetry: %s", self.gpu.status_line())
+        self.registry = build_registry(self.state, self.gpu)
+        self._gpu_summary_at = 0.0
         self.captures = CaptureController(config.capture_min_interval_s, CaptureRules(
             config.auto_capture_ttft_p99_s, config.auto_capture_kv_usage, config.auto_capture_preemptions,
             config.auto_capture_cooldown_s))
@@ -79,8 +85,28 @@ class Agent:
                                                      access_log=False))
         self._stop = threading.Event()
         self._http: threading.Thread | None = None
+        # -- tracing (opt-in): spans and OTLP metrics built from the probe events --------------------
+        self.tracing = None
+        if config.otlp_endpoint is not None:
+            from infersight.tracing.hook import TracingHook  # load the OpenTelemetry SDK only when asked
+
+            try:
+                self.tracing = TracingHook.from_config(config, self.state)
+            except ValueError as exc:  # e.g. grpc asked for but not installed
+                raise ConfigError(str(exc)) from None
+            self.registry.register(self.tracing.collector())
+
+    def _gpu_summary(self) -> None:
+        """Refresh the GPU part of the summary about once a second (not every poll)."""
+        now = time.monotonic()
+        if now - self._gpu_summary_at < 1.0:
+            return
+        self._gpu_summary_at = now
+        phases = phase_breakdown(samples_frame(self.gpu.recent()), self.state.recent_steps_frame())
+        self.state.set_gpu_summary(self.gpu.status_line(), phases.to_dict("records"))
 
     def start_http(self) -> None:
+        self.gpu.start()
         self._http = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
                                       name="infersight-http")
         self._http.start()
@@ -90,11 +116,16 @@ class Agent:
         """Read every ring once and fold the events in; returns how many rings had data."""
         self.rings.refresh()
         batches = self.rings.read()
-        for _, frames in batches:
+        for ring, frames in batches:
             self.state.ingest(frames)
             if self.frame_sink is not None:
                 self.frame_sink.write(frames)
+            if self.tracing is not None:
+                self.tracing.ingest(frames, ring.index, ring.consumer.anchor)
+        if self.tracing is not None and not batches:
+            self.tracing.process()  # rows still waiting for their steps time out even when idle
         self._captures_poll()
+        self._gpu_summary()
         anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
         self.state.set_ring_stats(self.rings.stats(), anchor)
         if self.sink is not None:
@@ -130,6 +161,8 @@ class Agent:
 
     def close(self) -> None:
         self.poll_once()
+        if self.tracing is not None:
+            self.tracing.close()
         if self.sink is not None:
             self.sink.close()
         if self.frame_sink is not None:
@@ -138,5 +171,6 @@ class Agent:
         if self._http is not None:
             self._http.join(timeout=5)
         self.captures.close()
+        self.gpu.stop()
         self.rings.close()
         self._sock.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,8 @@ SPEC_WINDOW = 100_000
 #: Bounds on state waiting for events that ring drops may have lost.
 MAX_PENDING_STEPS = 256
 MAX_OPEN_REQUESTS = 50_000
+#: How long a served request's row waits for its NETWORK record before it is computed without one.
+NETWORK_WAIT_S = 10.0
 
 
 class AgentState:
@@ -50,6 +53,14 @@ class AgentState:
         self.ring_stats: dict[str, dict[str, int]] = {}
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
         self.requests_seen = 0
+        self.recent_steps: deque[pd.DataFrame] = deque(maxlen=64)  # recent step batches, for GPU phases
+        self.gpu_status = "GPU telemetry: not started"
+        self.gpu_phases: list[dict[str, object]] = []
+        # -- requests served over HTTP (`infersight serve`): their NETWORK record follows FINISHED -----
+        self.awaiting_network: dict[int, float] = {}  # served request id -> when its row was first held (0: not yet)
+        self.network: dict[int, tuple[int, int]] = {}  # request id -> (receive_ns, last_byte_ns)
+        #: Called under the lock with each batch of finished rows and their request events (tracing).
+        self.on_rows: Callable[[pd.DataFrame, pd.DataFrame], None] | None = None
 
     # -- ingest -------------------------------------------------------------------------------------
     def ingest(self, frames: EventFrames) -> None:
@@ -59,6 +70,7 @@ class AgentState:
             self._moe(frames.moe)
             self._prefix(frames.prefix)
             self._spec(frames.spec)
+            self._network(frames)
             self._requests(frames.request_events)
 
     def set_ring_stats(self, stats: dict[str, dict[str, int]], anchor: tuple[int, int] | None) -> None:
@@ -74,6 +86,7 @@ class AgentState:
     def _steps(self, frames: EventFrames) -> None:
         steps = frames.steps
         if not steps.empty:
+            self.recent_steps.append(steps)
             last = steps.iloc[-1]
             self.last_step = {k: int(last[k]) for k in steps.columns}
             self.counters[C.STEPS.name].inc((), len(steps))
@@ -181,11 +194,12 @@ class AgentState:
             for rid in stale:
                 self.open_gpu_seconds.pop(int(rid), None)
         done_ids = self.open_events.loc[self.open_events["event"] == "FINISHED", "request_id"].unique()
+        done_ids = self._release_held(done_ids)
         if len(done_ids) == 0:
             return
         done_mask = self.open_events["request_id"].isin(done_ids)
         done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
-        rows = requests.request_table(done)
+        rows = requests.request_table(done, self._network_rows(done_ids))
         rows["gpu_seconds"] = [self.open_gpu_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
         self.e2e_window.extend(rows["e2e_s"].tolist())
         threshold = float("inf")
@@ -203,6 +217,48 @@ class AgentState:
         records = rows.to_dict("records")
         self.finished.extend(records)
         self.new_rows.extend(records)
+        if self.on_rows is not None:
+            self.on_rows(rows, done)
+
+    # -- network timing of served requests ------------------------------------------------------------
+    def _network(self, frames: EventFrames) -> None:
+        """Note served requests (SERVED, written at arrival) and their timing (NETWORK, after the last
+        byte). Both tables are bounded: records of requests that never finish are forgotten oldest first."""
+        for rid in frames.served["request_id"].tolist():
+            self.awaiting_network.setdefault(int(rid), 0.0)
+        for rid, recv, last in frames.network[["request_id", "receive_ns", "last_byte_ns"]].itertuples(index=False):
+            self.network[int(rid)] = (int(recv), int(last))
+        for table in (self.awaiting_network, self.network):
+            while len(table) > MAX_OPEN_REQUESTS:
+                del table[next(iter(table))]
+
+    def _release_held(self, done_ids: np.ndarray) -> np.ndarray:
+        """The finished requests whose row can be computed now. A served request's last byte goes out
+        after its FINISHED event, so its row waits (in open_events) for the NETWORK record; if that
+        never comes (lost to ring drops, a server crash) it goes without after NETWORK_WAIT_S."""
+        if not self.awaiting_network:
+            return done_ids
+        now, ready = time.monotonic(), []
+        for rid in done_ids.tolist():
+            since = self.awaiting_network.get(rid)
+            if since is not None and rid not in self.network:
+                if since == 0.0:
+                    self.awaiting_network[rid] = since = now
+                if now - since < NETWORK_WAIT_S:
+                    continue
+            ready.append(rid)
+        return np.asarray(ready, dtype=np.int64)
+
+    def _network_rows(self, done_ids: np.ndarray) -> pd.DataFrame:
+        """request_table's network frame for done_ids (receive and last byte; the last byte ends e2e),
+        taking their entries out of the tables."""
+        rows = []
+        for rid in done_ids.tolist():
+            self.awaiting_network.pop(rid, None)
+            timing = self.network.pop(rid, None)
+            if timing is not None:
+                rows.append((rid, *timing))
+        return pd.DataFrame(rows, columns=["request_id", "receive_ns", "send_end_ns"]).astype("int64")
 
     def _observe_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
         for task, g in rows.groupby("task"):
@@ -222,6 +278,15 @@ class AgentState:
         itl = requests.inter_token_latencies(events)
         for task, g in itl.groupby("task"):
             self.histograms[C.ITL.name].observe((str(task),), g["itl_s"].to_numpy())
+
+    def recent_steps_frame(self) -> pd.DataFrame:
+        with self.lock:
+            frames = list(self.recent_steps)
+        return pd.concat(frames, ignore_index=True) if frames else EventFrames().steps
+
+    def set_gpu_summary(self, status: str, phases: list[dict[str, object]]) -> None:
+        with self.lock:
+            self.gpu_status, self.gpu_phases = status, phases
 
     def recent_ttft_p99(self, window: int = 200) -> float | None:
         """TTFT p99 over the last `window` finished requests (None before there are 20)."""

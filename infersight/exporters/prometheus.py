@@ -7,7 +7,7 @@ import). With vllm_compat, the subset we can honestly provide is also served und
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -22,6 +22,10 @@ from infersight.agent.state import AgentState
 from infersight.correlate import moe, speculation
 from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
+from infersight.gpu.exposition import gpu_metric_families
+
+if TYPE_CHECKING:
+    from infersight.gpu.sampler import GpuSampler
 
 
 def _counter(spec: MetricSpec, data: LabelledCounter, name: str | None = None,
@@ -55,13 +59,16 @@ def _gauge(spec: MetricSpec, rows: list[tuple[list[str], float]], name: str | No
 
 
 class AgentCollector(Collector):
-    def __init__(self, state: AgentState) -> None:
+    def __init__(self, state: AgentState, gpu: "GpuSampler | None" = None) -> None:
         self.state = state
+        self.gpu = gpu
 
     def collect(self) -> Iterator[Metric]:
         state, cfg = self.state, self.state.config
         with state.lock:
             for spec in C.CATALOGUE:
+                if spec in C.GPU_METRICS:  # rendered from the sampler by gpu_metric_families
+                    continue
                 if spec.kind == "counter" and spec.name not in (C.EXPERT_TOKENS.name, C.PROBE_EVENTS.name,
                                                                C.PROBE_DROPPED.name, C.PROBE_CORRUPT.name):
                     yield _counter(spec, state.counters[spec.name])
@@ -73,6 +80,8 @@ class AgentCollector(Collector):
             yield from self._probe_counters()
             if cfg.vllm_compat:
                 yield from self._vllm(cfg.model_name)
+        if self.gpu is not None:  # the sampler has its own lock
+            yield from gpu_metric_families(self.gpu)
 
     def _engine_gauges(self) -> Iterator[Metric]:
         last = self.state.last_step
@@ -157,7 +166,7 @@ class AgentCollector(Collector):
                 yield fam
 
 
-def build_registry(state: AgentState) -> CollectorRegistry:
+def build_registry(state: AgentState, gpu: "GpuSampler | None" = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(AgentCollector(state))
+    registry.register(AgentCollector(state, gpu))
     return registry

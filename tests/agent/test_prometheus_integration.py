@@ -27,6 +27,9 @@ JOB = "infersight"
 NO_DATA = {
     C.ENERGY.name: "nothing feeds it: attributing joules needs a GPU power sampler, and this is a CPU run",
     C.HOT_EXPERT_TOKENS.name: "only exposed when layers x experts (2 x 4 here) exceeds max_expert_series (512)",
+    # A CPU machine has no GPU telemetry source (the agent's status line says so).
+    # (The error counter is present: the none collector reports zero errors.)
+    **{spec.name: "no GPU on a CPU machine" for spec in C.GPU_METRICS if spec is not C.GPU_COLLECTOR_ERRORS},
 }
 #: Present, with value 0 by construction (asserted below).
 ZERO = {
