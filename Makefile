@@ -21,12 +21,17 @@ install-test: install services
 	$(PY) -m pip install -q -e ".[test]"
 
 # Services the tests start themselves: a real Prometheus server (Debian's package, which also
-# brings promtool). Installed only when missing; the tests skip, saying why, if it cannot be.
+# brings promtool) and Chromium (the report's browser tests). Installed only when missing; the
+# tests skip, saying why, if they cannot be.
 services:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
 	  ( (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null 2>&1 \
 	    || sudo -n sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus' >/dev/null 2>&1 \
 	    || echo "warning: could not install prometheus; the Prometheus tests will be skipped" )
+	@test -x /usr/bin/chromium || \
+	  ( (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation) >/dev/null 2>&1 \
+	    || sudo -n sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation' >/dev/null 2>&1 \
+	    || echo "warning: could not install chromium; the report's browser tests will be skipped" )
 
 demo: install
 	$(PY) -m infersight demo

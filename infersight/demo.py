@@ -115,6 +115,9 @@ def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
         agent.stop()
         probe.close()
     print_summary(summary, slowest, diagnosis, out, console)
+    from infersight.dashboards.report import write_report  # matplotlib loads only here
+
+    console.print(f"report: {write_report(out)}")
     return summary
 
 

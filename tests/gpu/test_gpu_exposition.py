@@ -77,7 +77,9 @@ def test_sampler_as_source() -> None:
 def test_catalogue_gpu_block_matches_the_field_vocabulary() -> None:
     specs = {m.name: m for m in C.GPU_METRICS}
     assert len(specs) == len(C.GPU_METRICS)
-    assert not set(specs) & {m.name for m in C.CATALOGUE}
+    non_gpu = [m for m in C.CATALOGUE if m not in C.GPU_METRICS]
+    assert not set(specs) & {m.name for m in non_gpu}
+    assert all(any(m is c for c in C.CATALOGUE) for m in C.GPU_METRICS)  # part of the one catalogue
     for f in FIELDS:
         spec = specs["infersight_gpu_" + f.name]
         assert (spec.kind, spec.unit, spec.labels) == (f.kind, f.unit, ("gpu", "uuid")), f.name

@@ -1,0 +1,109 @@
+"""The GPU dashboard: engine phases and step time on top, GPU activity, power and memory below on
+the same time axis (shared crosshair), so a drop in tensor activity can be read against what
+the engine was doing.
+
+The GPU metrics are a catalogue block of their own (`GPU_METRICS`), appended when GPU telemetry
+exists. Their panels are derived from the entries alone, grouped by unit, so only metrics that
+exist get a panel and no GPU metric name is typed here; without the block the row says so.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from grafana_foundation_sdk.builders import timeseries
+from grafana_foundation_sdk.builders.dashboard import Dashboard
+
+from infersight.dashboards.grafana import promql
+from infersight.dashboards.grafana.panels import FULL, HALF, THIRD, PanelKit, Query, base_dashboard
+from infersight.exporters import catalogue as C
+from infersight.exporters.catalogue import MetricSpec
+
+UID = "infersight-gpu"
+#: Panel title and Grafana unit per metric unit, in display order. Counters are drawn as rates,
+#: so an energy counter (joules) lands in the power panel (joules per second are watts).
+UNIT_PANELS: dict[str, tuple[str, str]] = {
+    "ratio": ("GPU activity", "percentunit"),
+    "watts": ("GPU power", "watt"),
+    "bytes": ("GPU memory", "bytes"),
+    "bytes_per_second": ("GPU interconnect", "Bps"),
+    "hertz": ("GPU clocks", "hertz"),
+    "celsius": ("GPU temperature", "celsius"),
+    "": ("GPU telemetry", "short"),  # unitless counts, such as failed polls
+}
+#: Labels identifying a device in GPU series; a uuid only repeats the device index.
+NOT_GROUPED = ("uuid",)
+
+
+def gpu_metrics() -> tuple[MetricSpec, ...]:
+    """The catalogue's GPU block, () while it does not exist (a tuple of specs or a mapping to them)."""
+    block = getattr(C, "GPU_METRICS", ())
+    specs: Iterable[object] = block.values() if isinstance(block, dict) else block
+    return tuple(s for s in specs if isinstance(s, MetricSpec))
+
+
+def _unit(spec: MetricSpec) -> str:
+    """The base unit a spec is drawn in: its declared unit, else the unit its name ends with."""
+    unit = spec.unit or next((u for u in sorted(UNIT_PANELS, key=len, reverse=True)
+                              if u and spec.name.endswith("_" + u)), "")
+    return "watts" if spec.kind == "counter" and unit == "joules" else unit
+
+
+def _short_name(spec: MetricSpec, specs: tuple[MetricSpec, ...]) -> str:
+    """A legend name: the spec's name without the prefix every GPU metric shares."""
+    names = [s.name for s in specs]
+    prefix = names[0]
+    for name in names[1:]:
+        while not name.startswith(prefix):
+            prefix = prefix[:-1]
+    return spec.name[len(prefix):] or spec.name
+
+
+def gpu_panels(kit: PanelKit, specs: tuple[MetricSpec, ...]) -> list[timeseries.Panel]:
+    """One time series panel per unit group, one query per metric, summed per device."""
+    groups: dict[str, list[MetricSpec]] = {}
+    for spec in specs:
+        groups.setdefault(_unit(spec), []).append(spec)
+    order = [u for u in UNIT_PANELS if u in groups] + sorted(u for u in groups if u not in UNIT_PANELS)
+    panels = []
+    for unit in order:
+        title, grafana_unit = UNIT_PANELS.get(unit, (f"GPU {unit}", "short"))
+        queries = []
+        for spec in groups[unit]:
+            by = ", ".join(label for label in spec.labels if label not in NOT_GROUPED)
+            labels = [f"{label} {{{{{label}}}}}" for label in spec.labels if label not in NOT_GROUPED]
+            legend = " ".join([*labels, _short_name(spec, specs)])
+            queries.append(Query(promql.default_query(spec, by=by), legend))
+        panels.append(kit.timeseries(title, queries, unit=grafana_unit, width=HALF,
+                                     description=" ".join(s.help for s in groups[unit])))
+    return panels
+
+
+def build(kit: PanelKit) -> Dashboard:
+    """The GPU dashboard's builder: engine row first, then the GPU block's panels (or a note)."""
+    d = base_dashboard(UID, "infersight / GPU",
+                       "GPU telemetry under the engine's phases, on one time axis.")
+    d = d.with_row(kit.row("Engine"))
+    d = d.with_panel(kit.timeseries("Request time by phase", [
+        Query(C.PHASE.views["share"], "{{phase}}")], unit="s", width=THIRD, stack=True,
+        description="Seconds of request time per second of wall time, by phase."))
+    d = d.with_panel(kit.timeseries("Step duration", [
+        Query(expr, name) for name, expr in sorted(C.STEP_DURATION.views.items())], unit="s", width=THIRD))
+    d = d.with_panel(kit.timeseries("Tokens fed to the model, by kind", [
+        Query(C.STEP_TOKENS.rate(by="kind"), "{{kind}}")], unit="short", width=THIRD, stack=True))
+    d = d.with_panel(kit.timeseries("Engine time attributed to requests, by task", [
+        Query(C.GPU_SECONDS.rate(by="task"), "{{task}}")], unit="s", width=HALF, stack=True,
+        description=C.GPU_SECONDS.help))
+    d = d.with_panel(kit.timeseries("Energy attributed to requests, by task", [
+        Query(C.ENERGY.rate(by="task"), "{{task}}")], unit="watt", width=HALF, stack=True,
+        description=C.ENERGY.help + " Needs a GPU power sampler; empty without one."))
+
+    d = d.with_row(kit.row("GPU"))
+    specs = gpu_metrics()
+    if not specs:
+        return d.with_panel(kit.note("No GPU metrics yet", (
+            "The metric catalogue has no GPU block, so there is nothing to plot here yet. Panels appear "
+            "when `infersight.exporters.catalogue.GPU_METRICS` exists and the dashboards are regenerated "
+            "(`infersight dashboards --out DIR`)."), width=FULL))
+    for panel in gpu_panels(kit, specs):
+        d = d.with_panel(panel)
+    return d
