@@ -29,12 +29,11 @@ log = logging.getLogger("infersight.agent")
 
 def analyze_capture(path: str) -> dict[str, object]:
     """A finished capture's kernel breakdown and findings (or why there is none)."""
+    from infersight.kernels.load import load_trace
+    from infersight.kernels.report import build_report
+
     try:
-        from infersight.kernels.analyze import analyze_path  # the kernel ingest + diagnosis
-    except ImportError as exc:
-        return {"error": f"kernel analysis unavailable: {exc}"}
-    try:
-        return analyze_path(path)
+        return build_report(load_trace(Path(path)))
     except (ValueError, OSError) as exc:
         return {"error": str(exc)}
 

@@ -66,6 +66,11 @@ def test_capture_requires_the_token_and_writes_a_trace_of_the_next_steps(setup):
     # Exactly the 3 steps after the request: one "step" range each, with the layer ranges inside.
     assert names.count("step") == 3
     assert names.count("layer.0.attention") >= 3 and "schedule" in names
+    # The agent analysed it: on a CPU machine there are no GPU kernels, and it says so plainly.
+    if torch.cuda.is_available():
+        assert {"source", "kernels", "categories", "ranges", "findings"} <= set(record["analysis"])
+    else:
+        assert "no GPU kernel" in record["analysis"]["error"]
     # Rate limit: the next request within the interval is refused.
     again = httpx.post(url, json={"steps": 1}, headers={"Authorization": f"Bearer {token}"})
     assert again.status_code == 429

@@ -1,0 +1,132 @@
+"""One capture -> a JSON-able report (breakdowns, roofline, findings) and its text rendering.
+
+Report keys: source (kineto | nsys | ncu), path, devices, has_timeline, meta (producer versions),
+kernels {count, total_ns} (raw category "kernel" only), gpu_activity {count, total_ns, busy_ns,
+span_ns} (kernels, copies and memsets), categories [{name, count, total_ns, share}], phases
+[phase_breakdown rows], ranges [{name, count, kernel_ns, share}] (kernel time by enclosing range
+name), streams [idle_gaps rows], top_kernels [...], roofline [{phase, op_category, ...}] (only
+with a model and step shapes), findings [{severity, text, action}]. Shares are of all GPU time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from infersight.kernels import findings as rules
+from infersight.kernels.attribution import kernel_time_by_range
+from infersight.kernels.categories import classify
+from infersight.kernels.frames import KernelTrace
+from infersight.kernels.roofline import DeviceCeilings, StepShape, roofline_for_phase
+from infersight.kernels.timeline import category_breakdown, idle_gaps, phase_breakdown, top_kernels
+
+
+def _plain(value: Any) -> Any:
+    """numpy / pandas scalars -> Python; NaN and NA -> None."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if math.isnan(value) else float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    return value
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows as JSON-able dicts."""
+    return [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+
+
+def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepShape] = (),
+                 ceilings: DeviceCeilings = DeviceCeilings(), top: int = 10) -> dict[str, Any]:
+    """The report for one capture. model: a ModelConfig (only needed with shapes)."""
+    k = classify(trace.kernels)
+    only_kernels = k[k["category"] == "kernel"]
+    categories = category_breakdown(k)
+    phases = phase_breakdown(k)
+    streams = idle_gaps(trace.kernels)
+    if not trace.has_timeline:  # ncu's back-to-back placement has no gaps to report
+        phases = phases.assign(window_ns=0, busy_ns=0, idle_ns=0, idle_share=0.0)
+        streams = streams.iloc[0:0]
+    device_rows = streams[streams["stream"] == -1]
+    tops = top_kernels(k, top)
+    roof_parts = []
+    found: list[rules.Finding] = rules.launch_findings(phases, trace.has_timeline)
+    found += rules.category_findings(categories, k)
+    if model is not None:
+        for shape in shapes:
+            placed = roofline_for_phase(k, model, shape, ceilings)
+            found += rules.roofline_findings(placed, shape.phase)
+            roof_parts.append(placed.assign(phase=shape.phase))
+    if trace.kind == "ncu":  # one profiled kernel "taking all the time" says nothing
+        found += rules.sol_findings(trace.metrics) + rules.ncu_findings(trace.rules)
+    else:
+        found += rules.top_kernel_findings(tops) + rules.range_findings(trace.kernels)
+    roofline = pd.concat(roof_parts, ignore_index=True) if roof_parts else pd.DataFrame()
+    return {
+        "source": trace.kind, "path": trace.path, "devices": list(trace.devices),
+        "has_timeline": trace.has_timeline, "meta": dict(trace.meta),
+        "kernels": {"count": int(len(only_kernels)), "total_ns": int(only_kernels["dur_ns"].sum())},
+        "gpu_activity": {"count": int(len(k)), "total_ns": int(k["dur_ns"].sum()),
+                         "busy_ns": int(device_rows["busy_ns"].sum()), "span_ns": int(device_rows["span_ns"].sum())},
+        "categories": [{"name": r["op_category"], "count": r["count"], "total_ns": r["total_ns"], "share": r["share"]}
+                       for r in records(categories)],
+        "phases": records(phases),
+        "ranges": records(kernel_time_by_range(k, trace.ranges)),
+        "streams": records(streams),
+        "top_kernels": records(tops),
+        "roofline": records(roofline),
+        "ceilings": {"name": ceilings.name, "peak_tflops": ceilings.peak_tflops, "peak_gbps": ceilings.peak_gbps},
+        "findings": [f.as_dict() for f in rules.sort_findings(found)],
+    }
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def _short(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def render_text(report: dict[str, Any], max_ranges: int = 15) -> str:
+    """The report for people: totals, categories, phases, ranges, top kernels, roofline, findings."""
+    out = [f"{report['source']} capture: {report['path']}"]
+    if report["devices"]:
+        out.append(f"devices: {', '.join(sorted(set(report['devices'])))}")
+    ka, ga = report["kernels"], report["gpu_activity"]
+    out.append(f"kernels: {ka['count']} ({_ms(ka['total_ns'])}); all GPU activity: {ga['count']} "
+               f"({_ms(ga['total_ns'])})")
+    if report["has_timeline"] and ga["span_ns"]:
+        out.append(f"GPU busy {_ms(ga['busy_ns'])} of a {_ms(ga['span_ns'])} span "
+                   f"({100 * ga['busy_ns'] / ga['span_ns']:.1f}%)")
+    else:
+        out.append("no timeline (ncu replays kernels one by one): gaps and phases are not measured")
+    out += ["", "category                 count        time   share"]
+    out += [f"{c['name']:<20} {c['count']:>9} {_ms(c['total_ns']):>14} {100 * c['share']:>6.1f}%"
+            for c in report["categories"]]
+    if report["phases"] and report["has_timeline"]:
+        out += ["", "phase                steps  kernels        time   share   idle in window"]
+        out += [f"{_short(p['phase'], 20):<20} {p['steps']:>5} {p['activities']:>8} {_ms(p['kernel_ns']):>14} "
+                f"{100 * p['share']:>6.1f}%   {100 * p['idle_share']:>5.1f}%" for p in report["phases"]]
+    if report["ranges"]:
+        out += ["", "range                                      count        time   share"]
+        out += [f"{_short(r['name'], 40):<40} {r['count']:>7} {_ms(r['kernel_ns']):>14} {100 * r['share']:>6.1f}%"
+                for r in report["ranges"][:max_ranges]]
+    out += ["", "top kernels                                                    count        time   share"]
+    out += [f"{_short(t['name']):<60} {t['count']:>7} {_ms(t['total_ns']):>14} {100 * t['share']:>6.1f}%"
+            for t in report["top_kernels"]]
+    if report["roofline"]:
+        c = report["ceilings"]
+        out += ["", f"roofline vs {c['name']} ({c['peak_tflops']:.0f} TFLOP/s, {c['peak_gbps']:.0f} GB/s)",
+                "phase    category             FLOP/B  TFLOP/s     GB/s  bound    of roof"]
+        out += [f"{r['phase']:<8} {r['op_category']:<18} {r['intensity'] or 0:>8.1f} {r['achieved_tflops']:>8.2f} "
+                f"{r['achieved_gbps']:>8.1f}  {r['bound']:<8} {100 * (r['pct_of_roof'] or 0):>6.1f}%"
+                for r in report["roofline"]]
+    out += ["", "findings:" if report["findings"] else "findings: none"]
+    out += [f"  [{f['severity']}] {f['text']}\n      -> {f['action']}" for f in report["findings"]]
+    return "\n".join(out)

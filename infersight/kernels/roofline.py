@@ -1,0 +1,143 @@
+"""Roofline placement: analytic FLOPs and bytes per category against measured kernel time.
+
+Work per step, from the model shape (infersight.runtime.config.ModelConfig) and a StepShape
+(s sequences, q new tokens each, c tokens of context each; T = s*q tokens; L layers; d_model d;
+H heads, K KV heads, h head_dim; b bytes per element):
+- GEMM: 2 FLOPs per active weight per token. Active weights per layer: attention projections
+  d*H*h + 2*d*K*h + H*h*d, plus the FFN (3*d*ffn dense; top_k*3*d*ffn for MoE, plus a shared
+  expert); LM head d*vocab once per sequence. Bytes: every weight touched in the step, read once
+  (for MoE, the expected number of distinct experts hit by T*top_k uniform picks). Activations
+  are left out: next to weights they are small in decode, and prefill is compute-bound anyway.
+- MoE routing: 2*d*E FLOPs per token; the router weights as bytes.
+- attention: 4*q*c*H*h FLOPs per layer per sequence (QK^T and PV; for a fresh prompt q = c = l, the
+  4*l^2*d rule, without halving for the causal mask). Prefill bytes: Q and O (2*q*H*h) and K, V
+  (2*c*K*h) per layer per sequence. Decode bytes: the KV cache read, 2*L*c*K*h*b per sequence.
+
+Achieved TFLOP/s and GB/s = work / kernel time of that category. The verdict compares the
+arithmetic intensity (FLOPs per byte) with the device's ridge point, peak FLOP/s / peak B/s.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from infersight.kernels.frames import empty_frame
+
+if TYPE_CHECKING:  # runtime.config imports torch; analysing a capture must not need it
+    from infersight.runtime.config import ModelConfig
+
+WORK_COLUMNS = {"op_category": "object", "flops": "float64", "bytes": "float64"}
+ROOFLINE_COLUMNS = {"op_category": "object", "flops": "float64", "bytes": "float64", "kernel_ns": "int64",
+                    "intensity": "float64", "achieved_tflops": "float64", "achieved_gbps": "float64",
+                    "bound": "object", "roof_tflops": "float64", "pct_of_roof": "float64",
+                    "pct_of_peak_flops": "float64", "pct_of_peak_bw": "float64"}
+
+
+@dataclass(frozen=True)
+class DeviceCeilings:
+    """Peak throughput to compare against. Defaults: our H200, measured (dense bf16 GEMM and a
+    device-to-device copy), not the datasheet."""
+
+    name: str = "NVIDIA H200"
+    peak_tflops: float = 782.0
+    peak_gbps: float = 4270.0
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte where the memory roof meets the compute roof."""
+        return self.peak_tflops * 1e12 / (self.peak_gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One step's shape. phase: prefill or decode. num_seqs: sequences in the batch; query_len:
+    new tokens per sequence (decode: 1, more with speculation); context_len: tokens each attends
+    to (prefill of a fresh prompt: = query_len; decode: the KV length). dtype_bytes: 2 for bf16."""
+
+    phase: str
+    num_seqs: int
+    query_len: int
+    context_len: int
+    dtype_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        if self.phase not in ("prefill", "decode"):
+            raise ValueError(f"phase must be prefill or decode, got {self.phase!r}")
+        if min(self.num_seqs, self.query_len, self.context_len, self.dtype_bytes) < 1:
+            raise ValueError("num_seqs, query_len, context_len and dtype_bytes must be >= 1")
+
+    @property
+    def tokens(self) -> int:
+        return self.num_seqs * self.query_len
+
+
+def _ffn_weights(m: ModelConfig, tokens: int) -> tuple[float, float]:
+    """(active FFN weights per token, FFN weights touched in the step) for one layer."""
+    expert = 3.0 * m.d_model * m.ffn_dim
+    if not m.is_moe:
+        return expert, expert
+    shared = expert if m.shared_expert else 0.0
+    # Expected distinct experts when tokens*top_k picks are spread uniformly over n_experts.
+    touched = m.n_experts * (1.0 - (1.0 - m.top_k / m.n_experts) ** tokens)
+    return m.top_k * expert + shared, touched * expert + shared
+
+
+def analytic_work(model: ModelConfig, shape: StepShape) -> pd.DataFrame:
+    """op_category, flops, bytes for one step of `shape` (see the module docstring)."""
+    m, s, b = model, shape, shape.dtype_bytes
+    d, hh, kh = m.d_model, m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
+    attn_w = d * hh + 2.0 * d * kh + hh * d
+    ffn_active, ffn_touched = _ffn_weights(m, s.tokens)
+    gemm_flops = 2.0 * s.tokens * m.n_layers * (attn_w + ffn_active) + 2.0 * s.num_seqs * d * m.vocab_size
+    gemm_bytes = (m.n_layers * (attn_w + ffn_touched) + d * m.vocab_size) * b
+    attn_flops = 4.0 * m.n_layers * s.num_seqs * s.query_len * s.context_len * hh
+    if s.phase == "prefill":
+        attn_cat = "attention-prefill"
+        attn_bytes = m.n_layers * s.num_seqs * (2.0 * s.query_len * hh + 2.0 * s.context_len * kh) * b
+    else:
+        attn_cat = "attention-decode"
+        attn_bytes = 2.0 * m.n_layers * s.context_len * kh * b * s.num_seqs
+    rows = [("GEMM", gemm_flops, gemm_bytes), (attn_cat, attn_flops, attn_bytes)]
+    if m.is_moe:
+        rows.append(("MoE routing", 2.0 * s.tokens * m.n_layers * d * m.n_experts,
+                     float(m.n_layers * d * m.n_experts * b)))
+    return pd.DataFrame(rows, columns=list(WORK_COLUMNS)).astype(WORK_COLUMNS)
+
+
+def place_on_roofline(work: pd.DataFrame, kernel_ns: pd.Series, ceilings: DeviceCeilings = DeviceCeilings()
+                      ) -> pd.DataFrame:
+    """Join work (op_category, flops, bytes; for the same steps as the time) with kernel_ns
+    (index op_category). Categories without measured time are dropped. Columns: op_category,
+    flops, bytes, kernel_ns, intensity (FLOP/byte), achieved_tflops, achieved_gbps, bound (memory
+    when intensity < ridge, else compute), roof_tflops (min(peak, intensity * peak B/s)),
+    pct_of_roof, pct_of_peak_flops, pct_of_peak_bw (fractions, 1.0 = at the ceiling)."""
+    df = work.assign(kernel_ns=work["op_category"].map(kernel_ns).fillna(0).astype(np.int64))
+    df = df[df["kernel_ns"] > 0]
+    if df.empty:
+        return empty_frame(ROOFLINE_COLUMNS)
+    seconds = df["kernel_ns"] / 1e9
+    intensity = df["flops"] / df["bytes"].where(df["bytes"] > 0, np.nan)
+    tflops = df["flops"] / seconds / 1e12
+    gbps = df["bytes"] / seconds / 1e9
+    roof = np.minimum(ceilings.peak_tflops, intensity * ceilings.peak_gbps / 1e3)
+    out = df.assign(intensity=intensity, achieved_tflops=tflops, achieved_gbps=gbps,
+                    bound=np.where(intensity < ceilings.ridge, "memory", "compute"), roof_tflops=roof,
+                    pct_of_roof=tflops / roof, pct_of_peak_flops=tflops / ceilings.peak_tflops,
+                    pct_of_peak_bw=gbps / ceilings.peak_gbps)
+    return out[list(ROOFLINE_COLUMNS)].astype(ROOFLINE_COLUMNS).reset_index(drop=True)
+
+
+def roofline_for_phase(classified: pd.DataFrame, model: ModelConfig, shape: StepShape,
+                       ceilings: DeviceCeilings = DeviceCeilings()) -> pd.DataFrame:
+    """place_on_roofline for the kernels of one phase (classify()'s phase == shape.phase): the
+    work of one step times the number of distinct steps measured (1 when there are no steps)."""
+    k = classified[classified["phase"] == shape.phase]
+    if k.empty:
+        return empty_frame(ROOFLINE_COLUMNS)
+    steps = max(int(k.loc[k["step_id"] >= 0, "step_id"].nunique()), 1)
+    work = analytic_work(model, shape)
+    work = work.assign(flops=work["flops"] * steps, bytes=work["bytes"] * steps)
+    return place_on_roofline(work, k.groupby("op_category")["dur_ns"].sum(), ceilings)
