@@ -3,7 +3,6 @@
 Prints one line per check and exits non-zero if any fails:
 - paged split-KV decode and tiled flash attention equal the naive reference on CUDA (fp32);
 - greedy tokens identical with speculation on/off and prefix caching on/off, on CUDA;
-- CUDA and CPU greedy tokens agree (fp32).
 """
 from __future__ import annotations
 
@@ -52,11 +51,6 @@ def main() -> int:
     results.append(("greedy: speculation on == off (cuda)", run(device=dev, speculative_model=DRAFT) == base))
     results.append(("greedy: prefix caching off == on (cuda)", run(device=dev, enable_prefix_caching=False) == base))
     results.append(("greedy: sdpa == flash backend (cuda)", run(device=dev, attention_backend="flash") == base))
-    # Not a pass/fail check: CUDA and CPU kernels sum in different orders, and near-tied logits of a
-    # random-weight model can flip an argmax. Report how many tokens agree.
-    cpu = run(device="cpu")
-    same = sum(a == b for x, y in zip(cpu, base) for a, b in zip(x, y))
-    print(f"INFO  greedy cuda vs cpu (fp32): {same}/{sum(map(len, base))} tokens identical")
     for name, ok in results:
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
     return 0 if all(ok for _, ok in results) else 1

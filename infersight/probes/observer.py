@@ -40,6 +40,8 @@ class ProbeObserver(EngineObserver):
         self.tasks = TaskLabels(config.task_labels, config.max_task_labels)
         self._requests: dict[int, tuple[int, int, int]] = {}  # request id -> (trace hi, trace lo, task id)
         self._pending_counts: tuple[int, torch.Tensor, torch.cuda.Event] | None = None
+        self._pinned: list[torch.Tensor] | None = None
+        self._flip = 0
         self._write = self.ring.write
         self._pack = {kind: record_struct(kind).pack for kind in RecordKind}
         self._member_dtype = record_dtype(RecordKind.BATCH_MEMBER)
@@ -90,6 +92,13 @@ class ProbeObserver(EngineObserver):
                   _FINISH.get(reason, FinishReason.OTHER))
         self._requests.pop(request_id, None)
 
+    def on_network(self, request_id: int, receive_ns: int, first_byte_ns: int, last_byte_ns: int) -> None:
+        """The HTTP server's timing of a request (monotonic ns): body received, first and last
+        response byte sent. Not an engine callback: `infersight serve` calls it from its engine
+        thread (the ring's one producer) after the last byte, so it follows the FINISHED event."""
+        self._write(RecordKind.NETWORK, self._pack[RecordKind.NETWORK](
+            request_id, receive_ns, first_byte_ns, last_byte_ns))
+
     # -- KV, MoE, speculation, steps ----------------------------------------------------------
     def on_kv_block(self, event: KVBlockEvent, block_id: int, request_id: int, block_hash: int) -> None:
         self._write(RecordKind.KV_BLOCK, self._pack[RecordKind.KV_BLOCK](
@@ -101,7 +110,12 @@ class ProbeObserver(EngineObserver):
             return
         # Copy to pinned memory behind the step's work; read it one step later, when the copy
         # has long finished, so the engine never waits for the device here.
-        buf = torch.empty(counts.shape, dtype=counts.dtype, pin_memory=True)
+        # Two pinned buffers, alternating: pinned allocation is slow, and the buffer written one
+        # step ago is still being read by flush() below.
+        if self._pinned is None or self._pinned[0].shape != counts.shape:
+            self._pinned = [torch.empty(counts.shape, dtype=counts.dtype, pin_memory=True) for _ in range(2)]
+        self._flip ^= 1
+        buf = self._pinned[self._flip]
         buf.copy_(counts, non_blocking=True)
         event = torch.cuda.Event()
         event.record()
