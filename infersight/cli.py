@@ -8,7 +8,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("demo", "agent", "bench", "capture", "dashboards", "report")
+COMMANDS = ("demo", "agent", "bench", "capture", "dashboards", "report", "analyze", "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -199,7 +199,7 @@ class AgentState:
             return
         done_mask = self.open_events["request_id"].isin(done_ids)
         done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
-        rows = requests.request_table(done, self._network_rows(done_ids))
+        rows = requests.request_table(done, self._network_rows(done_ids, done))
         rows["gpu_seconds"] = [self.open_gpu_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
         self.e2e_window.extend(rows["e2e_s"].tolist())
         threshold = float("inf")
@@ -249,15 +249,17 @@ class AgentState:
             ready.append(rid)
         return np.asarray(ready, dtype=np.int64)
 
-    def _network_rows(self, done_ids: np.ndarray) -> pd.DataFrame:
+    def _network_rows(self, done_ids: np.ndarray, done: pd.DataFrame) -> pd.DataFrame:
         """request_table's network frame for done_ids (receive and last byte; the last byte ends e2e),
-        taking their entries out of the tables."""
+        taking their entries out of the tables. A client that hung up mid-response had its last byte
+        before the engine aborted the request: the response then ends at the abort (network >= 0)."""
+        finished = done[done["event"] == "FINISHED"].groupby("request_id")["ts_ns"].min()
         rows = []
         for rid in done_ids.tolist():
             self.awaiting_network.pop(rid, None)
             timing = self.network.pop(rid, None)
             if timing is not None:
-                rows.append((rid, *timing))
+                rows.append((rid, timing[0], max(timing[1], int(finished.get(rid, timing[1])))))
         return pd.DataFrame(rows, columns=["request_id", "receive_ns", "send_end_ns"]).astype("int64")
 
     def _observe_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:

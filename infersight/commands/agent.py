@@ -23,7 +23,9 @@ def run(args: argparse.Namespace) -> int:
     agent = Agent(AgentConfig(rings=args.ring or [], discover=args.discover, host=host, port=port,
                               poll_interval_s=args.poll_interval, parquet_dir=args.parquet_dir,
                               vllm_compat=args.vllm_compat, model_name=args.model_name,
-                              max_expert_series=args.max_expert_series))
+                              max_expert_series=args.max_expert_series, otlp_endpoint=args.otlp_endpoint,
+                              otlp_protocol=args.otlp_protocol, trace_sample_ratio=args.trace_sample_ratio,
+                              export_content=args.export_content, otlp_metrics=args.otlp_metrics))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: agent.stop())
     agent.run(args.duration)
@@ -41,4 +43,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     agent.add_argument("--model-name", default="tiny-moe", help="model_name label of the vLLM-compatible view")
     agent.add_argument("--max-expert-series", type=int, default=512, help="cap on layers x experts series")
     agent.add_argument("--duration", type=float, help="stop after this many seconds")
+    tracing = agent.add_argument_group("tracing (OTLP; off unless --otlp-endpoint is given)")
+    tracing.add_argument("--otlp-endpoint", nargs="?", const="", metavar="URL",
+                         help="export request spans to this OTLP collector (http/protobuf: http://HOST:4318); "
+                              "without URL: from the OTEL_EXPORTER_OTLP_* variables")
+    tracing.add_argument("--otlp-protocol", choices=("http/protobuf", "grpc"),
+                         help="default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf")
+    tracing.add_argument("--trace-sample-ratio", type=float, default=1.0,
+                         help="share of requests traced (slow and failed ones always are; default 1.0)")
+    tracing.add_argument("--export-content", action="store_true",
+                         help="put prompt and completion text on spans (the server must send it: serve --export-content)")
+    tracing.add_argument("--otlp-metrics", action="store_true",
+                         help="also export gen_ai.server.* histograms over OTLP")
     agent.set_defaults(func=run)

@@ -16,6 +16,13 @@ kv_events        ts_ns, event, block_id, request_id, block_hash    (event: KVBlo
 moe              step_id, layer, expert, tokens          (long format, one row per (step, layer, expert))
 spec             ts_ns, request_id, task, proposed, accepted, accept_mask, draft_ns, verify_ns
 prefix           ts_ns, request_id, task, prompt_tokens, cached_tokens, group_hash
+network          request_id, receive_ns, first_byte_ns, last_byte_ns   (requests served over HTTP by
+                 `infersight serve`: body received, first and last response body byte sent)
+served           request_id, receive_ns, parent_span_id, operation, stream, remote_parent, parent_sampled,
+                 traceparent_invalid, temperature, top_p, top_k, seed, max_tokens   (one row per served request,
+                 written at arrival; operation: chat | text_completion; seed -1: none; parent_span_id 0: none)
+texts            request_id, field, offset, total, data   (chunks of a served request's strings; field:
+                 session_id | user_id | tracestate | prompt | completion; data: bytes; join with join_texts)
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.probes.records import (
-    FinishReason, PreemptReason, RecordKind, RequestEvent, record_dtype,
+    FinishReason, Operation, PreemptReason, RecordKind, RequestEvent, ServedFlag, TextField, record_dtype,
 )
 from infersight.runtime.observer import KVBlockEvent
 
@@ -49,6 +56,14 @@ SPEC_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "prop
                 "accept_mask": "uint64", "draft_ns": "int64", "verify_ns": "int64"}
 PREFIX_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "prompt_tokens": "int64",
                   "cached_tokens": "int64", "group_hash": "uint64"}
+NETWORK_COLUMNS = {"request_id": "int64", "receive_ns": "int64", "first_byte_ns": "int64", "last_byte_ns": "int64"}
+SERVED_COLUMNS = {"request_id": "int64", "receive_ns": "int64", "parent_span_id": "uint64", "operation": "object",
+                  "stream": "bool", "remote_parent": "bool", "parent_sampled": "bool", "traceparent_invalid": "bool",
+                  "temperature": "float64", "top_p": "float64", "top_k": "int64", "seed": "int64",
+                  "max_tokens": "int64"}
+TEXT_COLUMNS = {"request_id": "int64", "field": "object", "offset": "int64", "total": "int64", "data": "object"}
+OPERATION_NAMES = {int(o): o.name.lower() for o in Operation}
+TEXT_FIELD_NAMES = {int(f): f.name.lower() for f in TextField}
 
 
 def trace_hex(hi: np.ndarray, lo: np.ndarray, request_id: np.ndarray) -> np.ndarray:
@@ -141,6 +156,49 @@ def prefix_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
         "cached_tokens": rec["cached_tokens"].astype(np.int64), "group_hash": rec["group_hash"].astype(np.uint64)})
 
 
+def network_frame(rec: np.ndarray) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(NETWORK_COLUMNS)
+    return pd.DataFrame({name: rec[name].astype(np.int64) for name in NETWORK_COLUMNS})
+
+
+def served_frame(rec: np.ndarray) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(SERVED_COLUMNS)
+    flags = rec["flags"].astype(np.int64)
+    return pd.DataFrame({
+        "request_id": rec["request_id"].astype(np.int64), "receive_ns": rec["receive_ns"].astype(np.int64),
+        "parent_span_id": rec["parent_span_id"].astype(np.uint64),
+        "operation": _lookup(rec["operation"], OPERATION_NAMES, "text_completion"),
+        "stream": (flags & ServedFlag.STREAM) != 0, "remote_parent": (flags & ServedFlag.REMOTE_PARENT) != 0,
+        "parent_sampled": (flags & ServedFlag.PARENT_SAMPLED) != 0,
+        "traceparent_invalid": (flags & ServedFlag.TRACEPARENT_INVALID) != 0,
+        "temperature": rec["temperature"].astype(np.float64), "top_p": rec["top_p"].astype(np.float64),
+        "top_k": rec["top_k"].astype(np.int64), "seed": rec["seed"].astype(np.int64),
+        "max_tokens": rec["max_tokens"].astype(np.int64)})
+
+
+def text_frame(rec: np.ndarray) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(TEXT_COLUMNS)
+    n = rec["nbytes"].astype(np.int64)
+    data = np.empty(len(rec), dtype=object)
+    data[:] = [bytes(d)[:k] for d, k in zip(rec["data"], n.tolist())]  # S fields drop trailing NULs; slice anyway
+    return pd.DataFrame({
+        "request_id": rec["request_id"].astype(np.int64), "field": _lookup(rec["field"], TEXT_FIELD_NAMES, "unknown"),
+        "offset": rec["offset"].astype(np.int64), "total": rec["total"].astype(np.int64), "data": data})
+
+
+def join_texts(texts: pd.DataFrame) -> dict[tuple[int, str], str]:
+    """(request_id, field) -> text, from the chunks of `texts`. A string some of whose chunks were
+    lost (ring drops) keeps what arrived, in order; bytes cut inside a UTF-8 sequence are dropped."""
+    out: dict[tuple[int, str], str] = {}
+    for (rid, name), g in texts.sort_values("offset", kind="stable").groupby(["request_id", "field"], sort=False):
+        raw = b"".join(g.drop_duplicates("offset")["data"].tolist())[: int(g["total"].max())]
+        out[(int(rid), str(name))] = raw.decode("utf-8", "ignore")
+    return out
+
+
 @dataclass
 class EventFrames:
     """One batch of decoded probe events (or the concatenation of several)."""
@@ -152,6 +210,9 @@ class EventFrames:
     moe: pd.DataFrame = field(default_factory=lambda: _empty(MOE_COLUMNS))
     spec: pd.DataFrame = field(default_factory=lambda: _empty(SPEC_COLUMNS))
     prefix: pd.DataFrame = field(default_factory=lambda: _empty(PREFIX_COLUMNS))
+    network: pd.DataFrame = field(default_factory=lambda: _empty(NETWORK_COLUMNS))
+    served: pd.DataFrame = field(default_factory=lambda: _empty(SERVED_COLUMNS))
+    texts: pd.DataFrame = field(default_factory=lambda: _empty(TEXT_COLUMNS))
 
     @classmethod
     def from_records(cls, records: dict[int, np.ndarray], labels: dict[int, str]) -> "EventFrames":
@@ -164,7 +225,8 @@ class EventFrames:
         return cls(request_frame(get(RecordKind.REQUEST), labels), step_frame(get(RecordKind.STEP)),
                    batch_frame(get(RecordKind.BATCH_MEMBER)), kv_frame(get(RecordKind.KV_BLOCK)),
                    moe_frame(get(RecordKind.MOE)), spec_frame(get(RecordKind.SPEC), labels),
-                   prefix_frame(get(RecordKind.PREFIX), labels))
+                   prefix_frame(get(RecordKind.PREFIX), labels), network_frame(get(RecordKind.NETWORK)),
+                   served_frame(get(RecordKind.SERVED)), text_frame(get(RecordKind.REQUEST_TEXT)))
 
     def concat(self, other: "EventFrames") -> "EventFrames":
         def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:

@@ -27,6 +27,43 @@ class RecordKind(enum.IntEnum):
     SPEC = 6
     PREFIX = 7
     TASK_LABEL = 8
+    # Written by `infersight serve`, not by the engine's observer callbacks (see below).
+    NETWORK = 9
+    SERVED = 10
+    REQUEST_TEXT = 11
+
+
+# -- records of requests that came through the HTTP server (`infersight serve`) ----------------------
+# The server's engine thread writes them (the ring has one producer): SERVED right after
+# Engine.add_request, so it precedes the request's FINISHED; REQUEST_TEXT chunks (session and user
+# ids, the caller's tracestate, and prompt/completion text only with --export-content) before
+# NETWORK; NETWORK after the response's last byte, hence after FINISHED. The sidecar holds a
+# SERVED request's row until its NETWORK record arrives.
+
+#: Bytes of text per REQUEST_TEXT record: sized so the record fits the slot the MOE record needs.
+TEXT_CHUNK_BYTES = 240
+
+
+class Operation(enum.IntEnum):
+    """The API operation of a served request (GenAI `gen_ai.operation.name`)."""
+
+    TEXT_COMPLETION = 1
+    CHAT = 2
+
+
+class ServedFlag(enum.IntFlag):
+    STREAM = 1               # the response was streamed (SSE)
+    REMOTE_PARENT = 2        # parent_span_id is the caller's span (from a valid traceparent)
+    PARENT_SAMPLED = 4       # the caller's traceparent had the sampled flag
+    TRACEPARENT_INVALID = 8  # a traceparent header was present but malformed: a new trace was started
+
+
+class TextField(enum.IntEnum):
+    SESSION_ID = 1
+    USER_ID = 2
+    TRACESTATE = 3
+    PROMPT = 4        # only with --export-content
+    COMPLETION = 5    # only with --export-content
 
 
 class RequestEvent(enum.IntEnum):
@@ -71,9 +108,17 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
     RecordKind.PREFIX: (1, [("ts_ns", "q"), ("request_id", "Q"), ("group_hash", "Q"), ("prompt_tokens", "I"),
                             ("cached_tokens", "I"), ("task_id", "H")]),
     RecordKind.TASK_LABEL: (1, [("task_id", "H"), ("label", "32s")]),
+    # -- the HTTP server's records (infersight.serve), all on the engine's monotonic clock --------------
+    RecordKind.NETWORK: (1, [("request_id", "Q"), ("receive_ns", "q"), ("first_byte_ns", "q"),
+                             ("last_byte_ns", "q")]),
+    RecordKind.SERVED: (1, [("request_id", "Q"), ("receive_ns", "q"), ("parent_span_id", "Q"),
+                            ("temperature", "d"), ("top_p", "d"), ("top_k", "q"), ("seed", "q"),
+                            ("max_tokens", "I"), ("operation", "B"), ("flags", "B")]),
+    RecordKind.REQUEST_TEXT: (1, [("request_id", "Q"), ("offset", "I"), ("total", "I"), ("field", "B"),
+                                  ("nbytes", "H"), ("data", f"{TEXT_CHUNK_BYTES}s")]),
 }
 
-_NUMPY_CODES = {"q": "<i8", "Q": "<u8", "I": "<u4", "H": "<u2", "B": "u1"}
+_NUMPY_CODES = {"q": "<i8", "Q": "<u8", "I": "<u4", "H": "<u2", "B": "u1", "d": "<f8"}
 
 
 def _numpy_format(code: str) -> object:

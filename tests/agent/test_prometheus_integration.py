@@ -3,23 +3,20 @@ metric the workload produces must be queryable, and the numbers must agree with 
 API and with the engine's own outputs."""
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 from agent_workload import MAX_TOKENS, free_port, make_engine, run_workload, unique_ring
+from prometheus_server import requires_prometheus, start_prometheus, stop
 
 from infersight.agent import report
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(),
-                                reason="needs a Prometheus server binary (/usr/bin/prometheus; `make services`)")
+pytestmark = requires_prometheus
 JOB = "infersight"
 
 #: Catalogue metrics this workload legitimately leaves without a series (asserted absent, so this
@@ -55,47 +52,6 @@ class Prom:
         return float(result[0]["value"][1])
 
 
-def _start_prometheus(tmp: Path, target_port: int) -> tuple[subprocess.Popen, str, Path]:
-    port = free_port()
-    config = tmp / "prometheus.yml"
-    config.write_text(f"""global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: {JOB}
-    static_configs:
-      - targets: ['127.0.0.1:{target_port}']
-""")
-    log = tmp / "prometheus.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"prometheus exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                return proc, url, log
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"prometheus was not ready within 30 s:\n{log.read_text()[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
     """(Prom, workload, agent, probe) once Prometheus holds a scrape taken after the last event."""
@@ -107,7 +63,7 @@ def scraped(tmp_path_factory):
     agent.start_http()
     proc = None
     try:
-        proc, url, log = _start_prometheus(tmp, agent.port)
+        proc, url, log = start_prometheus(tmp, agent.port, JOB)
         prom = Prom(url)
         work = run_workload(engine, agent.poll_once)
         agent.poll_once()
@@ -127,7 +83,7 @@ def scraped(tmp_path_factory):
         yield prom, work, agent, probe
     finally:
         if proc is not None:
-            _stop(proc)
+            stop(proc)
         agent.close()
         probe.close()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -17,15 +16,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from agent_workload import free_port, make_engine, run_workload, unique_ring  # noqa: E402
+from prometheus_server import requires_prometheus, start_prometheus, stop  # noqa: E402
 
 from infersight.agent.config import AgentConfig  # noqa: E402
 from infersight.agent.service import Agent  # noqa: E402
 from infersight.dashboards.grafana import engine, gpu, kernels, overview, write_dashboards  # noqa: E402
 from infersight.exporters import catalogue as C  # noqa: E402
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-pytestmark = pytest.mark.skipif(not Path(PROMETHEUS).exists(),
-                                reason="needs a Prometheus server binary (/usr/bin/prometheus; `make services`)")
+pytestmark = requires_prometheus
 JOB = "infersight"
 #: What Grafana would put in for its built-in variables (the test queries at one instant).
 GRAFANA_VARIABLES = {"__rate_interval": "1m", "__interval": "15s", "__range": "5m"}
@@ -53,37 +51,6 @@ def substitute(expr: str) -> str:
     return expr
 
 
-def _start_prometheus(tmp: Path, target_port: int) -> tuple[subprocess.Popen, str, Path]:
-    port = free_port()
-    config = tmp / "prometheus.yml"
-    config.write_text(f"""global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-scrape_configs:
-  - job_name: {JOB}
-    static_configs:
-      - targets: ['127.0.0.1:{target_port}']
-""")
-    log = tmp / "prometheus.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}", "--enable-feature=exemplar-storage"],
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"prometheus exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                return proc, url, log
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    pytest.fail(f"prometheus was not ready within 30 s:\n{log.read_text()[-3000:]}")
-
-
 def _query(url: str, expr: str) -> list[dict]:
     resp = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5)
     body = resp.json()
@@ -102,7 +69,7 @@ def prometheus(tmp_path_factory) -> Iterator[str]:
     agent.start_http()
     proc = None
     try:
-        proc, url, log = _start_prometheus(tmp, agent.port)
+        proc, url, log = start_prometheus(tmp, agent.port, JOB)
         work = run_workload(eng, agent.poll_once)
         agent.poll_once()
         # Two scrapes after the last change, so every series has the two samples rate() needs.

@@ -1,0 +1,65 @@
+"""`infersight serve`."""
+from __future__ import annotations
+
+import argparse
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    import torch
+
+    from infersight.commands.agent import parse_listen
+    from infersight.probes.config import ProbeConfig
+    from infersight.runtime.config import EngineConfig
+    from infersight.serve.config import ServeConfig
+    from infersight.serve.runner import serve
+    from infersight.serve.sidecar import AgentOptions
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s infersight-serve %(levelname)s %(message)s")
+    host, port = parse_listen(args.listen)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    config = ServeConfig(host=host, port=port, model_name=args.served_model_name or args.model,
+                         max_body_bytes=args.max_body_bytes, max_header_bytes=args.max_header_bytes,
+                         max_pending=args.max_pending, export_content=args.export_content)
+    engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
+                                 seed=args.seed, num_kv_blocks=args.num_kv_blocks)
+    agent = None
+    if args.with_agent:
+        parse_listen(args.agent_listen)  # a bad address is a usage error here, not a dead subprocess
+        agent = AgentOptions(listen=args.agent_listen, otlp_endpoint=args.otlp_endpoint, otlp_protocol=args.otlp_protocol,
+                             trace_sample_ratio=args.trace_sample_ratio, export_content=args.export_content,
+                             otlp_metrics=args.otlp_metrics)
+    elif args.otlp_endpoint is not None:
+        raise ValueError("--otlp-endpoint needs --with-agent (spans are built by the agent)")
+    serve(config, engine_config, ProbeConfig(ring_name=args.ring, nvtx=args.nvtx), agent)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server around the engine, probes on")
+    p.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000)")
+    p.add_argument("--model", default="tiny-moe", help="model config name (default tiny-moe)")
+    p.add_argument("--served-model-name", help="the name clients send as `model` (default: --model)")
+    p.add_argument("--speculative-model", help="draft model config name (speculative decoding)")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-kv-blocks", type=int, help="device KV blocks (default: sized from the model)")
+    p.add_argument("--max-pending", type=int, default=256, help="requests in flight before 429 (default 256)")
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit (413 beyond)")
+    p.add_argument("--max-header-bytes", type=int, default=16 << 10, help="request header limit")
+    p.add_argument("--ring", help="probe ring name (default infersight-<pid>)")
+    p.add_argument("--nvtx", action="store_true", help="also emit NVTX ranges")
+    p.add_argument("--export-content", action="store_true",
+                   help="pass prompt and completion text to the agent for spans (off: text never leaves the server)")
+    agent = p.add_argument_group("the sidecar agent")
+    agent.add_argument("--with-agent", action="store_true", help="start `infersight agent` on the server's ring")
+    agent.add_argument("--agent-listen", default="127.0.0.1:9464", help="the agent's HOST:PORT")
+    agent.add_argument("--otlp-endpoint", nargs="?", const="", metavar="URL",
+                       help="the agent exports spans here (http/protobuf: http://HOST:4318; without URL: "
+                            "OTEL_EXPORTER_OTLP_* variables)")
+    agent.add_argument("--otlp-protocol", choices=("http/protobuf", "grpc"))
+    agent.add_argument("--trace-sample-ratio", type=float, default=1.0,
+                       help="share of requests traced; slow and failed ones always are (default 1.0)")
+    agent.add_argument("--otlp-metrics", action="store_true", help="also export gen_ai.server.* histograms")
+    p.set_defaults(func=run)

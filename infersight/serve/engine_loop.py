@@ -1,0 +1,221 @@
+"""The engine thread: the one thread that calls Engine.step(), and the hand-off to the HTTP handlers.
+
+Handlers run on the asyncio loop; the engine runs here. They meet through two one-way channels:
+
+    handler --(Submission / abort / network-done commands, a thread-safe queue)--> engine thread
+    engine thread --(Accepted / Delta / Done / Failed, via loop.call_soon_threadsafe)--> handler's queue
+
+Keeping every engine call and every probe-ring write on this thread means neither needs a lock:
+the engine is not thread-safe, and the ring has a single producer. Admission is bounded
+(`try_reserve`): past max_pending unfinished requests the handler answers 429 instead of queueing.
+"""
+from __future__ import annotations
+
+import asyncio
+import codecs
+import logging
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from infersight.probes.records import TextField
+from infersight.runtime.engine import Engine
+from infersight.runtime.outputs import RequestOutput
+from infersight.serve.probe_records import ProbeWriter, ServedRecord
+
+log = logging.getLogger("infersight.serve")
+_IDLE_WAIT_S = 0.05  # how long an idle engine thread blocks on the command queue before re-checking stop
+
+
+@dataclass
+class Accepted:
+    request_id: int
+
+
+@dataclass
+class Delta:
+    text: str
+    num_tokens: int
+
+
+@dataclass
+class Done:
+    output: RequestOutput
+
+
+@dataclass
+class Failed:
+    error: Exception
+
+
+Event = Union[Accepted, Delta, Done, Failed]
+
+
+@dataclass
+class Submission:
+    """One request on its way through the engine. texts: strings for the span (session and user ids,
+    tracestate, and the prompt when content export is on), written once the request has an id."""
+
+    prompt: str | list[int]
+    record: ServedRecord
+    task: str | None
+    loop: asyncio.AbstractEventLoop
+    texts: dict[TextField, str] = field(default_factory=dict)
+    export_completion: bool = False
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    request_id: int = -1
+
+    def post(self, event: Event) -> None:
+        """From the engine thread; a handler whose loop is gone has nobody to tell."""
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:
+            pass
+
+
+@dataclass
+class _Active:
+    sub: Submission
+    sent: int = 0
+    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine, writer: ProbeWriter | None, max_pending: int = 256) -> None:
+        self.engine = engine
+        self.writer = writer
+        self.max_pending = max_pending
+        self._commands: queue.SimpleQueue[tuple[str, Submission, tuple[int, ...]]] = queue.SimpleQueue()
+        self._active: dict[int, _Active] = {}
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="infersight-engine", daemon=True)
+
+    # -- the handler side (any thread) -----------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def try_reserve(self) -> bool:
+        """Admit one more request, or refuse (the caller answers 429). Released when it finishes."""
+        with self._pending_lock:
+            if self._pending >= self.max_pending:
+                return False
+            self._pending += 1
+            return True
+
+    def _release(self) -> None:
+        with self._pending_lock:
+            self._pending -= 1
+
+    def submit(self, sub: Submission) -> None:
+        self._commands.put(("submit", sub, ()))
+
+    def abort(self, sub: Submission) -> None:
+        self._commands.put(("abort", sub, ()))
+
+    def network_done(self, sub: Submission, receive_ns: int, first_byte_ns: int, last_byte_ns: int) -> None:
+        """The response's timing, for the NETWORK record (after the last byte: after FINISHED)."""
+        self._commands.put(("network", sub, (receive_ns, first_byte_ns, last_byte_ns)))
+
+    # -- the engine thread -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._drain(block=not self.engine.has_unfinished())
+                self._deliver()
+                if self.engine.has_unfinished():
+                    self.engine.step()
+                    self._deliver()
+            except Exception as exc:  # noqa: BLE001 -- fail the requests in flight, keep serving
+                log.exception("engine step failed; failing %d requests in flight", len(self._active))
+                self._fail_all(exc)
+        self._fail_all(RuntimeError("the server is shutting down"))
+
+    def _drain(self, block: bool) -> None:
+        try:
+            item = self._commands.get(timeout=_IDLE_WAIT_S) if block else self._commands.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._command(*item)
+            try:
+                item = self._commands.get_nowait()
+            except queue.Empty:
+                return
+
+    def _command(self, kind: str, sub: Submission, args: tuple[int, ...]) -> None:
+        try:
+            if kind == "submit":
+                self._add(sub)
+            elif kind == "abort":
+                if sub.request_id in self._active:
+                    self.engine.abort_request(sub.request_id)
+            elif kind == "network" and sub.request_id >= 0 and self.writer is not None:
+                self.writer.network(sub.request_id, *args)
+        except Exception as exc:  # noqa: BLE001 -- one bad command must not stop the thread
+            log.exception("engine command %s failed", kind)
+            if kind == "submit" and sub.request_id < 0:
+                self._release()
+                sub.post(Failed(exc))
+
+    def _add(self, sub: Submission) -> None:
+        try:
+            rid = self.engine.add_request(sub.prompt, sub.record.params, task=sub.task,
+                                          trace_id=sub.record.trace.trace_id)
+        except ValueError as exc:  # InvalidRequestError: the prompt (e.g. too long); nothing was queued
+            self._release()
+            sub.post(Failed(exc))
+            return
+        sub.request_id = rid
+        self._active[rid] = _Active(sub)
+        sub.post(Accepted(rid))
+        if self.writer is not None:  # right after ARRIVED, so the sidecar sees it before FINISHED
+            self.writer.served(rid, sub.record)
+            for text_field, text in sub.texts.items():
+                self.writer.text(rid, text_field, text)
+
+    def _deliver(self) -> None:
+        """New tokens of every active request to its handler; finished ones leave the engine."""
+        for rid, act in list(self._active.items()):
+            req = self.engine.requests[rid]
+            new = req.output_token_ids[act.sent:]
+            if new:
+                act.sent += len(new)
+                text = act.decoder.decode(bytes(t for t in new if t < 256))
+                act.sub.post(Delta(text, len(new)))
+            if req.is_finished:
+                tail = act.decoder.decode(b"", final=True)
+                if tail:
+                    act.sub.post(Delta(tail, 0))
+                out = self.engine.release(rid)
+                del self._active[rid]
+                if act.sub.export_completion and self.writer is not None:
+                    self.writer.text(rid, TextField.COMPLETION, out.text)
+                self._release()
+                act.sub.post(Done(out))
+
+    def _fail_all(self, exc: Exception) -> None:
+        for rid, act in list(self._active.items()):
+            try:
+                self.engine.abort_request(rid)
+                self.engine.release(rid)
+            except Exception:  # noqa: BLE001 -- the engine may be what broke
+                log.debug("could not abort request %d", rid, exc_info=True)
+            del self._active[rid]
+            self._release()
+            act.sub.post(Failed(exc))

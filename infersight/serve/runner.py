@@ -1,0 +1,59 @@
+"""Wiring for `infersight serve`: engine with probes, the engine thread, uvicorn, and the agent."""
+from __future__ import annotations
+
+import logging
+import signal
+
+import uvicorn
+
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.runtime.config import EngineConfig
+from infersight.runtime.engine import Engine
+from infersight.serve.app import build_app
+from infersight.serve.config import ServeConfig
+from infersight.serve.engine_loop import EngineLoop
+from infersight.serve.probe_records import ProbeWriter
+from infersight.serve.sidecar import AgentOptions, AgentProcess
+
+log = logging.getLogger("infersight.serve")
+
+
+def uvicorn_config(app: object, config: ServeConfig) -> uvicorn.Config:
+    """h11 with its incomplete-event limit as the header bound: oversized headers never reach the app."""
+    return uvicorn.Config(app, host=config.host, port=config.port, http="h11", log_level="warning",
+                          h11_max_incomplete_event_size=config.max_header_bytes, access_log=False)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(config: ServeConfig, engine_config: EngineConfig, probe_config: ProbeConfig,
+          agent: AgentOptions | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (uvicorn's handlers), then stop the engine thread and the agent and
+    remove the ring. Call from the main thread."""
+    # After its graceful shutdown uvicorn re-raises the signal it caught; SIGTERM's default action
+    # would end the process before the cleanup below, so make it unwind like SIGINT does.
+    signal.signal(signal.SIGTERM, _interrupt)
+    probe = ProbeObserver(probe_config)
+    sidecar = None
+    try:
+        engine = Engine(engine_config, probe)
+        loop = EngineLoop(engine, ProbeWriter(probe, config.max_text_bytes), config.max_pending)
+        if agent is not None:
+            sidecar = AgentProcess(probe.ring_name, config.model_name, agent)
+            sidecar.wait_ready()
+        loop.start()
+        log.info("serving %s on http://%s:%d (probe ring %s)", config.model_name, config.host, config.port,
+                 probe.ring_name)
+        try:
+            uvicorn.Server(uvicorn_config(build_app(loop, config), config)).run()
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises the stop signal after its graceful shutdown: a requested stop, not an error
+        finally:
+            loop.stop()
+    finally:
+        if sidecar is not None:
+            sidecar.stop()
+        probe.close()

@@ -1,0 +1,101 @@
+"""What the tracing hook keeps between probe batches, per request and per step, until the request's
+row is final and its spans are built.
+
+A request's pieces arrive spread over several batches: its batch memberships with every step,
+its speculative verifications and KV reloads while it runs, the server's records around it. They
+are gathered here by request id and taken out (`take`) when its spans are built, sampled or not.
+Everything is bounded: a request whose row never comes (its FINISHED lost to ring drops) is
+forgotten oldest first, and only the last MAX_STEPS steps are kept for step spans.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from infersight.correlate.frames import EventFrames, join_texts
+from infersight.tracing.spans import ServedInfo
+
+MAX_STEPS = 20_000
+MAX_REQUESTS = 50_000
+#: Request ids carry their ring's index above this bit (agent.ingest.RING_ID_SHIFT).
+RING_SHIFT = 48
+
+
+def _bound(table: dict[Any, Any], limit: int) -> None:
+    """Forget the oldest entries (dicts keep insertion order) beyond limit."""
+    while len(table) > limit:
+        del table[next(iter(table))]
+
+
+class TraceBuffers:
+    def __init__(self) -> None:
+        self.steps: dict[int, dict[str, int]] = {}                # step id -> STEP record
+        self.step_end: dict[int, int] = {}                        # ring index -> latest step end (mono ns)
+        self.members: dict[int, list[tuple[int, int]]] = {}       # request id -> [(step id, tokens)]
+        self.spec: dict[int, list[int]] = {}                      # request id -> [accepted, proposed]
+        self.reloads: dict[int, list[int]] = {}                   # request id -> KV reload times
+        self.served: dict[int, dict[str, Any]] = {}               # request id -> SERVED record
+        self.network: dict[int, tuple[int, int, int]] = {}        # request id -> (receive, first, last byte)
+        self.texts: dict[int, list[tuple[Any, ...]]] = {}         # request id -> REQUEST_TEXT chunks
+
+    def absorb(self, frames: EventFrames, ring_index: int) -> None:
+        """Fold in one batch (request and step ids already shifted by ring, as the agent reads them)."""
+        steps = frames.steps
+        if not steps.empty:
+            for rec in steps.to_dict("records"):
+                self.steps[int(rec["step_id"])] = rec
+            _bound(self.steps, MAX_STEPS)
+            self.step_end[ring_index] = max(self.step_end.get(ring_index, -1), int(steps["end_ns"].max()))
+        b = frames.batch
+        for rid, step, tokens in zip(b["request_id"].tolist(), b["step_id"].tolist(), b["num_tokens"].tolist()):
+            self.members.setdefault(rid, []).append((step, tokens))
+        sp = frames.spec
+        for rid, acc, prop in zip(sp["request_id"].tolist(), sp["accepted"].tolist(), sp["proposed"].tolist()):
+            totals = self.spec.setdefault(rid, [0, 0])
+            totals[0] += acc
+            totals[1] += prop
+        kv = frames.kv_events
+        rel = kv[(kv["event"] == "reloaded") & (kv["request_id"] >= 0)]
+        for rid, ts in zip(rel["request_id"].tolist(), rel["ts_ns"].tolist()):
+            self.reloads.setdefault(rid, []).append(ts)
+        for rec in frames.served.to_dict("records"):
+            self.served[int(rec["request_id"])] = rec
+        net = frames.network
+        for rid, r, f, e in zip(net["request_id"].tolist(), net["receive_ns"].tolist(),
+                                net["first_byte_ns"].tolist(), net["last_byte_ns"].tolist()):
+            self.network[rid] = (r, f, e)
+        tx = frames.texts
+        for row in tx.itertuples(index=False):
+            self.texts.setdefault(int(row.request_id), []).append(tuple(row))
+        for table in (self.members, self.spec, self.reloads, self.served, self.network, self.texts):
+            _bound(table, MAX_REQUESTS)
+
+    def step(self, step_id: int) -> dict[str, int] | None:
+        return self.steps.get(step_id)
+
+    def take(self, request_id: int) -> tuple[ServedInfo | None, tuple[int, int], list[int], list[tuple[int, int]]]:
+        """(served info or None, (accepted, proposed), KV reload times, (step id, tokens) in step order)
+        of one request, removing them from the buffers."""
+        accepted, proposed = self.spec.pop(request_id, (0, 0))
+        reloads = self.reloads.pop(request_id, [])
+        steps = sorted(self.members.pop(request_id, []))
+        rec = self.served.pop(request_id, None)
+        timing = self.network.pop(request_id, (-1, -1, -1))
+        chunks = self.texts.pop(request_id, [])
+        if rec is None:
+            return None, (accepted, proposed), reloads, steps
+        texts = {}
+        if chunks:
+            frame = pd.DataFrame(chunks, columns=list(EventFrames().texts.columns))
+            texts = {name: text for (_, name), text in join_texts(frame).items()}
+        receive = timing[0] if timing[0] >= 0 else int(rec["receive_ns"])
+        params: dict[str, Any] = {
+            "temperature": float(rec["temperature"]), "top_p": float(rec["top_p"]),
+            "top_k": int(rec["top_k"]) if rec["top_k"] > 0 else None, "max_tokens": int(rec["max_tokens"]),
+            "seed": int(rec["seed"]) if rec["seed"] >= 0 else None, "stream": bool(rec["stream"])}
+        served = ServedInfo(str(rec["operation"]), receive, timing[1], timing[2], int(np.uint64(rec["parent_span_id"])),
+                            bool(rec["remote_parent"]), bool(rec["parent_sampled"]),
+                            bool(rec["traceparent_invalid"]), params, texts)
+        return served, (accepted, proposed), reloads, steps

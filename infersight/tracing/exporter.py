@@ -1,0 +1,251 @@
+"""The OpenTelemetry SDK side: span descriptions -> SDK spans -> bounded batching -> OTLP.
+
+    SpanEmitter ──> BoundedBatchSpanProcessor ──> CountingExporter ──> OTLPSpanExporter
+    (descriptions     (queue of max_queue_size;       (counts accepted and      (http/protobuf by
+     to SDK spans)     a span finding it full is       failed spans; never       default, or grpc)
+                       dropped and counted)            raises)
+
+Nothing here raises into the agent's ingest loop for a transport problem: an unreachable endpoint
+costs a log line and a counted drop. The standard OTEL_EXPORTER_OTLP_* variables (headers, timeout,
+compression, certificates, and the endpoint and protocol when none is given) are read by the
+exporters themselves; OTEL_BSP_* size the batch processor when its arguments are left out.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult,
+)
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.span import TraceState
+
+from infersight.tracing.spans import RequestTrace, SpanDesc
+
+log = logging.getLogger("infersight.tracing")
+SCOPE = "infersight.tracing"
+_KINDS = {"server": SpanKind.SERVER, "internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT}
+
+
+# -- ids --------------------------------------------------------------------------------------------
+class PresetTraceIds(IdGenerator):
+    """Random ids, except the next root span's trace id when preset: a request without a caller's
+    traceparent still has a trace id (the engine's), and its span must carry that one."""
+
+    def __init__(self) -> None:
+        self._random = RandomIdGenerator()
+        self._next_trace_id = 0
+
+    def preset_trace_id(self, trace_id: int) -> None:
+        self._next_trace_id = trace_id
+
+    def generate_span_id(self) -> int:
+        return self._random.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        trace_id, self._next_trace_id = self._next_trace_id, 0
+        return trace_id or self._random.generate_trace_id()
+
+
+# -- counting -----------------------------------------------------------------------------------------
+@dataclass
+class ExportCounts:
+    """Span accounting, shared by the processor (on the agent's thread) and the exporter (on the
+    processor's worker thread). built == exported + queue_full + export_failed + still queued."""
+
+    queued: int = 0         # admitted to the batch queue
+    handed: int = 0         # taken off the queue by the worker, handed to the transport
+    exported: int = 0
+    queue_full: int = 0
+    export_failed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def admit(self, capacity: int) -> bool:
+        """Room in a queue of `capacity`? Counts the span as queued, or as dropped (queue_full)."""
+        with self.lock:
+            if self.queued - self.handed >= capacity:
+                self.queue_full += 1
+                return False
+            self.queued += 1
+            return True
+
+    def dropped(self) -> dict[str, int]:
+        with self.lock:
+            return {"queue_full": self.queue_full, "export_failed": self.export_failed}
+
+
+class CountingExporter(SpanExporter):
+    """Wraps the transport: counts what it accepted and what it did not, logs failures, never raises
+    (the OTLP exporters retry transient errors themselves before giving up)."""
+
+    def __init__(self, inner: SpanExporter, counts: ExportCounts) -> None:
+        self.inner = inner
+        self.counts = counts
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        n = len(spans)
+        with self.counts.lock:
+            self.counts.handed += n
+        try:
+            result = self.inner.export(spans)
+        except Exception as exc:  # noqa: BLE001 -- a transport bug must not take the worker thread down
+            log.warning("OTLP span export raised %s: %s; %d spans dropped", type(exc).__name__, exc, n)
+            result = SpanExportResult.FAILURE
+        with self.counts.lock:
+            if result is SpanExportResult.SUCCESS:
+                self.counts.exported += n
+            else:
+                self.counts.export_failed += n
+        if result is not SpanExportResult.SUCCESS:
+            log.warning("OTLP span export failed; %d spans dropped (endpoint unreachable or refusing)", n)
+        return result
+
+    def shutdown(self) -> None:
+        try:
+            self.inner.shutdown()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("OTLP span exporter shutdown raised %s: %s", type(exc).__name__, exc)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return bool(self.inner.force_flush(timeout_millis))
+
+
+class BoundedBatchSpanProcessor(BatchSpanProcessor):
+    """The SDK's batch processor, with its queue overflow counted: a span that finds the queue full
+    is dropped here and counted (the SDK would silently drop the oldest queued span instead)."""
+
+    def __init__(self, exporter: CountingExporter, max_queue_size: int | None = None,
+                 schedule_delay_millis: float | None = None, max_export_batch_size: int | None = None) -> None:
+        # The same defaults and variables as the SDK's, resolved here because the drop check needs the size.
+        self.capacity = (max_queue_size if max_queue_size is not None
+                         else int(os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE", "2048")))
+        batch = (max_export_batch_size if max_export_batch_size is not None
+                 else min(int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512")), self.capacity))
+        super().__init__(exporter, self.capacity, schedule_delay_millis, batch)
+        self.counts = exporter.counts
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is None or not span.context.trace_flags.sampled:
+            return
+        if self.counts.admit(self.capacity):
+            super().on_end(span)
+
+
+# -- transport ----------------------------------------------------------------------------------------
+def signal_endpoint(endpoint: str, signal: str) -> str:
+    """An OTLP/HTTP base URL -> the signal's URL (http://h:4318 -> http://h:4318/v1/traces). A URL
+    already ending in /v1/traces or /v1/metrics is taken as the base's signal URL."""
+    base = endpoint.rstrip("/")
+    for known in ("/v1/traces", "/v1/metrics"):
+        base = base.removesuffix(known)
+    return f"{base}/v1/{signal}"
+
+
+def resolve_protocol(protocol: str | None, signal: str) -> str:
+    chosen = (protocol or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
+              or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+    if chosen not in ("http/protobuf", "grpc"):
+        raise ValueError(f"OTLP protocol must be http/protobuf or grpc, got {chosen!r}")
+    return chosen
+
+
+def otlp_span_exporter(endpoint: str | None, protocol: str | None = None) -> SpanExporter:
+    """endpoint None: the OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT variables (or the SDK's default)."""
+    if resolve_protocol(protocol, "traces") == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        except ImportError:
+            raise ValueError("OTLP over gRPC needs the opentelemetry-exporter-otlp-proto-grpc package") from None
+        return GrpcExporter(endpoint=endpoint) if endpoint else GrpcExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=signal_endpoint(endpoint, "traces")) if endpoint else OTLPSpanExporter()
+
+
+def default_resource(service_name: str = "infersight") -> Resource:
+    """service.name `infersight` unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES name one."""
+    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    return Resource.create({} if named else {"service.name": service_name})
+
+
+@dataclass
+class SpanPipeline:
+    """A tracer provider wired to one exporter, with its counts and id generator."""
+
+    provider: TracerProvider
+    ids: PresetTraceIds
+    counts: ExportCounts
+
+    @classmethod
+    def build(cls, exporter: SpanExporter, *, batch: bool = True, max_queue_size: int | None = None,
+              schedule_delay_millis: float | None = None, resource: Resource | None = None) -> "SpanPipeline":
+        """batch=False exports each span as it ends (tests, with an in-memory exporter)."""
+        ids, counts = PresetTraceIds(), ExportCounts()
+        # Sampling is decided before a span is built (sampling.py); the SDK must not decide again.
+        provider = TracerProvider(resource=resource or default_resource(), id_generator=ids, sampler=ALWAYS_ON)
+        counting = CountingExporter(exporter, counts)
+        provider.add_span_processor(BoundedBatchSpanProcessor(counting, max_queue_size, schedule_delay_millis)
+                                    if batch else SimpleSpanProcessor(counting))
+        return cls(provider, ids, counts)
+
+    def flush(self, timeout_millis: int = 10_000) -> bool:
+        return bool(self.provider.force_flush(timeout_millis))
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+# -- descriptions -> spans -------------------------------------------------------------------------------
+class SpanEmitter:
+    """Turns span descriptions into SDK spans with their recorded start and end times."""
+
+    def __init__(self, pipeline: SpanPipeline) -> None:
+        self.pipeline = pipeline
+        self._tracer = pipeline.provider.get_tracer(SCOPE)
+        self._lock = threading.Lock()  # the preset trace id must go to the span started right after it
+
+    def step(self, desc: SpanDesc) -> SpanContext:
+        """A step span, the root of its own (random) trace; returns its context for span links."""
+        with self._lock:
+            return self._emit(desc, Context(), [])
+
+    def request(self, trace: RequestTrace, step_context: Callable[[int], SpanContext | None]) -> SpanContext:
+        """The request span and its children, under the caller's span when it sent one."""
+        links = []
+        for step_id, tokens in trace.root.step_links:
+            ctx = step_context(step_id)
+            if ctx is not None:
+                links.append(Link(ctx, {"infersight.step.tokens": tokens}))
+        with self._lock:
+            if trace.parent_span_id:
+                state = TraceState.from_header([trace.trace_state]) if trace.trace_state else None
+                parent = SpanContext(trace.trace_id, trace.parent_span_id, is_remote=True,
+                                     trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=state)
+                context = trace_api.set_span_in_context(NonRecordingSpan(parent))
+            else:
+                self.pipeline.ids.preset_trace_id(trace.trace_id)
+                context = Context()
+            return self._emit(trace.root, context, links)
+
+    def _emit(self, desc: SpanDesc, context: Context, links: list[Link]) -> SpanContext:
+        span = self._tracer.start_span(desc.name, context=context, kind=_KINDS[desc.kind],
+                                       attributes=desc.attributes, links=links, start_time=desc.start_ns)
+        for event in desc.events:
+            span.add_event(event.name, event.attributes, timestamp=event.wall_ns)
+        if desc.error is not None:
+            span.set_status(Status(StatusCode.ERROR, desc.error))
+        inner = trace_api.set_span_in_context(span)
+        for child in desc.children:
+            self._emit(child, inner, [])
+        span.end(end_time=desc.end_ns)
+        return span.get_span_context()

@@ -1,0 +1,174 @@
+"""The agent's tracing hook: probe batches and finished request rows in, spans (and metrics) out.
+
+    Agent.poll_once ── frames ──> TracingHook.ingest ──> TraceBuffers (steps, memberships, served)
+    AgentState._requests ── finished rows + their events ──> TracingHook.add_rows (on_rows callback)
+                                        │
+               sampling.decide ──> spans.request_trace ──> SpanEmitter ──> batch queue ──> OTLP
+
+Rows come from AgentState, so they carry the agent's slow_cause and gpu_seconds, and a served
+request's row already waited there for its NETWORK record. A row then waits here until the steps
+it ran in have been read (the step a request finishes in is written just after its FINISHED event),
+at most STEP_WAIT_S. Step spans are exported once, the first time a kept request links to them.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Iterator
+
+import pandas as pd
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+from opentelemetry.trace import SpanContext
+
+from infersight.correlate.frames import EventFrames
+from infersight.exporters import catalogue as C
+from infersight.tracing.buffers import RING_SHIFT, TraceBuffers
+from infersight.tracing.exporter import ExportCounts, SpanEmitter, SpanPipeline, otlp_span_exporter
+from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
+from infersight.tracing.spans import RequestInputs, request_trace, step_span
+
+if TYPE_CHECKING:
+    from infersight.agent.aggregates import LabelledCounter
+    from infersight.agent.config import AgentConfig
+    from infersight.agent.state import AgentState
+
+log = logging.getLogger("infersight.tracing")
+STEP_WAIT_S = 1.0
+MAX_STEP_SPANS = 20_000  # step span contexts remembered for links from later requests
+
+
+class TracingHook:
+    def __init__(self, pipeline: SpanPipeline, model: str, ratio: float = 1.0, export_content: bool = False,
+                 metrics: GenAIServerMetrics | None = None) -> None:
+        self.pipeline = pipeline
+        self.emitter = SpanEmitter(pipeline)
+        self.model, self.ratio, self.export_content, self.metrics = model, ratio, export_content, metrics
+        self.buffers = TraceBuffers()
+        self.kept = self.sampled_out = 0
+        self._rows: list[tuple[dict[str, Any], pd.DataFrame, float]] = []  # (row, its events, when added)
+        self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
+        self._step_spans: OrderedDict[int, SpanContext] = OrderedDict()
+        self._mirror: dict[str, LabelledCounter] = {}
+
+    @classmethod
+    def from_config(cls, config: "AgentConfig", state: "AgentState") -> "TracingHook":
+        """OTLP export as configured, fed by `state` (its on_rows callback is set here)."""
+        endpoint = config.otlp_endpoint or None  # "": the OTEL_EXPORTER_OTLP_* variables decide
+        pipeline = SpanPipeline.build(otlp_span_exporter(endpoint, config.otlp_protocol))
+        metrics = (GenAIServerMetrics(otlp_metric_reader(endpoint, config.otlp_protocol))
+                   if config.otlp_metrics else None)
+        hook = cls(pipeline, config.model_name, config.trace_sample_ratio, config.export_content, metrics)
+        state.on_rows = hook.add_rows
+        # Once TRACING_METRICS are merged into the catalogue, the agent's collector renders them from
+        # its counters: keep those in step (until then, collector() serves them).
+        hook._mirror = {s.name: state.counters[s.name] for s in C.TRACING_METRICS if s.name in state.counters}
+        return hook
+
+    # -- input ------------------------------------------------------------------------------------
+    def add_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
+        """AgentState.on_rows: runs under the state's lock, so it only queues."""
+        now = time.monotonic()
+        by_request = {int(rid): g for rid, g in events.groupby("request_id", sort=False)}
+        for row in rows.to_dict("records"):
+            self._rows.append((row, by_request.get(int(row["request_id"]), events.iloc[:0]), now))
+
+    def ingest(self, frames: EventFrames, ring_index: int, anchor: tuple[int, int]) -> None:
+        """One probe batch of ring `ring_index` (after AgentState ingested it); builds what is ready."""
+        self._anchors[ring_index] = anchor
+        try:
+            self.buffers.absorb(frames, ring_index)
+        except Exception:  # noqa: BLE001 -- tracing must never stop the agent's ingest loop
+            log.exception("tracing could not read a probe batch; its spans may lack steps or server timing")
+        self.process()
+
+    # -- output -----------------------------------------------------------------------------------
+    def process(self, force: bool = False) -> None:
+        """Build spans of rows whose steps have all been read (or waited STEP_WAIT_S; force: all)."""
+        now, waiting = time.monotonic(), []
+        for row, events, added in self._rows:
+            ring = int(row["request_id"]) >> RING_SHIFT
+            if force or now - added >= STEP_WAIT_S or self.buffers.step_end.get(ring, -1) >= int(row["finish_ns"]):
+                self._export(row, events, ring)
+            else:
+                waiting.append((row, events, added))
+        self._rows = waiting
+        self._sync_mirror()
+
+    def _export(self, row: dict[str, Any], events: pd.DataFrame, ring: int) -> None:
+        served, spec, reloads, steps = self.buffers.take(int(row["request_id"]))
+        operation = served.operation if served is not None else "text_completion"
+        try:
+            if self.metrics is not None:
+                self.metrics.record(row, operation, self.model)
+            wall, mono = self._anchors.get(ring, (0, 0))
+
+            def to_wall(ns: int) -> int:
+                return ns - mono + wall
+
+            trace = request_trace(RequestInputs(row, events, served, spec, reloads, steps), to_wall, self.model,
+                                  self.ratio, self.export_content)
+            if not trace.decision.keep:
+                self.sampled_out += 1
+                return
+            self.emitter.request(trace, lambda step_id: self._step_context(step_id, to_wall))
+            self.kept += 1
+        except Exception:  # noqa: BLE001 -- a bad row must not stop the agent's ingest loop
+            log.exception("could not build spans for request %s", row.get("request_id"))
+
+    def _step_context(self, step_id: int, to_wall: Any) -> SpanContext | None:
+        ctx = self._step_spans.get(step_id)
+        if ctx is None:
+            step = self.buffers.step(step_id)
+            if step is None:  # older than the step window, or its record was lost
+                return None
+            ctx = self._step_spans[step_id] = self.emitter.step(step_span(step, to_wall))
+            while len(self._step_spans) > MAX_STEP_SPANS:
+                self._step_spans.popitem(last=False)
+        return ctx
+
+    def flush(self, timeout_millis: int = 10_000) -> None:
+        """Build everything waiting and push it out (tests; shutdown)."""
+        self.process(force=True)
+        self.pipeline.flush(timeout_millis)
+        if self.metrics is not None:
+            self.metrics.flush(timeout_millis)
+        self._sync_mirror()
+
+    def close(self) -> None:
+        self.flush()
+        self.pipeline.shutdown()
+        if self.metrics is not None:
+            self.metrics.shutdown()
+
+    # -- accounting -------------------------------------------------------------------------------
+    def _sync_mirror(self) -> None:
+        counts = self.pipeline.counts
+        if C.OTLP_SPANS_EXPORTED.name in self._mirror:
+            self._mirror[C.OTLP_SPANS_EXPORTED.name].values[()] = float(counts.exported)
+        if C.OTLP_SPANS_DROPPED.name in self._mirror:
+            for reason, n in counts.dropped().items():
+                self._mirror[C.OTLP_SPANS_DROPPED.name].values[(reason,)] = float(n)
+
+    def collector(self) -> Collector:
+        return _TracingCollector(self.pipeline.counts)
+
+
+class _TracingCollector(Collector):
+    """Serves TRACING_METRICS on the agent's /metrics while they are not in the catalogue."""
+
+    def __init__(self, counts: ExportCounts) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterator[Metric]:
+        merged = {spec.name for spec in C.CATALOGUE}
+        if C.OTLP_SPANS_EXPORTED.name not in merged:
+            yield CounterMetricFamily(C.OTLP_SPANS_EXPORTED.name, C.OTLP_SPANS_EXPORTED.help,
+                                      value=self.counts.exported)
+        if C.OTLP_SPANS_DROPPED.name not in merged:
+            fam = CounterMetricFamily(C.OTLP_SPANS_DROPPED.name, C.OTLP_SPANS_DROPPED.help,
+                                      labels=list(C.OTLP_SPANS_DROPPED.labels))
+            for reason, n in sorted(self.counts.dropped().items()):
+                fam.add_metric([reason], n)
+            yield fam

@@ -1,0 +1,195 @@
+"""Span descriptions of a finished request, built from its request_table row and probe events.
+
+Pure: plain dataclasses in, plain dataclasses out; exporter.py turns them into SDK spans. Every
+timestamp comes from the engine's monotonic clock and is converted to wall-clock ns once, with the
+ring's anchor (`to_wall`), so a request's spans line up with the caller's spans on one time axis.
+
+A request becomes one span named `<operation> <model>` (kind SERVER), in the caller's trace and
+under the caller's span when it sent a traceparent, lasting from the body received to the last
+byte sent (from arrival to finish for requests that did not come over HTTP). Its children:
+
+    queue     arrival -> first scheduled (-> finish if never scheduled)
+    prefill   one per prefill chunk, as the engine ran it
+    decode    first token -> finish
+
+Preemptions, resumptions, KV reloads and the first token are span events. Each engine step the
+request took part in is linked (a span link to that step's own span, in its own trace, see
+step_span), so a slow step shared by many requests is one click away from each of them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from infersight.tracing import semconv as sc
+from infersight.tracing.sampling import Decision, decide
+
+#: Links per request span (the SDK's default span limit is 128); the rest are counted in an attribute.
+MAX_STEP_LINKS = 128
+#: KV reload events closer than this are one burst (a swapped-in request reloads its blocks together).
+RELOAD_BURST_NS = 1_000_000
+
+ToWall = Callable[[int], int]
+
+
+@dataclass(frozen=True)
+class EventDesc:
+    name: str
+    wall_ns: int
+    attributes: sc.Attributes = field(default_factory=dict)
+
+
+@dataclass
+class SpanDesc:
+    """One span; times are wall-clock ns. kind: "server" or "internal". step_links: (step id, tokens
+    this request fed in that step). error: the status description of a failed span, else None."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    kind: str = "internal"
+    attributes: sc.Attributes = field(default_factory=dict)
+    events: list[EventDesc] = field(default_factory=list)
+    children: list["SpanDesc"] = field(default_factory=list)
+    step_links: list[tuple[int, int]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class RequestTrace:
+    """Where the request span goes: trace id, the caller's span (0: none, the span is a root) and
+    tracestate, plus the sampling decision (the hook exports only kept ones)."""
+
+    trace_id: int
+    parent_span_id: int
+    trace_state: str
+    root: SpanDesc
+    decision: Decision
+
+
+@dataclass
+class ServedInfo:
+    """What `infersight serve` recorded about a request (SERVED, NETWORK and REQUEST_TEXT records).
+    Times are monotonic ns, -1 when unknown (a NETWORK record that never arrived)."""
+
+    operation: str = "text_completion"
+    receive_ns: int = -1
+    first_byte_ns: int = -1
+    last_byte_ns: int = -1
+    parent_span_id: int = 0
+    remote_parent: bool = False
+    parent_sampled: bool = False
+    traceparent_invalid: bool = False
+    params: dict[str, Any] = field(default_factory=dict)  # temperature, top_p, top_k, max_tokens, seed, stream
+    texts: dict[str, str] = field(default_factory=dict)   # session_id, user_id, tracestate, prompt, completion
+
+
+@dataclass
+class RequestInputs:
+    """Everything one request's spans are built from. row: a request_table row plus gpu_seconds and
+    slow_cause; events: its request_events; spec: (accepted, proposed) draft tokens; reload_ns: its
+    KV reload times; steps: (step id, tokens) of the steps it took part in."""
+
+    row: Mapping[str, Any]
+    events: pd.DataFrame
+    served: ServedInfo | None = None
+    spec: tuple[int, int] = (0, 0)
+    reload_ns: list[int] = field(default_factory=list)
+    steps: list[tuple[int, int]] = field(default_factory=list)
+
+
+def request_trace(inp: RequestInputs, to_wall: ToWall, model: str, ratio: float,
+                  export_content: bool = False) -> RequestTrace:
+    """The request span with its children, and whether sampling keeps it."""
+    row, served = inp.row, inp.served or ServedInfo()
+    reason = str(row["finish_reason"])
+    trace_id = int(str(row["trace_id"]), 16)
+    decision = decide(trace_id, ratio, slow=bool(row.get("slow_cause")), failed=reason in sc.FAILED_REASONS,
+                      parent_sampled=served.parent_sampled if served.remote_parent else None)
+    a, s, t, f = (int(row[c]) for c in ("arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns"))
+    start = min(a, served.receive_ns) if served.receive_ns >= 0 else a
+    end = max(f, served.last_byte_ns)
+
+    attrs: sc.Attributes = {}
+    attrs.update(sc.genai(served.operation, model, row, served.params))
+    attrs.update(sc.openinference(model, row, served.params))
+    attrs.update(sc.identity(served.texts))
+    attrs.update(sc.ours(row, *inp.spec))
+    attrs[sc.IS + "sampling.rule"] = decision.rule
+    if served.first_byte_ns >= 0 and served.receive_ns >= 0:
+        attrs[sc.IS + "time_to_first_byte_s"] = (served.first_byte_ns - served.receive_ns) / 1e9
+    if served.traceparent_invalid:
+        attrs[sc.IS + "traceparent_invalid"] = True
+    if t >= 0:
+        attrs[sc.LANGFUSE_COMPLETION_START] = sc.iso8601(to_wall(t))
+    if export_content:
+        attrs.update(sc.content(served.operation, served.texts))
+    links = inp.steps[:MAX_STEP_LINKS]
+    if len(inp.steps) > len(links):
+        attrs[sc.IS + "step_links_dropped"] = len(inp.steps) - len(links)
+
+    root = SpanDesc(f"{served.operation} {model}", to_wall(start), to_wall(end), "server", attrs,
+                    _events(inp, t, to_wall), _phases(inp, a, s, t, f, to_wall), links,
+                    f"finish reason {reason}" if reason in sc.FAILED_REASONS else None)
+    return RequestTrace(trace_id, served.parent_span_id if served.remote_parent else 0,
+                        served.texts.get("tracestate", ""), root, decision)
+
+
+def _phases(inp: RequestInputs, a: int, s: int, t: int, f: int, to_wall: ToWall) -> list[SpanDesc]:
+    """queue, prefill (per chunk) and decode, clamped into [arrival, finish] like request_table."""
+    scheduled = min(max(s, a), f) if s >= 0 else f
+    spans = [SpanDesc("queue", to_wall(a), to_wall(scheduled), attributes={sc.IS + "phase": "queue"})]
+    ev = inp.events
+    chunks = ev[ev["event"] == "PREFILL_CHUNK"].sort_values("ts_ns", kind="stable")
+    for c in chunks.itertuples(index=False):
+        lo, hi = min(max(int(c.ts_ns), a), f), min(max(int(c.end_ns), a), f)
+        spans.append(SpanDesc("prefill", to_wall(lo), to_wall(max(lo, hi)), attributes={
+            sc.IS + "phase": "prefill", sc.IS + "prefill.tokens": int(c.value0),
+            sc.IS + "prefill.start_position": int(c.value1)}))
+    if t >= 0:
+        first = min(max(t, scheduled), f)
+        attrs: sc.Attributes = {sc.IS + "phase": "decode", sc.GEN_AI_OUTPUT_TOKENS: int(inp.row["output_tokens"])}
+        accepted, proposed = inp.spec
+        if proposed > 0:
+            attrs[sc.IS + "spec.accept_rate"] = accepted / proposed
+        spans.append(SpanDesc("decode", to_wall(first), to_wall(f), attributes=attrs))
+    return spans
+
+
+def _events(inp: RequestInputs, t: int, to_wall: ToWall) -> list[EventDesc]:
+    ev = inp.events
+    out = [EventDesc("first_token", to_wall(t))] if t >= 0 else []
+    for r in ev[ev["event"].isin(["PREEMPTED", "RESUMED"])].itertuples(index=False):
+        if r.event == "PREEMPTED":
+            out.append(EventDesc("preempted", to_wall(int(r.ts_ns)), {sc.IS + "preemption.reason": str(r.reason)}))
+        else:
+            out.append(EventDesc("resumed", to_wall(int(r.ts_ns))))
+    for start, count in _bursts(sorted(inp.reload_ns)):
+        out.append(EventDesc("kv_reload", to_wall(start), {sc.IS + "kv.reloaded_blocks": count}))
+    return sorted(out, key=lambda e: e.wall_ns)
+
+
+def _bursts(times: list[int]) -> list[tuple[int, int]]:
+    """(first time, count) of runs of sorted times, each within RELOAD_BURST_NS of the one before."""
+    runs: list[list[int]] = []  # [first, last, count]
+    for ts in times:
+        if runs and ts - runs[-1][1] <= RELOAD_BURST_NS:
+            runs[-1][1], runs[-1][2] = ts, runs[-1][2] + 1
+        else:
+            runs.append([ts, ts, 1])
+    return [(first, count) for first, _, count in runs]
+
+
+#: STEP columns written as infersight.step.<column> on step spans.
+STEP_FIELDS = ("step_id", "prefill_tokens", "decode_tokens", "spec_tokens", "spec_accepted", "batch_size",
+               "kv_blocks_in_use", "kv_blocks_cached", "kv_blocks_total", "waiting", "running", "swapped",
+               "preempted", "finished")
+
+
+def step_span(step: Mapping[str, Any], to_wall: ToWall) -> SpanDesc:
+    """One engine step (a row of the steps frame), as a root span in a trace of its own: steps are
+    shared by many requests from many traces, so they belong to none of them."""
+    attrs: sc.Attributes = {sc.IS + "step." + ("id" if k == "step_id" else k): int(step[k]) for k in STEP_FIELDS}
+    return SpanDesc("engine.step", to_wall(int(step["start_ns"])), to_wall(int(step["end_ns"])), "internal", attrs)

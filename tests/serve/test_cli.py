@@ -1,0 +1,82 @@
+"""`infersight serve` as a user runs it: the shipped tiny-moe behind the HTTP API, the agent beside
+it (--with-agent) seeing each request with its network time, and the server still serving after
+the agent is killed. Usage errors are one line and exit code 2."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from serve_fixtures import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def serve_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "infersight", "serve", *args]
+
+
+def test_otlp_without_agent_is_a_usage_error() -> None:
+    res = subprocess.run(serve_cmd("--otlp-endpoint", "http://127.0.0.1:4318"), cwd=REPO, env=ENV,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("infersight: error: --otlp-endpoint needs --with-agent")
+
+
+def wait_json(url: str, check, timeout: float = 40.0):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = httpx.get(url, timeout=2).json()
+            if check(value):
+                return value
+        except (httpx.HTTPError, ValueError):
+            pass
+        assert time.monotonic() < deadline, f"timed out on {url}"
+        time.sleep(0.1)
+
+
+def agent_pid(server_pid: int) -> int:
+    """The server's `infersight agent` child (its other child is multiprocessing's resource tracker)."""
+    out = subprocess.run(["ps", "-o", "pid=,args=", "--ppid", str(server_pid)], capture_output=True, text=True).stdout
+    (pid,) = [int(line.split()[0]) for line in out.splitlines() if "infersight agent" in line]
+    return pid
+
+
+def test_serve_with_agent_and_without_it(tmp_path: Path) -> None:
+    port, agent_port = free_port(), free_port()
+    base, agent = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{agent_port}"
+    log = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen(serve_cmd("--listen", f"127.0.0.1:{port}", "--device", "cpu", "--with-agent",
+                                      "--agent-listen", f"127.0.0.1:{agent_port}"),
+                            cwd=REPO, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_json(base + "/health", lambda h: h["status"] == "ok")
+        resp = httpx.post(base + "/v1/completions", timeout=60, json={"prompt": "def add(a, b):", "max_tokens": 8,
+                                                                       "temperature": 0},
+                          headers={"x-infersight-task": "code"})
+        assert resp.status_code == 200 and resp.json()["model"] == "tiny-moe"
+        rows = wait_json(agent + "/api/v1/requests?slowest=5", lambda r: len(r["requests"]) == 1)["requests"]
+        assert rows[0]["task"] == "code" and rows[0]["network_s"] > 0
+        assert rows[0]["trace_id"] == resp.headers["x-infersight-trace-id"]
+        os.kill(agent_pid(proc.pid), signal.SIGKILL)  # the sidecar is gone: the server does not care
+        for _ in range(3):
+            again = httpx.post(base + "/v1/completions", timeout=60, json={"prompt": "still here?", "max_tokens": 4})
+            assert again.status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)  # what a process manager sends
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    text = (tmp_path / "serve.log").read_text()
+    assert proc.returncode == 0, text
+    ring = text.split("probe ring ")[1].split(")")[0]
+    assert not Path("/dev/shm", ring).exists()  # a clean stop removes the ring
