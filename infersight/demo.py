@@ -160,6 +160,10 @@ def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagno
                                            f"predicted speedup {fmt(s['predicted_speedup'])}x")
     imb = [f"L{layer['layer']} {fmt(layer['max_over_mean'])}x" for layer in summary["moe"]["layers"]]
     t.add_row("MoE max/mean load", ", ".join(imb) or "-")
+    gpu = summary.get("gpu", {})
+    phases = ", ".join(f"{p['phase']} {p['field'].replace('_ratio', '')} {p['mean']:.2f}"
+                       for p in gpu.get("phase_breakdown", []))
+    t.add_row("GPU", phases or gpu.get("status", "-"))
     t.add_row("dropped probe events", str(summary["dropped_events"]))
     console.print(t)
     s = Table(title="slowest requests (s)")

@@ -23,6 +23,7 @@ from infersight.agent.server import build_app
 from infersight.agent.state import AgentState
 from infersight.exporters.prometheus import build_registry
 from infersight.gpu import GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
+from infersight.gpu.frames import covering_samples
 
 log = logging.getLogger("infersight.agent")
 
@@ -94,6 +95,9 @@ class Agent:
             except ValueError as exc:  # e.g. grpc asked for but not installed
                 raise ConfigError(str(exc)) from None
             self.registry.register(self.tracing.collector())
+            interval_ns = int(gpu_config.interval_s * 1e9)
+            self.tracing.gpu_for_step = lambda start, end: covering_samples(self.gpu.recent(), start, end,
+                                                                              interval_ns)
 
     def _gpu_summary(self) -> None:
         """Refresh the GPU part of the summary about once a second (not every poll)."""

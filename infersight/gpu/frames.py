@@ -102,3 +102,20 @@ def phase_breakdown(samples_df: pd.DataFrame, steps_df: pd.DataFrame,
     rank = {p: i for i, p in enumerate(PHASES)} | {f: i for i, f in enumerate(fields)}
     out = out.sort_values(["phase", "field"], key=lambda col: col.map(rank)).reset_index(drop=True)
     return out.astype(PHASE_COLUMNS)
+
+
+def covering_samples(samples: Iterable[GpuSample], start_ns: int, end_ns: int, max_lag_ns: int) -> dict[str, float]:
+    """field -> value of the first whole-GPU sample of each field taken at or after `end_ns` (within
+    `max_lag_ns`), averaged over GPUs. Sampled values (GPM, utilisation) average the window that
+    ends at their timestamp, so this is the reading that covers a step shorter than the interval."""
+    first: dict[tuple[str, int], tuple[int, float]] = {}
+    for s in samples:
+        if s.instance or not end_ns <= s.ts_ns <= end_ns + max_lag_ns:
+            continue
+        key = (s.field, s.gpu)
+        if key not in first or s.ts_ns < first[key][0]:
+            first[key] = (s.ts_ns, s.value)
+    by_field: dict[str, list[float]] = {}
+    for (field, _), (_, value) in first.items():
+        by_field.setdefault(field, []).append(value)
+    return {field: sum(v) / len(v) for field, v in by_field.items()}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Callable, Iterator, Mapping, TYPE_CHECKING
 
 import pandas as pd
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -51,6 +51,8 @@ class TracingHook:
         self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
         self._step_spans: OrderedDict[int, SpanContext] = OrderedDict()
         self._mirror: dict[str, LabelledCounter] = {}
+        #: (start_ns, end_ns) -> GPU telemetry covering that step; set by the agent when it samples a GPU.
+        self.gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None
 
     @classmethod
     def from_config(cls, config: "AgentConfig", state: "AgentState") -> "TracingHook":
@@ -123,7 +125,8 @@ class TracingHook:
             step = self.buffers.step(step_id)
             if step is None:  # older than the step window, or its record was lost
                 return None
-            ctx = self._step_spans[step_id] = self.emitter.step(step_span(step, to_wall))
+            gpu = self.gpu_for_step(int(step["start_ns"]), int(step["end_ns"])) if self.gpu_for_step else None
+            ctx = self._step_spans[step_id] = self.emitter.step(step_span(step, to_wall, gpu))
             while len(self._step_spans) > MAX_STEP_SPANS:
                 self._step_spans.popitem(last=False)
         return ctx

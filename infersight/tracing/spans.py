@@ -188,8 +188,11 @@ STEP_FIELDS = ("step_id", "prefill_tokens", "decode_tokens", "spec_tokens", "spe
                "preempted", "finished")
 
 
-def step_span(step: Mapping[str, Any], to_wall: ToWall) -> SpanDesc:
+def step_span(step: Mapping[str, Any], to_wall: ToWall, gpu: Mapping[str, float] | None = None) -> SpanDesc:
     """One engine step (a row of the steps frame), as a root span in a trace of its own: steps are
-    shared by many requests from many traces, so they belong to none of them."""
+    shared by many requests from many traces, so they belong to none of them. `gpu`: the GPU
+    telemetry covering the step (field -> value), written as infersight.gpu.<field>."""
     attrs: sc.Attributes = {sc.IS + "step." + ("id" if k == "step_id" else k): int(step[k]) for k in STEP_FIELDS}
+    for field, value in (gpu or {}).items():
+        attrs[sc.IS + "gpu." + field] = float(value)
     return SpanDesc("engine.step", to_wall(int(step["start_ns"])), to_wall(int(step["end_ns"])), "internal", attrs)
