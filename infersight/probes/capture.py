@@ -40,6 +40,13 @@ class StepCapture:
             if self._left == 0:
                 self._stop()
 
+    def close(self) -> None:
+        """End a capture window that is still open (the engine stops before N steps): write what
+        was captured. A profiler left running would record every later op of the process."""
+        if self._left:
+            self._left = 0
+            self._stop()
+
     def _start(self) -> None:
         self._seq, steps, self._tool = self.control.take()
         self._seen = self._seq

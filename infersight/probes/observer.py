@@ -6,6 +6,7 @@ counts what it drops. Nothing here aggregates: that is the sidecar's job, outsid
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -18,6 +19,7 @@ from infersight.probes.records import (
     MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_dtype, record_registry,
     record_struct, split_trace_id,
 )
+from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD
 from infersight.probes.ring import RingProducer
 from infersight.runtime.observer import EngineObserver, KVBlockEvent
 from infersight.runtime.ranges import RangeMarker
@@ -140,6 +142,24 @@ class ProbeObserver(EngineObserver):
             event.synchronize()
             self._write_moe(step_id, buf.numpy())
 
+    def on_ep_stats(self, step_id: int, layer: int, rank: int, world: int, dispatch_ns: int, combine_ns: int,
+                    compute_ns: int, bytes_to_peer: Sequence[int], tokens_per_local_expert: Sequence[int],
+                    local_expert_ids: Sequence[int], gather_ns: int = 0, total_ns: int = 0) -> None:
+        """One MoE layer's expert-parallel stats on this rank (see runtime.parallel.stats.EPLayerStats).
+        Not an EngineObserver callback: ExpertParallelEngine calls it after each step. Peers and
+        local experts beyond one record's width spill into further records (chunk 1, 2, ...)."""
+        pack = self._pack[RecordKind.EP_STATS]
+        peers, slots = EP_PEERS_PER_RECORD, EP_EXPERTS_PER_RECORD
+        n_slots = len(tokens_per_local_expert)
+        for chunk in range(max(1, -(-world // peers), -(-n_slots // slots))):
+            sent = list(bytes_to_peer[chunk * peers:(chunk + 1) * peers])
+            ids = list(local_expert_ids[chunk * slots:(chunk + 1) * slots])
+            tokens = list(tokens_per_local_expert[chunk * slots:(chunk + 1) * slots])
+            self._write(RecordKind.EP_STATS, pack(
+                step_id, layer, rank, world, chunk, n_slots, dispatch_ns, combine_ns, compute_ns, gather_ns,
+                total_ns, *sent, *[0] * (peers - len(sent)), *ids, *[0] * (slots - len(ids)),
+                *tokens, *[0] * (slots - len(tokens))))
+
     def on_spec_verified(self, request_id: int, num_proposed: int, num_accepted: int,
                          accept_mask: list[bool], draft_ns: int, verify_ns: int) -> None:
         mask = 0
@@ -168,6 +188,7 @@ class ProbeObserver(EngineObserver):
 
     def close(self, unlink: bool = True) -> None:
         self.flush()
+        self.capture.close()
         self.control.close()
         self.ring.close()
         if unlink:

@@ -31,6 +31,8 @@ class RecordKind(enum.IntEnum):
     NETWORK = 9
     SERVED = 10
     REQUEST_TEXT = 11
+    # Written by expert-parallel ranks (infersight.runtime.parallel), one ring per rank.
+    EP_STATS = 20
 
 
 # -- records of requests that came through the HTTP server (`infersight serve`) ----------------------
@@ -64,6 +66,14 @@ class TextField(enum.IntEnum):
     TRACESTATE = 3
     PROMPT = 4        # only with --export-content
     COMPLETION = 5    # only with --export-content
+
+
+# -- expert-parallel stats (EP_STATS): one record per (step, MoE layer, rank), more when it overflows --
+# The per-peer bytes and per-local-expert counts are split over records `chunk` = 0, 1, ...: chunk c
+# carries peers [c*EP_PEERS_PER_RECORD, ...) and local expert slots [c*EP_EXPERTS_PER_RECORD, ...);
+# the timings repeat in every chunk. Sized so the record fits the slot the MOE record needs.
+EP_PEERS_PER_RECORD = 8
+EP_EXPERTS_PER_RECORD = 24
 
 
 class RequestEvent(enum.IntEnum):
@@ -116,6 +126,13 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
                             ("max_tokens", "I"), ("operation", "B"), ("flags", "B")]),
     RecordKind.REQUEST_TEXT: (1, [("request_id", "Q"), ("offset", "I"), ("total", "I"), ("field", "B"),
                                   ("nbytes", "H"), ("data", f"{TEXT_CHUNK_BYTES}s")]),
+    # -- expert-parallel ranks: dispatch/compute/combine/gather/total ns of one MoE layer on one rank;
+    # bytes_to_peer: activation bytes dispatched to each rank; expert_ids/tokens: per local expert slot
+    RecordKind.EP_STATS: (1, [("step_id", "Q"), ("layer", "H"), ("rank", "H"), ("world", "H"), ("chunk", "H"),
+                              ("n_slots", "H"), ("dispatch_ns", "q"), ("combine_ns", "q"), ("compute_ns", "q"),
+                              ("gather_ns", "q"), ("total_ns", "q"), ("bytes_to_peer", f"{EP_PEERS_PER_RECORD}Q"),
+                              ("expert_ids", f"{EP_EXPERTS_PER_RECORD}H"),
+                              ("expert_tokens", f"{EP_EXPERTS_PER_RECORD}I")]),
 }
 
 _NUMPY_CODES = {"q": "<i8", "Q": "<u8", "I": "<u4", "H": "<u2", "B": "u1", "d": "<f8"}

@@ -89,3 +89,9 @@ def test_auto_capture_fires_on_kv_pressure_with_cooldown(setup):
     agent.poll_once()
     agent.poll_once()
     assert len(agent.captures.records) == 1  # the cool-down holds the rule back
+    # The engine stopped before the 20-step window ended: closing the probes ends the capture
+    # (a profiler left running would record every later op of the process).
+    probe.capture.close()
+    assert not torch.autograd.profiler._is_profiler_enabled
+    agent.poll_once()
+    assert agent.captures.records[0].state == "done"
