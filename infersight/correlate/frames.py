@@ -23,6 +23,14 @@ served           request_id, receive_ns, parent_span_id, operation, stream, remo
                  written at arrival; operation: chat | text_completion; seed -1: none; parent_span_id 0: none)
 texts            request_id, field, offset, total, data   (chunks of a served request's strings; field:
                  session_id | user_id | tracestate | prompt | completion; data: bytes; join with join_texts)
+ep               step_id, layer, rank, world, chunk, dispatch_ns, compute_ns, combine_ns, gather_ns, total_ns,
+                 bytes_to_peer, expert_ids, expert_tokens   (expert-parallel runs: one row per (step, MoE
+                 layer, rank), from each rank's own ring; step ids are the engines' own, equal across ranks.
+                 bytes_to_peer: tuple of `world` ints, activation bytes dispatched to each rank (own rank: a
+                 local copy; combine sends the same rows back); expert_ids, expert_tokens: tuples over the
+                 rank's local expert slots, global expert id and tokens received. A rank with more than 8
+                 peers or 24 local experts writes extra rows, chunk 1, 2, ..., continuing the tuples at peer
+                 chunk*8 and slot chunk*24 (timings repeated); correlate.expert_parallel handles both)
 """
 from __future__ import annotations
 
@@ -62,6 +70,9 @@ SERVED_COLUMNS = {"request_id": "int64", "receive_ns": "int64", "parent_span_id"
                   "temperature": "float64", "top_p": "float64", "top_k": "int64", "seed": "int64",
                   "max_tokens": "int64"}
 TEXT_COLUMNS = {"request_id": "int64", "field": "object", "offset": "int64", "total": "int64", "data": "object"}
+EP_COLUMNS = {"step_id": "int64", "layer": "int64", "rank": "int64", "world": "int64", "chunk": "int64",
+              "dispatch_ns": "int64", "compute_ns": "int64", "combine_ns": "int64", "gather_ns": "int64",
+              "total_ns": "int64", "bytes_to_peer": "object", "expert_ids": "object", "expert_tokens": "object"}
 OPERATION_NAMES = {int(o): o.name.lower() for o in Operation}
 TEXT_FIELD_NAMES = {int(f): f.name.lower() for f in TextField}
 
@@ -199,6 +210,27 @@ def join_texts(texts: pd.DataFrame) -> dict[tuple[int, str], str]:
     return out
 
 
+def ep_frame(rec: np.ndarray) -> pd.DataFrame:
+    """One row per EP_STATS record. Chunk c's tuples start at peer c*8 and local slot c*24 (only
+    ranks with more peers or slots than that write chunks > 0); the timings repeat in every chunk."""
+    if len(rec) == 0:
+        return _empty(EP_COLUMNS)
+    chunk = rec["chunk"].astype(np.int64)
+    n_peers = np.clip(rec["world"].astype(np.int64) - chunk * rec["bytes_to_peer"].shape[1], 0, None)
+    n_slots = np.clip(rec["n_slots"].astype(np.int64) - chunk * rec["expert_ids"].shape[1], 0, None)
+
+    def tuples(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        out = np.empty(len(counts), dtype=object)
+        for i, (v, n) in enumerate(zip(values.tolist(), counts.tolist())):
+            out[i] = tuple(v[:n])  # one by one: a slice assignment would unpack equal-length tuples
+        return out
+
+    columns: dict[str, object] = {name: rec[name].astype(np.int64) for name, t in EP_COLUMNS.items() if t != "object"}
+    columns.update(bytes_to_peer=tuples(rec["bytes_to_peer"], n_peers), expert_ids=tuples(rec["expert_ids"], n_slots),
+                   expert_tokens=tuples(rec["expert_tokens"], n_slots))
+    return pd.DataFrame(columns)
+
+
 @dataclass
 class EventFrames:
     """One batch of decoded probe events (or the concatenation of several)."""
@@ -213,6 +245,7 @@ class EventFrames:
     network: pd.DataFrame = field(default_factory=lambda: _empty(NETWORK_COLUMNS))
     served: pd.DataFrame = field(default_factory=lambda: _empty(SERVED_COLUMNS))
     texts: pd.DataFrame = field(default_factory=lambda: _empty(TEXT_COLUMNS))
+    ep: pd.DataFrame = field(default_factory=lambda: _empty(EP_COLUMNS))
 
     @classmethod
     def from_records(cls, records: dict[int, np.ndarray], labels: dict[int, str]) -> "EventFrames":
@@ -226,7 +259,8 @@ class EventFrames:
                    batch_frame(get(RecordKind.BATCH_MEMBER)), kv_frame(get(RecordKind.KV_BLOCK)),
                    moe_frame(get(RecordKind.MOE)), spec_frame(get(RecordKind.SPEC), labels),
                    prefix_frame(get(RecordKind.PREFIX), labels), network_frame(get(RecordKind.NETWORK)),
-                   served_frame(get(RecordKind.SERVED)), text_frame(get(RecordKind.REQUEST_TEXT)))
+                   served_frame(get(RecordKind.SERVED)), text_frame(get(RecordKind.REQUEST_TEXT)),
+                   ep=ep_frame(get(RecordKind.EP_STATS)))
 
     def concat(self, other: "EventFrames") -> "EventFrames":
         def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,17 @@
+"""Expert parallelism for the reference runtime: MoE experts sharded over W ranks, tokens
+dispatched and combined by torch.distributed all-to-all (NCCL on GPUs, gloo on CPU).
+
+| module | concept |
+|---|---|
+| `placement.py` | which rank hosts which experts (contiguous home shards, optional replicas) |
+| `exchange.py` | where each (token, expert) pair goes, and the all-to-all / all-gather collectives |
+| `moe.py` | `ExpertParallelMoE`: the sharded MoE FFN, bit-exact with `MoEFFN` without replicas |
+| `stats.py` | per-layer phase timings, bytes per peer, tokens per local expert; flushed once per step |
+| `engine.py` | `ExpertParallelEngine`: the single-process `Engine` with its MoE layers sharded |
+| `group.py` | the process group (torchrun environment, NCCL/gloo, NVLink multicast off) |
+| `spawn.py` | W local CPU processes on gloo, for tests |
+| `launch.py` | the torchrun entry point |
+
+Every rank runs the same engine loop on the same requests; attention and the dense parts are
+replicated, so the generated tokens equal the single-process engine's.
+"""

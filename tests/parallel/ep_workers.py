@@ -1,0 +1,146 @@
+"""Per-rank functions the expert-parallel tests run through spawn_local, and the shared fixtures'
+inputs. Spawned ranks import this module by name (multiprocessing hands them the parent's sys.path)."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+from dataclasses import dataclass
+from typing import ContextManager
+
+import torch
+
+from infersight.correlate.frames import EventFrames, update_labels
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.probes.records import record_registry
+from infersight.probes.ring import RingConsumer
+from infersight.runtime.config import ModelConfig
+from infersight.runtime.engine import Engine
+from infersight.runtime.moe import MoEFFN
+from infersight.runtime.parallel.group import EPGroup
+from infersight.runtime.parallel.launch import GenerationSpec, ep_ring_name, run_generation
+from infersight.runtime.parallel.moe import ExpertParallelMoE
+from infersight.runtime.parallel.placement import LayerPlacement
+from infersight.runtime.parallel.stats import EPLayerStats, EPStatsCollector
+from infersight.runtime.ranges import RangeMarker, layer_range_names
+
+TINY = ModelConfig("ep-test-moe", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64,
+                   n_experts=4, top_k=2, max_seq_len=128)
+_rng = random.Random(7)
+PROMPTS: tuple[str | tuple[int, ...], ...] = (
+    "The quick brown fox jumps over the lazy dog.",
+    "Hi",
+    *(tuple(_rng.randrange(256) for _ in range(_rng.randrange(3, 60))) for _ in range(6)),
+)
+# A small token budget forces chunked prefill and mixed prefill/decode steps; block_size 8 pages the KV.
+ENGINE_KWARGS = {"block_size": 8, "max_num_batched_tokens": 48, "num_kv_blocks": 256}
+SPEC = GenerationSpec(TINY, PROMPTS, max_tokens=24, engine_kwargs=ENGINE_KWARGS)
+#: Layer 0 gets two replicas (expert 0 on rank 1, expert 3 on rank 0); layer 1 keeps the home placement.
+REPLICATED = {0: LayerPlacement.contiguous(4, 2).with_replicas([(0, 1), (3, 0)])}
+_ring_ids = itertools.count()
+
+
+class RecordingRanges(RangeMarker):
+    """Remembers every range name it is asked to mark."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def range(self, name: str) -> ContextManager[None]:
+        self.names.add(name)
+        return contextlib.nullcontext()
+
+
+@dataclass
+class ProbedRun:
+    """What one engine (a rank, or the single-process reference) generated and recorded."""
+
+    tokens: list[list[int]]
+    ring_name: str
+    frames: EventFrames
+    range_names: set[str]
+
+
+def _probed(ring_name: str) -> tuple[ProbeObserver, RingConsumer]:
+    observer = ProbeObserver(ProbeConfig(ring_name=ring_name))
+    observer.ranges = RecordingRanges()
+    return observer, RingConsumer.attach(ring_name, record_registry())
+
+
+def _drain(consumer: RingConsumer) -> EventFrames:
+    records = consumer.read()
+    return EventFrames.from_records(records, update_labels({}, records))
+
+
+def generate_on_rank(group: EPGroup, spec: GenerationSpec) -> ProbedRun:
+    """One rank of an expert-parallel run, probed into its own ring (read back in-process)."""
+    observer, consumer = _probed(ep_ring_name("infersight-test-ep", group.rank))
+    try:
+        result = run_generation(group, spec, observer)
+        observer.flush()
+        return ProbedRun(result.tokens, observer.ring_name, _drain(consumer), observer.ranges.names)
+    finally:
+        consumer.close()
+        observer.close()
+
+
+def generate_single(spec: GenerationSpec) -> ProbedRun:
+    """The single-process reference: the plain Engine on the same requests, probed the same way."""
+    observer, consumer = _probed(f"infersight-test-ref-{os.getpid()}-{next(_ring_ids)}")
+    try:
+        engine = Engine(spec.engine_config(), observer)
+        ids = [engine.add_request(list(p) if isinstance(p, tuple) else p, spec.sampling()) for p in spec.prompts]
+        while engine.has_unfinished():
+            engine.step()
+        observer.flush()
+        tokens = [engine.release(rid).token_ids for rid in ids]
+        return ProbedRun(tokens, observer.ring_name, _drain(consumer), observer.ranges.names)
+    finally:
+        consumer.close()
+        observer.close()
+
+
+# -- one MoE layer on its own --------------------------------------------------------------------
+LAYER_CFG = ModelConfig("ep-layer", d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=64,
+                        n_experts=4, top_k=2)
+#: (dtype, tokens, replicas): token counts below, equal to and above the world size, and odd.
+LAYER_CASES = [(dtype, t, reps) for dtype in (torch.float32, torch.bfloat16) for t in (1, 2, 7, 64)
+               for reps in ((), ((0, 1), (3, 0)))]
+
+
+def layer_inputs(dtype: torch.dtype, n_tokens: int) -> tuple[MoEFFN, torch.Tensor]:
+    """The same seeded layer and input on every process (the parent recomputes routing from them)."""
+    torch.manual_seed(0)
+    moe = MoEFFN(LAYER_CFG, RangeMarker(), layer_range_names(0)).to(dtype)
+    x = torch.randn(n_tokens, LAYER_CFG.d_model, generator=torch.Generator().manual_seed(n_tokens)).to(dtype)
+    return moe, x
+
+
+@dataclass
+class LayerResult:
+    dtype: torch.dtype
+    n_tokens: int
+    replicas: tuple[tuple[int, int], ...]
+    reference: torch.Tensor
+    output: torch.Tensor
+    stats: EPLayerStats
+    expert_counts: torch.Tensor
+
+
+def run_layer_cases(group: EPGroup) -> list[LayerResult]:
+    """Every LAYER_CASES case: the dense MoEFFN and its expert-parallel version on the same input."""
+    out = []
+    for dtype, n_tokens, replicas in LAYER_CASES:
+        moe, x = layer_inputs(dtype, n_tokens)
+        placement = LayerPlacement.contiguous(LAYER_CFG.n_experts, group.world).with_replicas(replicas)
+        collector = EPStatsCollector(group.rank, group.world, "cpu")
+        counts = torch.zeros(LAYER_CFG.n_experts, dtype=torch.long)
+        with torch.inference_mode():
+            reference = moe(x)
+            ep = ExpertParallelMoE(moe, 0, group, placement, collector, RangeMarker())
+            output = ep(x, counts)
+        (stats,) = collector.flush(1, None)
+        out.append(LayerResult(dtype, n_tokens, replicas, reference, output, stats, counts))
+    return out
