@@ -13,6 +13,7 @@ import pandas as pd
 
 from infersight.agent.aggregates import quantile
 from infersight.agent.state import AgentState
+from infersight.correlate import expert_parallel as ep_analysis
 from infersight.correlate import moe, speculation
 from infersight.exporters import catalogue as C
 
@@ -86,6 +87,7 @@ def summary(state: AgentState) -> dict[str, Any]:
         "cost": {"gpu_seconds_by_task": {labels[0]: v for labels, v in gpu_by_task.items()}},
         "slow_causes": rows["slow_cause"][rows["slow_cause"] != ""].value_counts().to_dict() if not rows.empty else {},
         "gpu": gpu,
+        "expert_parallel": expert_parallel(state),
         "dropped_events": int(sum(s.get("dropped", 0) for s in rings.values())),
         "rings": rings,
     })
@@ -100,6 +102,24 @@ def slowest(state: AgentState, n: int) -> list[dict[str, Any]]:
     with state.lock:
         rows = sorted(state.finished, key=lambda r: -float(r["e2e_s"]))[:n]  # type: ignore[arg-type]
     return _clean([{k: r.get(k) for k in REQUEST_FIELDS} for r in rows])
+
+
+def expert_parallel(state: AgentState, extra_replicas: int = 2) -> dict[str, Any] | None:
+    """All-to-all share of MoE time, hot ranks and a replication plan (None without EP records)."""
+    with state.lock:
+        ep = state.ep_events
+    if ep.empty:
+        return None
+    share = ep_analysis.a2a_share(ep, by=())
+    plans = ep_analysis.replication_plans(ep, extra_replicas)
+    return _clean({
+        "world": int(ep["world"].max()),
+        "a2a_share_of_moe_time": float(share["a2a_share"].iloc[0]) if not share.empty else None,
+        "ranks": ep_analysis.hot_ranks(ep).drop(columns=["compute_s"]).to_dict("records"),
+        "replication_plan": [{"layer": int(r.layer), "replicas": [list(x) for x in r.replicas],
+                              "balance_before": r.balance_before, "balance_after": r.balance_after}
+                             for r in plans.itertuples(index=False)],
+    })
 
 
 def diagnosis(state: AgentState) -> dict[str, Any]:

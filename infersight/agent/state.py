@@ -23,6 +23,8 @@ from infersight.exporters import catalogue as C
 
 #: Verifications kept for per-task acceptance and speedup (recent behaviour is what advice needs).
 SPEC_WINDOW = 100_000
+#: Expert-parallel records kept (layers x ranks x steps) for the all-to-all share and the replication plan.
+EP_WINDOW = 50_000
 #: Bounds on state waiting for events that ring drops may have lost.
 MAX_PENDING_STEPS = 256
 MAX_OPEN_REQUESTS = 50_000
@@ -49,6 +51,7 @@ class AgentState:
         self.reload_events = EventFrames().kv_events  # KV reloads of requests still in flight
         self.expert_tokens = np.zeros((0, 0), dtype=np.int64)
         self.prefix_groups: dict[int, list[int]] = {}  # group hash -> [requests, cached tokens, prompt tokens]
+        self.ep_events = EventFrames().ep  # expert-parallel records of recent steps, all ranks
         self.spec_events = EventFrames().spec  # all verifications, kept compact (per task and position below)
         self.ring_stats: dict[str, dict[str, int]] = {}
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
@@ -70,6 +73,7 @@ class AgentState:
             self._moe(frames.moe)
             self._prefix(frames.prefix)
             self._spec(frames.spec)
+            self._ep(frames.ep)
             self._network(frames)
             self._requests(frames.request_events)
 
@@ -180,6 +184,13 @@ class AgentState:
         for row in by_pos.itertuples(index=False):
             self.counters[C.SPEC_POSITION_PROPOSED.name].inc((row.task, str(row.position)), row.proposed)
             self.counters[C.SPEC_POSITION_ACCEPTED.name].inc((row.task, str(row.position)), row.accepted)
+
+    def _ep(self, frame: pd.DataFrame) -> None:
+        """Expert-parallel stats from every rank's ring, kept for a recent window of steps."""
+        if frame.empty:
+            return
+        ep = pd.concat([self.ep_events, frame], ignore_index=True) if not self.ep_events.empty else frame
+        self.ep_events = ep.iloc[-EP_WINDOW:].reset_index(drop=True)
 
     def _requests(self, events: pd.DataFrame) -> None:
         self.requests_seen += int((events["event"] == "ARRIVED").sum())

@@ -136,3 +136,23 @@ def test_replicated_placement_splits_tokens_and_keeps_totals(replicated_ranks):
     # the replicas take load: a replicated expert's copies together carry what one copy would
     assert layer0.loc[(layer0["expert"] == 0) & (layer0["rank"] == 1), "tokens"].sum() > 0
     assert replicated_ranks[0].tokens == replicated_ranks[1].tokens
+
+
+def test_agent_summary_reports_ep_share_ranks_and_plan(ranks):
+    """The sidecar folds every rank's EP records into its summary (as it would from two rings)."""
+    from infersight.agent.config import AgentConfig
+    from infersight.agent.report import expert_parallel
+    from infersight.agent.state import AgentState
+
+    state = AgentState(AgentConfig(rings=["unused"]))
+    for run in ranks:
+        state.ingest(run.frames)
+    got = expert_parallel(state)
+    ep = _merged(ranks, "ep")
+    # Independent arithmetic over the raw records: all-to-all share = (dispatch + combine) / total.
+    want_share = (ep["dispatch_ns"].sum() + ep["combine_ns"].sum()) / ep["total_ns"].sum()
+    assert got["world"] == WORLD
+    assert got["a2a_share_of_moe_time"] == pytest.approx(want_share)
+    tokens_by_rank = {r: sum(sum(t) for t in g["expert_tokens"]) for r, g in ep.groupby("rank")}
+    assert {row["rank"]: row["tokens"] for row in got["ranks"]} == tokens_by_rank
+    assert [p["layer"] for p in got["replication_plan"]] == list(range(TINY.n_layers))
