@@ -3,15 +3,11 @@ and a workload that exercises every stream the agent folds (tasks, prefix sharin
 swap and recompute, speculation)."""
 from __future__ import annotations
 
-import itertools
-import os
-import socket
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import torch
 
+from testkit import free_port, one_torch_thread, unique_ring  # noqa: F401  (re-exported)
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime import Engine, EngineConfig, ModelConfig, RequestOutput, SamplingParams, StepStats
@@ -27,29 +23,6 @@ JSON = '{"name": "infersight", "tags": ["a", "b"], '          # 3 full blocks wi
 FIRST_WAVE = [(CODE + "a", "code")]
 SECOND_WAVE = [(CODE + "bb", "code"), (JSON + '"x": 1}', "json"), (CODE + "ccc", "code"), (JSON + '"y": 2}', "json"),
                ("hi", "json")]
-_names = itertools.count()
-
-
-@contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """The agent (thread or process) competes with the engine for the machine's two cores; a
-    context manager rather than a fixture so module-scoped fixtures can use it too."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def unique_ring(tag: str) -> str:
-    return f"infersight-test-{tag}-{os.getpid()}-{next(_names)}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_engine(ring: str, ring_capacity: int = 1 << 16) -> tuple[Engine, ProbeObserver]:

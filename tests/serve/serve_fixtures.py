@@ -3,9 +3,6 @@ behind the HTTP app, reachable in-process (httpx ASGITransport) or on a real uvi
 ring read back as the agent reads it."""
 from __future__ import annotations
 
-import itertools
-import os
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -13,9 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
-import torch
 import uvicorn
 
+from testkit import free_port, one_torch_thread, unique_ring  # noqa: F401  (re-exported)
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
@@ -33,28 +30,6 @@ MODEL = "tiny-test"
 TINY = ModelConfig(MODEL, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, n_experts=4, top_k=2,
                    max_seq_len=256)
 DRAFT = ModelConfig("tiny-draft-test", d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32, max_seq_len=256)
-_names = itertools.count()
-
-
-@contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """The engine thread competes with the test (and agent, Phoenix) for two cores."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def unique_ring(tag: str) -> str:
-    return f"infersight-test-{tag}-{os.getpid()}-{next(_names)}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
