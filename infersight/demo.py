@@ -163,7 +163,7 @@ def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagno
     gpu = summary.get("gpu", {})
     phases = ", ".join(f"{p['phase']} {p['field'].replace('_ratio', '')} {p['mean']:.2f}"
                        for p in gpu.get("phase_breakdown", []))
-    t.add_row("GPU", phases or gpu.get("status", "-"))
+    t.add_row("GPU", phases or gpu.get("status", "-").split(" (")[0])  # the details are in summary.json
     t.add_row("dropped probe events", str(summary["dropped_events"]))
     console.print(t)
     s = Table(title="slowest requests (s)")
