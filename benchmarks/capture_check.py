@@ -58,7 +58,7 @@ def run(args: argparse.Namespace, capture: bool) -> tuple[list[float], list[floa
     record = None
     if capture:
         req = urllib.request.Request(f"http://127.0.0.1:{agent.port}/api/v1/capture", method="POST",
-                                     data=json.dumps({"steps": 20}).encode(),
+                                     data=json.dumps({"steps": 20, "tool": args.tool}).encode(),
                                      headers={"Authorization": "Bearer check"})
         urllib.request.urlopen(req).read()
     window = timed_steps(engine, 21)  # the capture window (20 steps) and the step that writes nothing
@@ -79,6 +79,7 @@ def main() -> None:
     ap.add_argument("--model", default="llama-1b-shape")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--tool", default="torch", choices=["torch", "cuda-profiler"])
     args = ap.parse_args()
     win_a, after_a, _ = run(args, capture=False)
     win_b, after_b, record = run(args, capture=True)
@@ -89,7 +90,7 @@ def main() -> None:
     print(f"median decode step after the window: no capture {a * 1e3:.3f} ms, after a capture {b * 1e3:.3f} ms, "
           f"ratio {b / a:.4f}")
     out = os.environ.get("OUT")
-    if out and record.path:
+    if out and record.path and record.path.endswith(".gz"):
         shutil.copy(record.path, os.path.join(out, f"capture_{args.model}.json.gz"))
     if record.analysis:
         print(json.dumps({k: record.analysis.get(k) for k in ("source", "kernels", "categories", "findings")},
