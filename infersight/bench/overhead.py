@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from infersight.bench.switch import SwitchObserver
+from infersight.bench.timing import sync
 from infersight.probes.config import ProbeConfig
 from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.observer import ProbeObserver, make_observer
@@ -39,10 +40,6 @@ class OverheadResult:
     nvtx_backend: str
     dropped: int
 
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def bench_overhead(model: str = "tiny-moe", device: str = "cpu", dtype: str = "float32", batch: int = 16,
@@ -70,10 +67,10 @@ def bench_overhead(model: str = "tiny-moe", device: str = "cpu", dtype: str = "f
         for k in order[i % 3:] + order[:i % 3]:  # rotate who goes first
             switch.select(k)
             before = consumer.stats()["produced"]
-            _sync(device)
+            sync(device)
             t0 = time.perf_counter_ns()
             engine.step()
-            _sync(device)
+            sync(device)
             times[k].append(time.perf_counter_ns() - t0)
             consumer.read()
             if k == "all":

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from infersight.bench.timing import sync
 from infersight.runtime import Engine, EngineConfig, SamplingParams
 
 
@@ -27,10 +28,6 @@ class RuntimeBenchResult:
     decode_step_ms: float
     machine: str
 
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "float32", batch: int = 16,
@@ -54,10 +51,10 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     for i in range(repeats + 1):
         for p in prompts():
             engine.add_request(p, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         stats = engine.step()
-        _sync(device)
+        sync(device)
         dt = time.perf_counter() - t0
         drain()
         if i:
@@ -67,10 +64,10 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     engine.step()  # prefill
     step_times = []
     for _ in range(decode_steps):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         stats = engine.step()
-        _sync(device)
+        sync(device)
         step_times.append((time.perf_counter() - t0, stats.num_decode_tokens))
     drain()
     decode_rates = [n / dt for dt, n in step_times[1:] if n]
