@@ -125,6 +125,11 @@ class CaptureController:
                 finished.append(record)
         return finished
 
+    def first_step(self, record: CaptureRecord) -> int:
+        """The engine step the record's window began with (read before the next capture)."""
+        block = self._blocks.get(record.ring)
+        return block.first_step if block is not None else 0
+
     def check_rules(self, rings: list[str], ttft_p99_s: float | None, kv_usage: float | None,
                     preemptions: int) -> CaptureRecord | None:
         """Start a capture when a rule fires and the cool-down has passed."""

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import uvicorn
 
 from infersight.agent.capture import (
@@ -28,15 +29,21 @@ from infersight.gpu.frames import covering_samples
 log = logging.getLogger("infersight.agent")
 
 
-def analyze_capture(path: str) -> dict[str, object]:
-    """A finished capture's kernel breakdown and findings (or why there is none)."""
+def analyze_capture(path: str, batch: "pd.DataFrame", first_step: int) -> tuple[dict[str, object], dict]:
+    """A finished capture's kernel breakdown and findings (or why there is none), and each
+    captured request's kernel summary (request id -> kernel ns and top categories)."""
+    from infersight.kernels.attribution import request_kernel_summaries
     from infersight.kernels.load import load_trace
     from infersight.kernels.report import build_report
 
     try:
-        return build_report(load_trace(Path(path)))
+        trace = load_trace(Path(path))
+        report = build_report(trace)
     except (ValueError, OSError) as exc:
-        return {"error": str(exc)}
+        return {"error": str(exc)}, {}
+    per_request = request_kernel_summaries(trace.kernels, batch, first_step)
+    report["requests"] = len(per_request)
+    return report, per_request
 
 
 class PortInUseError(ConfigError):
@@ -95,6 +102,7 @@ class Agent:
             except ValueError as exc:  # e.g. grpc asked for but not installed
                 raise ConfigError(str(exc)) from None
             self.registry.register(self.tracing.collector())
+            self.tracing.kernels_for_request = self.state.kernel_by_request.get
             interval_ns = int(gpu_config.interval_s * 1e9)
             self.tracing.gpu_for_step = lambda start, end: covering_samples(self.gpu.recent(), start, end,
                                                                               interval_ns)
@@ -142,7 +150,10 @@ class Agent:
         for record in self.captures.poll():
             log.info("capture %d %s: %s", record.capture_id, record.state, record.path or "-")
             if record.state == "done" and record.path:
-                record.analysis = analyze_capture(record.path)
+                first_step = self.captures.first_step(record)
+                record.analysis, per_request = analyze_capture(record.path, self.state.recent_batch_frame(),
+                                                               first_step)
+                self.state.add_kernel_summaries(per_request)
         last = self.state.last_step
         kv_usage = last["kv_blocks_in_use"] / last["kv_blocks_total"] if last.get("kv_blocks_total") else None
         preempted = int(last.get("preempted", 0)) if last else 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Callable
 
 import numpy as np
@@ -57,6 +57,8 @@ class AgentState:
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
         self.requests_seen = 0
         self.recent_steps: deque[pd.DataFrame] = deque(maxlen=64)  # recent step batches, for GPU phases
+        self.recent_batch: deque[pd.DataFrame] = deque(maxlen=256)  # for joining captures to requests
+        self.kernel_by_request: OrderedDict[int, dict[str, object]] = OrderedDict()  # from captures
         self.gpu_status = "GPU telemetry: not started"
         self.gpu_phases: list[dict[str, object]] = []
         # -- requests served over HTTP (`infersight serve`): their NETWORK record follows FINISHED -----
@@ -91,6 +93,8 @@ class AgentState:
         steps = frames.steps
         if not steps.empty:
             self.recent_steps.append(steps)
+        if not frames.batch.empty:
+            self.recent_batch.append(frames.batch)
             last = steps.iloc[-1]
             self.last_step = {k: int(last[k]) for k in steps.columns}
             self.counters[C.STEPS.name].inc((), len(steps))
@@ -296,6 +300,17 @@ class AgentState:
         with self.lock:
             frames = list(self.recent_steps)
         return pd.concat(frames, ignore_index=True) if frames else EventFrames().steps
+
+    def recent_batch_frame(self) -> pd.DataFrame:
+        with self.lock:
+            frames = list(self.recent_batch)
+        return pd.concat(frames, ignore_index=True) if frames else EventFrames().batch
+
+    def add_kernel_summaries(self, summaries: dict[int, dict[str, object]]) -> None:
+        with self.lock:
+            self.kernel_by_request.update(summaries)
+            while len(self.kernel_by_request) > self.config.retain_requests:
+                self.kernel_by_request.popitem(last=False)
 
     def set_gpu_summary(self, status: str, phases: list[dict[str, object]]) -> None:
         with self.lock:

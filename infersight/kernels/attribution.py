@@ -127,3 +127,20 @@ def kernel_time_by_range(kernels: pd.DataFrame, ranges: pd.DataFrame) -> pd.Data
                      share=out["kernel_ns"] / total if total else 0.0)
     out = out.sort_values(["kernel_ns", "name"], ascending=[False, True], kind="stable")
     return out[list(RANGE_TIME_COLUMNS)].astype(RANGE_TIME_COLUMNS).reset_index(drop=True)
+
+
+def request_kernel_summaries(kernels: pd.DataFrame, batch: pd.DataFrame, first_step: int,
+                             top: int = 3) -> dict[int, dict[str, object]]:
+    """Per request of a capture: {"kernel_ns", "top": [{"category", "kernel_ns", "share"}]}.
+
+    A torch.profiler capture numbers its steps 0..N-1 (step_id); the engine's id of captured step
+    k is first_step + k, which is how `batch` (the engine's batch rows) is keyed."""
+    gpu = kernels[kernels["category"].isin(["kernel", "gpu_memcpy", "gpu_memset"])]
+    shifted = gpu.assign(step_id=np.where(gpu["step_id"] >= 0, gpu["step_id"] + first_step, -1))
+    summary = kernel_summary_by_request(shifted, batch, top)
+    out: dict[int, dict[str, object]] = {}
+    for rid, g in summary.groupby("request_id", sort=True):
+        out[int(rid)] = {"kernel_ns": int(g["request_kernel_ns"].iloc[0]),
+                         "top": [{"category": str(r.op_category), "kernel_ns": int(r.kernel_ns),
+                                  "share": float(r.share)} for r in g.sort_values("rank").itertuples(index=False)]}
+    return out

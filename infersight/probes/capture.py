@@ -30,9 +30,9 @@ class StepCapture:
         self._left = 0
         self._seq = 0
 
-    def on_step_begin(self) -> None:
+    def on_step_begin(self, step_id: int) -> None:
         if self._left == 0 and self.control.request_seq != self._seen:
-            self._start()
+            self._start(step_id)
 
     def on_step_end(self) -> None:
         if self._left:
@@ -47,7 +47,8 @@ class StepCapture:
             self._left = 0
             self._stop()
 
-    def _start(self) -> None:
+    def _start(self, step_id: int) -> None:
+        self.control.set_first_step(step_id)
         self._seq, steps, self._tool = self.control.take()
         self._seen = self._seq
         self._left = max(1, steps)

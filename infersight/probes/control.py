@@ -7,6 +7,7 @@ a capture, and the engine answers. The engine reads one counter per step; that i
    32  ack_seq u64       (engine writes: the last request it took)
    40  state u8 | pad                     (engine writes: idle, running, done, failed)
    48  path (256 bytes, NUL-padded UTF-8) (engine writes: where the capture went)
+  304  first_step u64    (engine writes: the engine step id the window began with)
 """
 from __future__ import annotations
 
@@ -81,6 +82,14 @@ class ControlBlock:
         self._words[2] = seq
         self.set_state(CaptureState.RUNNING, "")
         return seq, int(steps), CaptureTool(tool)
+
+    def set_first_step(self, step_id: int) -> None:
+        struct.pack_into("<Q", self.shm.buf, 304, step_id)
+
+    @property
+    def first_step(self) -> int:
+        """Captured step k (0-based, as a Kineto trace numbers them) is engine step first_step + k."""
+        return int(struct.unpack_from("<Q", self.shm.buf, 304)[0])
 
     def set_state(self, state: CaptureState, path: str) -> None:
         raw = path.encode()[:255]

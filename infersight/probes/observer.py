@@ -170,7 +170,7 @@ class ProbeObserver(EngineObserver):
             time.monotonic_ns(), request_id, draft_ns, verify_ns, mask, task_id, num_proposed, num_accepted))
 
     def on_step_begin(self, step_id: int, t_ns: int) -> None:
-        self.capture.on_step_begin()
+        self.capture.on_step_begin(step_id)
 
     def on_step_end(self, stats: StepStats) -> None:
         self._write(RecordKind.STEP, self._pack[RecordKind.STEP](

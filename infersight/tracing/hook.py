@@ -27,7 +27,7 @@ from infersight.exporters import catalogue as C
 from infersight.tracing.buffers import RING_SHIFT, TraceBuffers
 from infersight.tracing.exporter import ExportCounts, SpanEmitter, SpanPipeline, otlp_span_exporter
 from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
-from infersight.tracing.spans import RequestInputs, request_trace, step_span
+from infersight.tracing.spans import RequestInputs, kernel_attributes, request_trace, step_span
 
 if TYPE_CHECKING:
     from infersight.agent.aggregates import LabelledCounter
@@ -51,6 +51,8 @@ class TracingHook:
         self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
         self._step_spans: OrderedDict[int, SpanContext] = OrderedDict()
         self._mirror: dict[str, LabelledCounter] = {}
+        #: request id -> its kernel summary from a capture, if one covered it; set by the agent.
+        self.kernels_for_request: Callable[[int], Mapping[str, Any] | None] | None = None
         #: (start_ns, end_ns) -> GPU telemetry covering that step; set by the agent when it samples a GPU.
         self.gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None
 
@@ -114,6 +116,9 @@ class TracingHook:
             if not trace.decision.keep:
                 self.sampled_out += 1
                 return
+            kernels = self.kernels_for_request(int(row["request_id"])) if self.kernels_for_request else None
+            if kernels:  # a capture covered some of this request's steps
+                trace.root.attributes.update(kernel_attributes(kernels))
             self.emitter.request(trace, lambda step_id: self._step_context(step_id, to_wall))
             self.kept += 1
         except Exception:  # noqa: BLE001 -- a bad row must not stop the agent's ingest loop

@@ -196,3 +196,13 @@ def step_span(step: Mapping[str, Any], to_wall: ToWall, gpu: Mapping[str, float]
     for field, value in (gpu or {}).items():
         attrs[sc.IS + "gpu." + field] = float(value)
     return SpanDesc("engine.step", to_wall(int(step["start_ns"])), to_wall(int(step["end_ns"])), "internal", attrs)
+
+
+def kernel_attributes(summary: Mapping[str, Any]) -> sc.Attributes:
+    """A capture's kernel summary of one request as span attributes: its share of the captured
+    steps' GPU kernel time, and the top categories (parallel arrays, as OTel attributes allow)."""
+    top = list(summary.get("top", []))
+    return {sc.IS + "kernel.ns": int(summary["kernel_ns"]),
+            sc.IS + "kernel.top_categories": [str(t["category"]) for t in top],
+            sc.IS + "kernel.top_ns": [int(t["kernel_ns"]) for t in top],
+            sc.IS + "kernel.top_shares": [float(t["share"]) for t in top]}

@@ -65,6 +65,7 @@ def test_capture_requires_the_token_and_writes_a_trace_of_the_next_steps(setup):
     names = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"]
     # Exactly the 3 steps after the request: one "step" range each, with the layer ranges inside.
     assert names.count("step") == 3
+    assert probe.control.first_step == 1  # requested before the first step: steps 1..3 were captured
     assert names.count("layer.0.attention") >= 3 and "schedule" in names
     # The agent analysed it: on a CPU machine there are no GPU kernels, and it says so plainly.
     if torch.cuda.is_available():

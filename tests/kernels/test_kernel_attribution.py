@@ -134,3 +134,23 @@ def test_largest_remainder() -> None:
     per_group = pd.Series(split).groupby(groups).sum()
     assert (per_group.to_numpy() == pd.Series(totals).groupby(groups).first().to_numpy()).all()
     assert re.match(r"^int", str(split.dtype))
+
+
+def test_capture_steps_join_the_engines_batch_rows_by_first_step(our_capture):
+    """A torch.profiler capture numbers its steps 0..4; the engine knew them as 100..104."""
+    from infersight.kernels.attribution import request_kernel_summaries
+
+    kernels = our_capture.trace.kernels
+    gpu = kernels[kernels["category"].isin(["kernel", "gpu_memcpy", "gpu_memset"]) & (kernels["step_id"] >= 0)]
+    per_step = gpu.groupby("step_id")["dur_ns"].sum()
+    steps = sorted(per_step.index)
+    # Two requests in every step, 3 and 1 tokens: request 7 gets ~3/4 of each step's kernel time.
+    batch = pd.DataFrame({"step_id": [100 + s for s in steps for _ in (0, 1)],
+                          "request_id": [7, 8] * len(steps), "num_tokens": [3, 1] * len(steps)})
+    got = request_kernel_summaries(kernels, batch, first_step=100)
+    assert set(got) == {7, 8}
+    assert got[7]["kernel_ns"] + got[8]["kernel_ns"] == int(per_step.sum())  # exact: largest remainder
+    assert abs(got[7]["kernel_ns"] - 0.75 * per_step.sum()) <= len(steps)
+    assert got[7]["top"] and 0 < sum(t["share"] for t in got[7]["top"]) <= 1 + 1e-9  # the top 3 of its time
+    # With the wrong offset no batch row matches a captured step: nothing is attributed.
+    assert request_kernel_summaries(kernels, batch, first_step=0) == {}

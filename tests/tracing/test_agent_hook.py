@@ -58,3 +58,38 @@ def test_bad_tracing_settings_are_config_errors() -> None:
                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "trace sample ratio" in res.stderr.strip().splitlines()[-1]
+
+
+def test_request_spans_carry_the_kernel_summary_of_a_capture(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a capture covered a request's steps, its span gets the request's share of kernel time
+    and its top categories (here the agent's per-request table is filled by hand, as the capture
+    analysis would fill it; the join itself is tested in tests/kernels)."""
+    memory = InMemorySpanExporter()
+    monkeypatch.setattr(hook_module, "otlp_span_exporter", lambda endpoint, protocol=None: memory)
+    with Harness(ServeConfig(model_name=MODEL)) as h:
+        async def go() -> list[int]:
+            ids = []
+            async with h.client() as c:
+                for i in range(2):
+                    r = await c.post("/v1/completions", json={"prompt": f"req {i}", "max_tokens": 4, "ignore_eos": True})
+                    ids.append(int(r.headers["x-infersight-request-id"]))
+            return ids
+        ids = asyncio.run(go())
+        h.wait_idle()
+        agent = Agent(AgentConfig(rings=[h.ring], port=0, model_name=MODEL, otlp_endpoint="http://127.0.0.1:1"))
+        try:
+            agent.state.add_kernel_summaries({ids[0]: {"kernel_ns": 1234, "top": [
+                {"category": "GEMM", "kernel_ns": 1000, "share": 0.81}, {"category": "norm", "kernel_ns": 234,
+                                                                          "share": 0.19}]}})
+            agent.poll_once()
+            agent.tracing.flush()
+        finally:
+            agent.close()
+    requests = [s for s in memory.get_finished_spans() if s.name == f"text_completion {MODEL}"]
+    covered = [s for s in requests if "infersight.kernel.ns" in s.attributes]
+    assert len(requests) == 2 and len(covered) == 1  # only the request the capture covered
+    attrs = covered[0].attributes
+    assert attrs["infersight.request_id"] == ids[0]
+    assert attrs["infersight.kernel.ns"] == 1234
+    assert list(attrs["infersight.kernel.top_categories"]) == ["GEMM", "norm"]
+    assert list(attrs["infersight.kernel.top_ns"]) == [1000, 234]
