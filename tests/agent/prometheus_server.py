@@ -4,15 +4,30 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 import httpx
 import pytest
-from agent_workload import free_port
+from agent_workload import free_port, make_engine, run_workload, unique_ring
+
+from infersight.agent.config import AgentConfig
+from infersight.agent.service import Agent
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 requires_prometheus = pytest.mark.skipif(
     not Path(PROMETHEUS).exists(), reason="needs a Prometheus server binary (/usr/bin/prometheus; `make services`)")
+
+
+@dataclass
+class ScrapedRun:
+    url: str
+    work: Any  # agent_workload's workload record
+    agent: Agent
+    probe: Any
+    log: Path
 
 
 def start_prometheus(tmp: Path, target_port: int, job: str) -> tuple[subprocess.Popen, str, Path]:
@@ -54,3 +69,42 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def query(url: str, expr: str) -> list[dict]:
+    resp = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5)
+    body = resp.json()
+    assert resp.status_code == 200 and body["status"] == "success", (expr, body)
+    return body["data"]["result"]
+
+
+@contextmanager
+def scraped_workload(tmp: Path, tag: str, job: str, settle_s: float = 0.0) -> Iterator[ScrapedRun]:
+    """The tiny engine runs the workload beside an in-process agent that a real Prometheus scrapes;
+    yields once Prometheus holds a scrape taken settle_s after the agent's last change (2 s gives
+    every series the two samples rate() needs)."""
+    ring = unique_ring(tag)
+    engine, probe = make_engine(ring)
+    # min_requests_for_p99=2: with six requests the slow-request attribution has something to do.
+    agent = Agent(AgentConfig(rings=[ring], port=0, min_requests_for_p99=2))
+    agent.start_http()
+    proc = None
+    try:
+        proc, url, log = start_prometheus(tmp, agent.port, job)
+        work = run_workload(engine, agent.poll_once)
+        agent.poll_once()
+        settled = time.time() + settle_s  # nothing changes in the agent's state after this
+        deadline = time.monotonic() + 30
+        while True:
+            last = query(url, f'timestamp(up{{job="{job}"}})')
+            if last and float(last[0]["value"][1]) > settled:
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"Prometheus did not scrape the agent within 30 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield ScrapedRun(url, work, agent, probe, log)
+    finally:
+        if proc is not None:
+            stop(proc)
+        agent.close()
+        probe.close()

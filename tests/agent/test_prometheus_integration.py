@@ -4,16 +4,13 @@ API and with the engine's own outputs."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import httpx
 import pytest
-from agent_workload import MAX_TOKENS, free_port, make_engine, run_workload, unique_ring
-from prometheus_server import requires_prometheus, start_prometheus, stop
+from agent_workload import MAX_TOKENS
+from prometheus_server import requires_prometheus, scraped_workload
 
 from infersight.agent import report
-from infersight.agent.config import AgentConfig
-from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
 
 pytestmark = requires_prometheus
@@ -55,37 +52,12 @@ class Prom:
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
     """(Prom, workload, agent, probe) once Prometheus holds a scrape taken after the last event."""
-    tmp = tmp_path_factory.mktemp("prometheus")
-    ring = unique_ring("prom")
-    engine, probe = make_engine(ring)
-    # min_requests_for_p99=2: with six requests the slow-request attribution has something to do.
-    agent = Agent(AgentConfig(rings=[ring], port=0, min_requests_for_p99=2))
-    agent.start_http()
-    proc = None
-    try:
-        proc, url, log = start_prometheus(tmp, agent.port, JOB)
-        prom = Prom(url)
-        work = run_workload(engine, agent.poll_once)
-        agent.poll_once()
-        done_at = time.time()  # nothing changes in the agent's state after this
-        n = len(work.prompts)
-        deadline = time.monotonic() + 30
-        while True:
-            got = prom.query(f'sum(infersight_requests_total{{job="{JOB}"}})')
-            last = prom.query(f'timestamp(up{{job="{JOB}"}})')
-            if got and float(got[0]["value"][1]) == n and last and float(last[0]["value"][1]) > done_at:
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"Prometheus did not scrape {n} finished requests within 30 s (last: {got}, "
-                            f"up: {prom.query('up')}):\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with scraped_workload(tmp_path_factory.mktemp("prometheus"), "prom", JOB) as run:
+        prom = Prom(run.url)
+        got = prom.query(f'sum(infersight_requests_total{{job="{JOB}"}})')
+        assert got and float(got[0]["value"][1]) == len(run.work.prompts)
         assert prom.value(f'up{{job="{JOB}"}}') == 1.0
-        yield prom, work, agent, probe
-    finally:
-        if proc is not None:
-            stop(proc)
-        agent.close()
-        probe.close()
+        yield prom, run.work, run.agent, run.probe
 
 
 def test_every_catalogue_metric_is_in_prometheus(scraped) -> None:

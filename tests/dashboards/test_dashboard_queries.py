@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,11 +13,8 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from agent_workload import free_port, make_engine, run_workload, unique_ring  # noqa: E402
-from prometheus_server import requires_prometheus, start_prometheus, stop  # noqa: E402
+from prometheus_server import query as _query, requires_prometheus, scraped_workload  # noqa: E402
 
-from infersight.agent.config import AgentConfig  # noqa: E402
-from infersight.agent.service import Agent  # noqa: E402
 from infersight.dashboards.grafana import engine, gpu, kernels, overview, write_dashboards  # noqa: E402
 from infersight.exporters import catalogue as C  # noqa: E402
 
@@ -51,49 +46,14 @@ def substitute(expr: str) -> str:
     return expr
 
 
-def _query(url: str, expr: str) -> list[dict]:
-    resp = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5)
-    body = resp.json()
-    assert resp.status_code == 200 and body["status"] == "success", (expr, body)
-    return body["data"]["result"]
-
-
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory) -> Iterator[str]:
-    """A Prometheus URL once it holds scrapes taken after the workload's last event."""
-    tmp = tmp_path_factory.mktemp("prometheus")
-    ring = unique_ring("dash")
-    eng, probe = make_engine(ring)
-    # min_requests_for_p99=2: with six requests the slow-request attribution has something to do.
-    agent = Agent(AgentConfig(rings=[ring], port=0, min_requests_for_p99=2))
-    agent.start_http()
-    proc = None
-    try:
-        proc, url, log = start_prometheus(tmp, agent.port, JOB)
-        work = run_workload(eng, agent.poll_once)
-        agent.poll_once()
-        # Two scrapes after the last change, so every series has the two samples rate() needs.
-        settled = time.time() + 2.0
-        deadline = time.monotonic() + 30
-        while True:
-            got = _query(url, f'timestamp(up{{job="{JOB}"}})')
-            if got and float(got[0]["value"][1]) > settled:
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"Prometheus did not scrape the agent within 30 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        done = _query(url, f"sum({C.REQUESTS.sample})")
-        assert done and float(done[0]["value"][1]) == len(work.prompts)
-        yield url
-    finally:
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        agent.close()
-        probe.close()
+    """A Prometheus URL once it holds scrapes taken after the workload's last event (two scrapes
+    after it, so every series has the two samples rate() needs)."""
+    with scraped_workload(tmp_path_factory.mktemp("prometheus"), "dash", JOB, settle_s=2.0) as run:
+        done = _query(run.url, f"sum({C.REQUESTS.sample})")
+        assert done and float(done[0]["value"][1]) == len(run.work.prompts)
+        yield run.url
 
 
 @pytest.fixture(scope="module")
