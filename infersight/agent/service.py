@@ -35,12 +35,19 @@ def analyze_capture(path: str, batch: "pd.DataFrame", first_step: int) -> tuple[
     from infersight.kernels.attribution import request_kernel_summaries
     from infersight.kernels.load import load_trace
     from infersight.kernels.report import build_report
+    from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
 
+    shapes_file = shapes_path_for(path)
     try:
+        captured = load_capture_shapes(shapes_file) if shapes_file.is_file() else None
+        if Path(path) == shapes_file:  # a cuda-profiler capture: the trace is nsys's or ncu's, not ours
+            return {"shapes": str(shapes_file), "note": "no trace of ours: analyse the nsys / ncu output "
+                    f"with `infersight analyze TRACE --shapes {shapes_file}`"}, {}
         trace = load_trace(Path(path))
-        report = build_report(trace)
+        report = build_report(trace, captured=captured)
     except (ValueError, OSError) as exc:
         return {"error": str(exc)}, {}
+    report["shapes"] = str(shapes_file) if captured is not None else None
     per_request = request_kernel_summaries(trace.kernels, batch, first_step)
     report["requests"] = len(per_request)
     return report, per_request

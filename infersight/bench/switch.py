@@ -14,6 +14,7 @@ from infersight.runtime.ranges import RangeMarker
 if TYPE_CHECKING:
     import torch
 
+    from infersight.runtime.model_config import ModelConfig
     from infersight.runtime.stats import StepStats
 
 
@@ -39,6 +40,10 @@ class SwitchObserver(EngineObserver):
     def select(self, name: str) -> None:
         self.current = self.variants[name]
         self.ranges.current = self.current.ranges
+
+    def on_model(self, model: "ModelConfig", dtype_bytes: int) -> None:
+        for variant in self.variants.values():  # once, at build: every variant may capture later
+            variant.on_model(model, dtype_bytes)
 
     def on_request_arrived(self, request_id: int, t_ns: int, num_prompt_tokens: int, task: str | None,
                            trace_id: int) -> None:

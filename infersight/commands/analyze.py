@@ -1,8 +1,10 @@
 """`infersight analyze PATH [--format text|json]`: what a GPU capture says about where time goes.
 
 Reads a Kineto trace, an nsys SQLite export or an ncu CSV (infersight.kernels), or Prometheus /
-dcgm-exporter text (infersight.gpu.analyze). With --model, --batch and --context it also places
-GEMM and attention on the roofline of the device (--peak-tflops / --peak-gbps).
+dcgm-exporter text (infersight.gpu.analyze). With a capture's shapes file (--shapes, or the one
+beside an infersight capture), or with --model, --batch and --context, it also places GEMM and
+attention on the roofline of the device (--peak-tflops / --peak-gbps); for an ncu CSV with DRAM
+metrics it compares the modelled bytes with the measured ones.
 """
 from __future__ import annotations
 
@@ -64,13 +66,23 @@ def _roofline_inputs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     if args.batch is None or args.context is None:
         raise ValueError("--model needs --batch (sequences per step) and --context (tokens of context)")
     from infersight.kernels.roofline import StepShape
-    from infersight.runtime.config import resolve_model  # imports torch: only when asked for
+    from infersight.runtime.model_config import resolve_model
 
     dtype_bytes = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}[args.dtype]
     prompt = args.prompt_len or args.context
     return resolve_model(args.model), [
         StepShape("decode", args.batch, args.query_len, args.context, dtype_bytes),
         StepShape("prefill", args.batch, prompt, prompt, dtype_bytes)]
+
+
+def _captured(args: argparse.Namespace, path: Path) -> Any:
+    """The shapes file given with --shapes, or the one an infersight capture left beside the trace."""
+    from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
+
+    if args.shapes:
+        return load_capture_shapes(args.shapes)
+    beside = shapes_path_for(path)
+    return load_capture_shapes(beside) if beside != path and beside.is_file() else None
 
 
 def _analyze(args: argparse.Namespace) -> int:
@@ -85,7 +97,8 @@ def _analyze(args: argparse.Namespace) -> int:
     model, shapes = _roofline_inputs(args)
     given = {"name": args.device_name, "peak_tflops": args.peak_tflops, "peak_gbps": args.peak_gbps}
     ceilings = DeviceCeilings(**{k: v for k, v in given.items() if v is not None})
-    report = build_report(load_trace(path, kind), model, shapes, ceilings, top=args.top)
+    trace = load_trace(path, kind)
+    report = build_report(trace, model, shapes, ceilings, top=args.top, captured=_captured(args, path))
     _emit(json.dumps(report) if args.format == "json" else render_text(report))
     return 0
 
@@ -96,6 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--top", type=int, default=10, help="how many kernels to list")
     roof = p.add_argument_group("roofline (optional)")
+    roof.add_argument("--shapes", help="an infersight capture's shapes file (capture-*.shapes.json): model every "
+                      "captured step as it ran; found by itself beside an infersight Kineto capture")
     roof.add_argument("--model", help="model shape, e.g. tiny-moe, llama-1b-shape (infersight.runtime.config)")
     roof.add_argument("--batch", type=int, help="sequences per step")
     roof.add_argument("--context", type=int, help="tokens of KV context per sequence in decode")

@@ -19,9 +19,10 @@ elementwise, sampling, memcpy, communication, other. The first rule that matches
 11. elementwise    elementwise, vectorized, reduce, index, gather, copy, fill, activations ...
 12. other
 
-attention-prefill vs -decode: phase prefill or mixed -> prefill; decode, verify or draft ->
-decode (one or a few query tokens over a long KV); with no phase, decode only when the name says
-so (decode, split_kv, paged), else prefill.
+attention-prefill vs -decode: a name that says decode (decode, split_kv, paged) -> decode, in any
+phase (a mixed step runs the paged decode kernel for its decoding sequences); otherwise phase
+prefill or mixed -> prefill, decode / verify / draft -> decode (one or a few query tokens over a
+long KV), and with no phase -> prefill.
 """
 from __future__ import annotations
 
@@ -48,7 +49,6 @@ _ELEMENTWISE = re.compile(r"elementwise|vectorized|unrolled|reduce|index|gather|
                           r"where|arange|silu|gelu|relu|activation|pointwise|triton_poi|triton_red|add|mul|"
                           r"pow|exp|rsqrt|cast|transpose|permute|pool|dropout|embedding|nchwtonhwc|nhwctonchw|axpy")
 _DECODE_NAME = re.compile(r"decode|split_?kv|paged")
-_PREFILL_PHASES = {"prefill", "mixed"}
 _DECODE_PHASES = {"decode", "verify", "draft"}
 
 
@@ -69,11 +69,9 @@ def core_name(name: str) -> str:
 
 
 def _attention(phase: str, name: str) -> str:
-    if phase in _PREFILL_PHASES:
-        return "attention-prefill"
-    if phase in _DECODE_PHASES:
+    if _DECODE_NAME.search(name) or phase in _DECODE_PHASES:
         return "attention-decode"
-    return "attention-decode" if _DECODE_NAME.search(name) else "attention-prefill"
+    return "attention-prefill"
 
 
 def categorize_one(name: str, category: str, phase: str, op: str) -> str:

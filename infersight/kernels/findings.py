@@ -22,6 +22,9 @@ ROOF_FRACTION = 0.5
 LATENCY_BOUND_SOL = 0.6
 #: ncu rule descriptions are paragraphs; the action keeps this many characters.
 MAX_ACTION_CHARS = 300
+#: ncu-measured DRAM bytes over the roofline's modelled bytes above which a category is moving
+#: data it does not need to (and below the inverse of which caches served much of it).
+EXCESS_BYTES_RATIO = 1.5
 #: One kernel name with this share of GPU time is worth profiling on its own.
 TOP_KERNEL_SHARE = 0.4
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "info": 2}
@@ -98,7 +101,7 @@ def roofline_findings(roofline: pd.DataFrame, phase: str) -> list[Finding]:
     for row in roofline.itertuples(index=False):
         if row.op_category not in ("GEMM", "attention-prefill", "attention-decode"):
             continue
-        where = f"{phase} {row.op_category}"
+        where = f"{phase} {row.op_category}" if phase else row.op_category
         if row.op_category == "attention-decode" and row.pct_of_peak_bw < ROOF_FRACTION:
             out.append(Finding("high" if row.pct_of_peak_bw < ROOF_FRACTION / 2 else "medium",
                                f"decode attention reaches {_pct(row.pct_of_peak_bw)} of memory bandwidth "
@@ -113,6 +116,36 @@ def roofline_findings(roofline: pd.DataFrame, phase: str) -> list[Finding]:
                                f"({row.achieved_tflops:.1f} TFLOP/s)",
                                "use tensor-core friendly dtypes and shapes (bf16/fp8, multiples of 64), "
                                "and fused attention kernels"))
+    return out
+
+
+_EXCESS_ACTIONS = {
+    "attention-decode": "read the KV cache once per step: a fused paged-attention kernel instead of gathering "
+                        "and up-casting copies of it",
+    "attention-prefill": "use a fused (FlashAttention) kernel so scores and gathered K/V never reach DRAM",
+    "GEMM": "weights are read more than once per step: check split-K / tiling, or fuse the projections",
+}
+
+
+def byte_model_findings(roofline: pd.DataFrame) -> list[Finding]:
+    """Where ncu measured DRAM bytes (roofline column measured_bytes): categories moving much more
+    than the work needs, or much less (caches served it; the roofline's bandwidth is then optimistic)."""
+    if "measured_bytes" not in roofline.columns:
+        return []
+    out = []
+    for row in roofline.itertuples(index=False):
+        if not row.measured_bytes > 0 or not row.bytes > 0:
+            continue
+        ratio = row.measured_bytes / row.bytes
+        said = (f"{row.measured_bytes / 1e9:.3g} GB measured by ncu vs {row.bytes / 1e9:.3g} GB the work needs")
+        if ratio > EXCESS_BYTES_RATIO:
+            out.append(Finding("high" if ratio > 2 * EXCESS_BYTES_RATIO else "medium",
+                               f"{row.op_category} moves {ratio:.1f}x the DRAM bytes it must ({said})",
+                               _EXCESS_ACTIONS.get(row.op_category, "find the copies: fuse kernels so "
+                                                   "intermediates stay in registers or shared memory")))
+        elif ratio < 1 / EXCESS_BYTES_RATIO:
+            out.append(Finding("info", f"{row.op_category} moves only {ratio:.2f}x the modelled bytes ({said}): "
+                               "caches served part of it", "read its bandwidth figure as an upper bound"))
     return out
 
 

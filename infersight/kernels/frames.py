@@ -10,7 +10,8 @@ kernels     one row per GPU activity (kernel, memcpy, memset), ordered by ts_ns:
             name                 kernel name as the capture spells it (demangled where available)
             category             raw source category, lower case: kernel | gpu_memcpy | gpu_memset
             device, stream       device ordinal and stream id
-            correlation          CUDA correlation id linking it to its launch (-1 unknown)
+            correlation          CUDA correlation id linking it to its launch (-1 unknown; for
+                                 ncu, its launch ID, the metrics frame's kernel_id)
             grid, block          "(x,y,z)" or None (memcpy/memset)
             bytes                bytes moved by a memcpy/memset (0 for kernels)
             range_path           the enclosing NVTX / record_function range names joined by "/",

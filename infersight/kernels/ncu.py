@@ -10,7 +10,8 @@ application's own stdout; only quoted CSV lines from the header on are read.
   after the header (its "ID" is empty).
 
 ncu replays kernels one at a time, so there is no timeline: the kernels frame places them back to
-back (ts_ns = sum of the earlier durations) and KernelTrace.has_timeline is False. dur_ns comes from
+back (ts_ns = sum of the earlier durations) and KernelTrace.has_timeline is False. The kernels
+frame's correlation column holds ncu's launch "ID" (the metrics frame's kernel_id). dur_ns comes from
 gpu__time_duration (raw page, or --metrics) or the details page's "Duration"; 0 when neither was
 collected. Values are converted to base units by infersight.kernels.units.
 """
@@ -107,7 +108,7 @@ def _kernel_frame(launches: dict[int, list[str]], col: dict[str, int], metrics: 
         "ts_ns": np.concatenate([[0], np.cumsum(dur_ns)[:-1]]).astype(np.int64), "dur_ns": dur_ns,
         "name": [field(k, "Kernel Name") for k in ids], "category": "kernel",
         "device": [as_int(field(k, "Device")) for k in ids], "stream": [as_int(field(k, "Stream")) for k in ids],
-        "correlation": -1, "grid": [format_dims(field(k, "Grid Size")) for k in ids],
+        "correlation": ids, "grid": [format_dims(field(k, "Grid Size")) for k in ids],
         "block": [format_dims(field(k, "Block Size")) for k in ids], "bytes": 0, "range_path": "",
         "step_id": -1, "source": "ncu"}, KERNEL_COLUMNS)
 

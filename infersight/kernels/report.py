@@ -5,7 +5,9 @@ kernels {count, total_ns} (raw category "kernel" only), gpu_activity {count, tot
 span_ns} (kernels, copies and memsets), categories [{name, count, total_ns, share}], phases
 [phase_breakdown rows], ranges [{name, count, kernel_ns, share}] (kernel time by enclosing range
 name), streams [idle_gaps rows], top_kernels [...], roofline [{phase, op_category, ...}] (only
-with a model and step shapes), findings [{severity, text, action}]. Shares are of all GPU time.
+with a model and step shapes, or a capture's shapes file: phase "captured"; for ncu with DRAM
+metrics, also measured_bytes and model_error), findings [{severity, text, action}]. Shares are
+of all GPU time.
 """
 from __future__ import annotations
 
@@ -19,7 +21,10 @@ from infersight.kernels import findings as rules
 from infersight.kernels.attribution import kernel_time_by_range
 from infersight.kernels.categories import classify
 from infersight.kernels.frames import KernelTrace
-from infersight.kernels.roofline import DeviceCeilings, StepShape, roofline_for_phase
+from infersight.kernels.roofline import (
+    DeviceCeilings, StepShape, measured_dram_bytes, roofline_for_phase, roofline_for_steps, with_measured_bytes,
+)
+from infersight.kernels.shapes import CaptureShapes
 from infersight.kernels.timeline import category_breakdown, idle_gaps, phase_breakdown, top_kernels
 
 
@@ -42,8 +47,12 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepShape] = (),
-                 ceilings: DeviceCeilings = DeviceCeilings(), top: int = 10) -> dict[str, Any]:
-    """The report for one capture. model: a ModelConfig (only needed with shapes)."""
+                 ceilings: DeviceCeilings = DeviceCeilings(), top: int = 10,
+                 captured: CaptureShapes | None = None) -> dict[str, Any]:
+    """The report for one capture. model: a ModelConfig (only needed with shapes, uniform steps
+    given by hand). captured: the capture's shapes file, which models every captured step as it
+    was (roofline rows with phase "captured"). For an ncu capture with DRAM metrics, roofline rows
+    also carry measured_bytes and model_error."""
     k = classify(trace.kernels)
     only_kernels = k[k["category"] == "kernel"]
     categories = category_breakdown(k)
@@ -57,11 +66,19 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
     roof_parts = []
     found: list[rules.Finding] = rules.launch_findings(phases, trace.has_timeline)
     found += rules.category_findings(categories, k)
+    placements = []
+    if captured is not None:
+        placements.append(("captured", "", roofline_for_steps(k, captured.model, captured.steps,
+                                                              captured.dtype_bytes, ceilings)))
     if model is not None:
-        for shape in shapes:
-            placed = roofline_for_phase(k, model, shape, ceilings)
-            found += rules.roofline_findings(placed, shape.phase)
-            roof_parts.append(placed.assign(phase=shape.phase))
+        placements += [(s.phase, s.phase, roofline_for_phase(k, model, s, ceilings)) for s in shapes]
+    measured = measured_dram_bytes(k, trace.metrics) if trace.kind == "ncu" else pd.Series(dtype=float)
+    for phase, label, placed in placements:
+        if not measured.empty:
+            placed = with_measured_bytes(placed, measured)
+            found += rules.byte_model_findings(placed)
+        found += rules.roofline_findings(placed, label)
+        roof_parts.append(placed.assign(phase=phase))
     if trace.kind == "ncu":  # one profiled kernel "taking all the time" says nothing
         found += rules.sol_findings(trace.metrics) + rules.ncu_findings(trace.rules)
     else:
@@ -127,6 +144,12 @@ def render_text(report: dict[str, Any], max_ranges: int = 15) -> str:
         out += [f"{r['phase']:<8} {r['op_category']:<18} {r['intensity'] or 0:>8.1f} {r['achieved_tflops']:>8.2f} "
                 f"{r['achieved_gbps']:>8.1f}  {r['bound']:<8} {100 * (r['pct_of_roof'] or 0):>6.1f}%"
                 for r in report["roofline"]]
+        measured = [r for r in report["roofline"] if r.get("measured_bytes") is not None]
+        if measured:
+            out += ["", "bytes: modelled vs measured (ncu DRAM read + write)",
+                    "phase    category            modelled GB  measured GB   model error"]
+            out += [f"{r['phase']:<8} {r['op_category']:<18} {r['bytes'] / 1e9:>12.4f} {r['measured_bytes'] / 1e9:>12.4f}"
+                    f" {100 * r['model_error']:>+12.1f}%" for r in measured]
     out += ["", "findings:" if report["findings"] else "findings: none"]
     out += [f"  [{f['severity']}] {f['text']}\n      -> {f['action']}" for f in report["findings"]]
     return "\n".join(out)

@@ -18,6 +18,7 @@ arithmetic intensity (FLOPs per byte) with the device's ridge point, peak FLOP/s
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,26 +86,53 @@ def _ffn_weights(m: ModelConfig, tokens: int) -> tuple[float, float]:
     return m.top_k * expert + shared, touched * expert + shared
 
 
-def analytic_work(model: ModelConfig, shape: StepShape) -> pd.DataFrame:
-    """op_category, flops, bytes for one step of `shape` (see the module docstring)."""
-    m, s, b = model, shape, shape.dtype_bytes
+def batch_work(model: ModelConfig, query_lens: Sequence[int], context_lens: Sequence[int], dtype_bytes: int = 2,
+               decode: Sequence[bool] | None = None) -> pd.DataFrame:
+    """op_category, flops, bytes for one forward over a batch: sequence i feeds query_lens[i] new
+    tokens that attend to context_lens[i] tokens (see the module docstring). decode[i]: count its
+    attention as attention-decode (default: query_len == 1), else attention-prefill. Weights are
+    read once for the whole batch however its sequences split between prefill and decode."""
+    m, b = model, dtype_bytes
+    q = np.asarray(query_lens, dtype=np.float64)
+    c = np.asarray(context_lens, dtype=np.float64)
+    is_decode = q == 1 if decode is None else np.asarray(decode, dtype=bool)
+    tokens, seqs = float(q.sum()), len(q)
     d, hh, kh = m.d_model, m.n_heads * m.head_dim, m.n_kv_heads * m.head_dim
     attn_w = d * hh + 2.0 * d * kh + hh * d
-    ffn_active, ffn_touched = _ffn_weights(m, s.tokens)
-    gemm_flops = 2.0 * s.tokens * m.n_layers * (attn_w + ffn_active) + 2.0 * s.num_seqs * d * m.vocab_size
-    gemm_bytes = (m.n_layers * (attn_w + ffn_touched) + d * m.vocab_size) * b
-    attn_flops = 4.0 * m.n_layers * s.num_seqs * s.query_len * s.context_len * hh
-    if s.phase == "prefill":
-        attn_cat = "attention-prefill"
-        attn_bytes = m.n_layers * s.num_seqs * (2.0 * s.query_len * hh + 2.0 * s.context_len * kh) * b
-    else:
-        attn_cat = "attention-decode"
-        attn_bytes = 2.0 * m.n_layers * s.context_len * kh * b * s.num_seqs
-    rows = [("GEMM", gemm_flops, gemm_bytes), (attn_cat, attn_flops, attn_bytes)]
+    ffn_active, ffn_touched = _ffn_weights(m, int(tokens))
+    rows = [("GEMM", 2.0 * tokens * m.n_layers * (attn_w + ffn_active) + 2.0 * seqs * d * m.vocab_size,
+             (m.n_layers * (attn_w + ffn_touched) + d * m.vocab_size) * b)]
+    attn_flops = 4.0 * m.n_layers * q * c * hh
+    if (~is_decode).any():
+        pre = ~is_decode
+        rows.append(("attention-prefill", float(attn_flops[pre].sum()),
+                     float(m.n_layers * (2.0 * q[pre] * hh + 2.0 * c[pre] * kh).sum() * b)))
+    if is_decode.any():
+        rows.append(("attention-decode", float(attn_flops[is_decode].sum()),
+                     float(2.0 * m.n_layers * c[is_decode].sum() * kh * b)))
     if m.is_moe:
-        rows.append(("MoE routing", 2.0 * s.tokens * m.n_layers * d * m.n_experts,
-                     float(m.n_layers * d * m.n_experts * b)))
+        rows.append(("MoE routing", 2.0 * tokens * m.n_layers * d * m.n_experts, float(m.n_layers * d * m.n_experts * b)))
     return pd.DataFrame(rows, columns=list(WORK_COLUMNS)).astype(WORK_COLUMNS)
+
+
+def analytic_work(model: ModelConfig, shape: StepShape) -> pd.DataFrame:
+    """op_category, flops, bytes for one step of a uniform `shape` (see the module docstring)."""
+    n = shape.num_seqs
+    return batch_work(model, [shape.query_len] * n, [shape.context_len] * n, shape.dtype_bytes,
+                      [shape.phase == "decode"] * n)
+
+
+def steps_work(model: ModelConfig, steps: pd.DataFrame, dtype_bytes: int = 2) -> pd.DataFrame:
+    """The summed work of captured steps. steps: one row per (step, sequence) with step_id,
+    query_len, context_len (after the step's tokens) and phase (the step's: prefill, decode,
+    mixed, verify); a verify step's attention counts as decode, like its kernels."""
+    parts = [batch_work(model, g["query_len"], g["context_len"], dtype_bytes,
+                        (g["query_len"] == 1) | (g["phase"] == "verify"))
+             for _, g in steps.groupby("step_id", sort=True)]
+    if not parts:
+        return empty_frame(WORK_COLUMNS)
+    total = pd.concat(parts).groupby("op_category", sort=False)[["flops", "bytes"]].sum().reset_index()
+    return total.astype(WORK_COLUMNS)
 
 
 def place_on_roofline(work: pd.DataFrame, kernel_ns: pd.Series, ceilings: DeviceCeilings = DeviceCeilings()
@@ -141,3 +169,41 @@ def roofline_for_phase(classified: pd.DataFrame, model: ModelConfig, shape: Step
     work = analytic_work(model, shape)
     work = work.assign(flops=work["flops"] * steps, bytes=work["bytes"] * steps)
     return place_on_roofline(work, k.groupby("op_category")["dur_ns"].sum(), ceilings)
+
+
+def roofline_for_steps(classified: pd.DataFrame, model: ModelConfig, steps: pd.DataFrame, dtype_bytes: int = 2,
+                       ceilings: DeviceCeilings = DeviceCeilings()) -> pd.DataFrame:
+    """place_on_roofline for a capture whose steps are known one by one (steps as in steps_work,
+    e.g. a capture's shapes file). Kernels are those of these steps when the trace has step ids,
+    else all of them (an ncu capture of exactly that window)."""
+    k = classified
+    if (k["step_id"] >= 0).any():
+        k = k[k["step_id"].isin(steps["step_id"].unique())]
+    if k.empty:
+        return empty_frame(ROOFLINE_COLUMNS)
+    return place_on_roofline(steps_work(model, steps, dtype_bytes), k.groupby("op_category")["dur_ns"].sum(),
+                             ceilings)
+
+
+#: ncu metrics of DRAM traffic: read + write when both were collected, else the total.
+DRAM_METRICS = (("dram__bytes_read.sum", "dram__bytes_write.sum"), ("dram__bytes.sum",))
+
+
+def measured_dram_bytes(classified: pd.DataFrame, metrics: pd.DataFrame) -> pd.Series:
+    """Bytes moved to and from DRAM per op_category, from an ncu capture's metrics (kernel_id =
+    the kernels frame's correlation). Empty when no DRAM metric was collected."""
+    for names in DRAM_METRICS:
+        rows = metrics[metrics["metric"].isin(names) & metrics["value"].notna()]
+        if set(rows["metric"]) == set(names):
+            per_kernel = rows.groupby("kernel_id")["value"].sum()
+            category = classified.set_index("correlation")["op_category"]
+            joined = pd.DataFrame({"bytes": per_kernel, "op_category": category.reindex(per_kernel.index)})
+            return joined.groupby("op_category")["bytes"].sum()
+    return pd.Series(dtype=np.float64)
+
+
+def with_measured_bytes(placed: pd.DataFrame, measured: pd.Series) -> pd.DataFrame:
+    """placed plus measured_bytes (NaN where not measured) and model_error (modelled bytes /
+    measured - 1: how far the roofline's byte model is from the hardware counters)."""
+    got = placed["op_category"].map(measured).astype(np.float64)
+    return placed.assign(measured_bytes=got, model_error=placed["bytes"] / got - 1.0)

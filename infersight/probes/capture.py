@@ -3,21 +3,35 @@
 Outside a capture window the engine pays one integer comparison per step (is there a new
 request in the control block?). The trace is written when the window closes, on the engine's
 thread: a capture is asked for, so its export cost is accepted; everything else stays free.
+
+Beside each capture goes its shapes file, `capture-PID-SEQ.shapes.json`: the model's shape and,
+for every step in the window, its phase and each sequence's (request id, tokens fed, KV length
+after the step). With it a capture's FLOPs and bytes can be modelled step by step (read by
+infersight.kernels.shapes). A torch capture's control-block path is the trace; a cuda-profiler
+capture has no trace of ours (nsys or ncu writes it), so its path is the shapes file.
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import json
 import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from infersight.probes.control import CaptureState, CaptureTool, ControlBlock
 
+if TYPE_CHECKING:
+    from infersight.runtime.model_config import ModelConfig
+    from infersight.runtime.stats import StepStats
+
 log = logging.getLogger("infersight.probes")
+SHAPES_FORMAT = "infersight-capture-shapes/1"
 
 
 class StepCapture:
@@ -29,13 +43,22 @@ class StepCapture:
         self._tool: CaptureTool | None = None
         self._left = 0
         self._seq = 0
+        self._model: dict[str, Any] | None = None
+        self._dtype_bytes = 0
+        self._steps: list[dict[str, Any]] = []
+
+    def on_model(self, model: ModelConfig, dtype_bytes: int) -> None:
+        self._model, self._dtype_bytes = dataclasses.asdict(model), dtype_bytes
 
     def on_step_begin(self, step_id: int) -> None:
         if self._left == 0 and self.control.request_seq != self._seen:
             self._start(step_id)
 
-    def on_step_end(self) -> None:
+    def on_step_end(self, stats: StepStats | None = None) -> None:
         if self._left:
+            if stats is not None and stats.batch:
+                self._steps.append({"step_id": stats.step_id, "phase": stats.phase,
+                                    "seqs": [[rid, n, ctx] for (rid, n), ctx in zip(stats.batch, stats.context_lens)]})
             self._left -= 1
             if self._left == 0:
                 self._stop()
@@ -52,6 +75,7 @@ class StepCapture:
         self._seq, steps, self._tool = self.control.take()
         self._seen = self._seq
         self._left = max(1, steps)
+        self._steps = []
         try:
             if self._tool is CaptureTool.TORCH:
                 activities = [torch.profiler.ProfilerActivity.CPU]
@@ -66,14 +90,23 @@ class StepCapture:
             self._left = 0
             self.control.set_state(CaptureState.FAILED, str(exc))
 
+    def _write_shapes(self, path: Path) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        doc = {"format": SHAPES_FORMAT, "model": self._model, "dtype_bytes": self._dtype_bytes, "steps": self._steps}
+        path.write_text(json.dumps(doc, separators=(",", ":")))
+
     def _stop(self) -> None:
+        stem = self.out_dir / f"capture-{os.getpid()}-{self._seq}"
+        shapes = stem.with_name(stem.name + ".shapes.json")
         try:
+            if self._model is not None:
+                self._write_shapes(shapes)
             if self._tool is CaptureTool.TORCH and self._profiler is not None:
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
                 self._profiler.stop()
                 self.out_dir.mkdir(parents=True, exist_ok=True)
-                path = self.out_dir / f"capture-{os.getpid()}-{self._seq}.json.gz"
+                path = stem.with_name(stem.name + ".json.gz")
                 with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
                     raw = tmp.name
                 self._profiler.export_chrome_trace(raw)
@@ -83,9 +116,10 @@ class StepCapture:
                 self.control.set_state(CaptureState.DONE, str(path))
             else:
                 torch.cuda.profiler.stop()
-                self.control.set_state(CaptureState.DONE, "")
+                self.control.set_state(CaptureState.DONE, str(shapes) if self._model is not None else "")
         except Exception as exc:
             log.error("capture %d could not be written: %s", self._seq, exc)
             self.control.set_state(CaptureState.FAILED, str(exc))
         finally:
             self._profiler = None
+            self._steps = []

@@ -21,6 +21,7 @@ from infersight.probes.records import (
 )
 from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD
 from infersight.probes.ring import RingProducer
+from infersight.runtime.model_config import ModelConfig
 from infersight.runtime.observer import EngineObserver, KVBlockEvent
 from infersight.runtime.ranges import RangeMarker
 from infersight.runtime.stats import StepStats
@@ -169,6 +170,9 @@ class ProbeObserver(EngineObserver):
         self._write(RecordKind.SPEC, self._pack[RecordKind.SPEC](
             time.monotonic_ns(), request_id, draft_ns, verify_ns, mask, task_id, num_proposed, num_accepted))
 
+    def on_model(self, model: ModelConfig, dtype_bytes: int) -> None:
+        self.capture.on_model(model, dtype_bytes)
+
     def on_step_begin(self, step_id: int, t_ns: int) -> None:
         self.capture.on_step_begin(step_id)
 
@@ -184,7 +188,7 @@ class ProbeObserver(EngineObserver):
             members["step_id"] = stats.step_id
             members[["request_id", "num_tokens"]] = stats.batch  # one vectorised write for the batch
             self.ring.write_many(RecordKind.BATCH_MEMBER, members)
-        self.capture.on_step_end()
+        self.capture.on_step_end(stats)
 
     def close(self, unlink: bool = True) -> None:
         self.flush()

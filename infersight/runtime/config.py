@@ -1,76 +1,16 @@
-"""Model shapes (a table of named configs) and the one engine config object."""
+"""The one engine config object. Model shapes live in model_config (torch-free) and are re-exported."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from infersight.runtime.errors import UnknownModelError
-from infersight.runtime.tokenizer import ByteTokenizer
+from infersight.runtime.model_config import MODEL_CONFIGS, ModelConfig, resolve_model
 
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape of a decoder-only transformer. n_experts == 0 means a dense SwiGLU FFN."""
-
-    name: str
-    d_model: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    ffn_dim: int
-    n_experts: int = 0
-    top_k: int = 2
-    shared_expert: bool = False
-    vocab_size: int = ByteTokenizer.vocab_size
-    max_seq_len: int = 1024
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-
-    def __post_init__(self) -> None:
-        if self.d_model % self.n_heads:
-            raise ValueError(f"{self.name}: d_model {self.d_model} not divisible by n_heads {self.n_heads}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"{self.name}: n_heads {self.n_heads} not divisible by n_kv_heads {self.n_kv_heads}")
-        if self.n_experts and not 1 <= self.top_k <= self.n_experts:
-            raise ValueError(f"{self.name}: top_k {self.top_k} must be in [1, n_experts={self.n_experts}]")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def is_moe(self) -> bool:
-        return self.n_experts > 0
-
-
-MODEL_CONFIGS: dict[str, ModelConfig] = {
-    c.name: c
-    for c in (
-        # Trained by infersight.training; fine-grained experts keep the weights a few MB.
-        ModelConfig("tiny-moe", d_model=256, n_layers=4, n_heads=8, n_kv_heads=2, ffn_dim=128,
-                    n_experts=8, top_k=2, shared_expert=False, max_seq_len=1024),
-        ModelConfig("tiny-draft", d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=256,
-                    max_seq_len=1024),
-        # Random-weight shapes for GPU benchmarks; the byte vocabulary keeps the LM head small.
-        ModelConfig("llama-1b-shape", d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8,
-                    ffn_dim=8192, max_seq_len=4096, rope_theta=500000.0),
-        ModelConfig("mixtral-shape", d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8,
-                    ffn_dim=14336, n_experts=8, top_k=2, max_seq_len=4096, rope_theta=1e6),
-    )
-}
-
-
-def resolve_model(model: str | ModelConfig) -> ModelConfig:
-    """A named config, or the config itself."""
-    if isinstance(model, ModelConfig):
-        return model
-    if model not in MODEL_CONFIGS:
-        known = ", ".join(sorted(MODEL_CONFIGS))
-        raise UnknownModelError(f"unknown model {model!r}; known models: {known}")
-    return MODEL_CONFIGS[model]
+__all__ = ["MODEL_CONFIGS", "EngineConfig", "ModelConfig", "resolve_model"]
 
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
@@ -84,6 +24,9 @@ class EngineConfig:
     num_kv_blocks: device KV blocks (None: enough for max_num_seqs full-length sequences).
     cpu_offload_blocks: size of the CPU swap tier; 0 disables swapping (preemption recomputes).
     max_num_batched_tokens: the per-step token budget shared by prefill chunks and decodes.
+    attention_backend: prefill attention (auto: sdpa on CUDA, flash on the CPU; or naive).
+    decode_attention: paged decode attention (auto: the Triton kernel on CUDA when triton is
+    installed, else the torch reference).
     """
 
     model: str | ModelConfig = "tiny-moe"
@@ -101,6 +44,7 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 512
     attention_backend: str = "auto"
+    decode_attention: str = "auto"
     model_config: ModelConfig = field(init=False)
     draft_config: ModelConfig | None = field(init=False)
 
@@ -117,6 +61,10 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.attention_backend not in ("auto", "flash", "sdpa", "naive"):
             raise ValueError(f"attention_backend must be auto, flash, sdpa or naive, got {self.attention_backend!r}")
+        if self.decode_attention not in ("auto", "torch", "triton"):
+            raise ValueError(f"decode_attention must be auto, torch or triton, got {self.decode_attention!r}")
+        if self.decode_attention == "triton" and not self.device.startswith("cuda"):
+            raise ValueError("decode_attention='triton' needs a CUDA device; use 'torch' (or 'auto') on the CPU")
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "num_speculative_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -139,6 +87,14 @@ class EngineConfig:
         if self.attention_backend != "auto":
             return self.attention_backend
         return "sdpa" if self.device.startswith("cuda") else "flash"
+
+    @property
+    def resolved_decode_attention(self) -> str:
+        """triton (one fused paged kernel) on a CUDA device with triton installed, else torch."""
+        if self.decode_attention != "auto":
+            return self.decode_attention
+        cuda = self.device.startswith("cuda")
+        return "triton" if cuda and importlib.util.find_spec("triton") is not None else "torch"
 
     def replace(self, **changes: object) -> "EngineConfig":
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -36,18 +36,21 @@ class Engine:
         backend = config.resolved_attention_backend
         cfg = config.model_config
         target = build_model(cfg, dtype=config.torch_dtype, device=config.device, seed=config.seed,
-                             weights=config.weights, attention_backend=backend, ranges=self.ranges)
+                             weights=config.weights, attention_backend=backend, ranges=self.ranges,
+                             decode_attention=config.resolved_decode_attention)
         self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
         self.draft: ModelRunner | None = None
         if config.draft_config is not None:
             draft = build_model(config.draft_config, dtype=config.torch_dtype, device=config.device,
                                 seed=config.seed, weights=config.speculative_weights,
-                                attention_backend=backend, ranges=self.ranges)
+                                attention_backend=backend, ranges=self.ranges,
+                                decode_attention=config.resolved_decode_attention)
             self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
         self.expert_counts = None
         if self.observer.wants_expert_counts and cfg.is_moe:
             self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long, device=config.device)
         self.requests: dict[int, Request] = {}
+        self.observer.on_model(cfg, config.torch_dtype.itemsize)
         self.next_request_id = 0
         self._trace_ids = random.Random()  # W3C trace ids for requests that arrive without one
         self.step_id = 0
@@ -139,13 +142,16 @@ class Engine:
             with self.ranges.range("forward.draft"):
                 drafts, draft_probs = self._propose(self.draft, sched)
         t_verify = time.monotonic_ns()
-        with self.ranges.range(self._forward_name(sched, prefilling)):
+        forward = self._forward_name(sched, prefilling)
+        stats.phase = forward.removeprefix("forward.")
+        with self.ranges.range(forward):
             logits = self.target.run(self._target_items(sched, drafts), self.expert_counts)
         end_forward = time.monotonic_ns()
         with self.ranges.range("sampling"):
             for s, lg in zip(sched, logits):
                 req = s.req
                 stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
+                stats.context_lens.append(req.num_computed + s.num_new_tokens + s.num_spec_tokens)
                 if req.request_id in prefilling:
                     stats.num_prefill_tokens += s.num_new_tokens
                     req.times.prefill_chunks.append((start, end_forward, s.num_new_tokens))

@@ -23,12 +23,16 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: 
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: str) -> None:
+    def __init__(self, cfg: ModelConfig, backend: str, decode_attention: str = "torch") -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         self.qkv = nn.Linear(cfg.d_model, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, bias=False)
         self.out = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
         self.backend = backend
+        self.paged_decode = paged_decode_attention
+        if decode_attention == "triton":  # imported only here: triton is a GPU-only dependency
+            from infersight.runtime.triton_decode import triton_paged_decode_attention
+            self.paged_decode = triton_paged_decode_attention
 
     def _qkv(self, x: torch.Tensor, rope: RotaryEmbedding,
              positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -49,7 +53,7 @@ class Attention(nn.Module):
         v_cache.view(-1, self.n_kv_heads, self.head_dim)[batch.slot_mapping] = v
         out = torch.empty_like(q)
         if batch.decode_index.numel():
-            out[batch.decode_index] = paged_decode_attention(
+            out[batch.decode_index] = self.paged_decode(
                 q[batch.decode_index], k_cache, v_cache, batch.decode_block_tables, batch.decode_context_lens)
         for seg in batch.segments:
             ks, vs = gather_kv(k_cache, v_cache, seg.block_table, seg.context_len)
@@ -73,11 +77,12 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: str, layer_idx: int, ranges: RangeMarker) -> None:
+    def __init__(self, cfg: ModelConfig, backend: str, layer_idx: int, ranges: RangeMarker,
+                 decode_attention: str = "torch") -> None:
         super().__init__()
         self.ranges, self.names = ranges, layer_range_names(layer_idx)
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.attn = Attention(cfg, backend)
+        self.attn = Attention(cfg, backend, decode_attention)
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.ffn: MoEFFN | SwiGLU = (MoEFFN(cfg, ranges, self.names) if cfg.is_moe
                                      else SwiGLU(cfg.d_model, cfg.ffn_dim))
@@ -107,12 +112,13 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
     """forward() returns logits for the tokens in batch.logits_index only."""
 
-    def __init__(self, cfg: ModelConfig, attention_backend: str = "flash", ranges: RangeMarker | None = None) -> None:
+    def __init__(self, cfg: ModelConfig, attention_backend: str = "flash", ranges: RangeMarker | None = None,
+                 decode_attention: str = "torch") -> None:
         super().__init__()
         self.cfg = cfg
         ranges = ranges if ranges is not None else RangeMarker()
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, attention_backend, i, ranges) for i in range(cfg.n_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, attention_backend, i, ranges, decode_attention) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)

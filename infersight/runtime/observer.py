@@ -14,6 +14,7 @@ from infersight.runtime.ranges import RangeMarker
 if TYPE_CHECKING:
     import torch
 
+    from infersight.runtime.model_config import ModelConfig
     from infersight.runtime.stats import StepStats
 
 
@@ -37,6 +38,9 @@ class EngineObserver:
     wants_expert_counts: bool = False
     #: What marks the engine's phases (NVTX, record_function); the base marks nothing.
     ranges: RangeMarker = RangeMarker()
+
+    def on_model(self, model: "ModelConfig", dtype_bytes: int) -> None:
+        """Once, when the engine has built its (target) model: the shape a capture's work is modelled on."""
 
     # -- requests -------------------------------------------------------------------------
     def on_request_arrived(self, request_id: int, t_ns: int, num_prompt_tokens: int,

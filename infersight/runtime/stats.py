@@ -22,4 +22,6 @@ class StepStats:
     num_swapped: int = 0
     num_preempted: int = 0
     batch: list[tuple[int, int]] = field(default_factory=list)  # (request_id, tokens fed this step)
+    context_lens: list[int] = field(default_factory=list)  # per batch entry: its KV length after the step
+    phase: str = ""                    # the target forward's: prefill, decode, mixed or verify ("" idle)
     finished: list[int] = field(default_factory=list)

@@ -73,11 +73,11 @@ def save_safetensors(model: Transformer, path: str | Path) -> None:
 
 def build_model(cfg: ModelConfig, *, dtype: torch.dtype, device: str, seed: int,
                 weights: str | Path | None = None, attention_backend: str = "flash",
-                ranges: RangeMarker | None = None) -> Transformer:
+                ranges: RangeMarker | None = None, decode_attention: str = "torch") -> Transformer:
     """A model in eval mode on `device`: explicit weights, else shipped weights, else random by seed."""
     # Built on the meta device and materialised once on the target: no throw-away host init.
     with torch.device("meta"):
-        model = Transformer(cfg, attention_backend, ranges).to(dtype)
+        model = Transformer(cfg, attention_backend, ranges, decode_attention).to(dtype)
     model = model.to_empty(device=device)
     model.rope.reset_tables()
     path = weights if weights is not None else shipped_weights(cfg.name)

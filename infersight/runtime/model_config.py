@@ -1,0 +1,85 @@
+"""Model shapes: the ModelConfig dataclass and a table of named configs.
+
+Torch-free, so the agent and `infersight analyze` can model a captured step's work (roofline)
+without importing the runtime.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from infersight.runtime.errors import UnknownModelError
+from infersight.runtime.tokenizer import ByteTokenizer
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a decoder-only transformer. n_experts == 0 means a dense SwiGLU FFN."""
+
+    name: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    n_experts: int = 0
+    top_k: int = 2
+    shared_expert: bool = False
+    vocab_size: int = ByteTokenizer.vocab_size
+    max_seq_len: int = 1024
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"{self.name}: d_model {self.d_model} not divisible by n_heads {self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"{self.name}: n_heads {self.n_heads} not divisible by n_kv_heads {self.n_kv_heads}")
+        if self.n_experts and not 1 <= self.top_k <= self.n_experts:
+            raise ValueError(f"{self.name}: top_k {self.top_k} must be in [1, n_experts={self.n_experts}]")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+
+MODEL_CONFIGS: dict[str, ModelConfig] = {
+    c.name: c
+    for c in (
+        # Trained by infersight.training; fine-grained experts keep the weights a few MB.
+        ModelConfig("tiny-moe", d_model=256, n_layers=4, n_heads=8, n_kv_heads=2, ffn_dim=128,
+                    n_experts=8, top_k=2, shared_expert=False, max_seq_len=1024),
+        ModelConfig("tiny-draft", d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=256,
+                    max_seq_len=1024),
+        # Random-weight shapes for GPU benchmarks; the byte vocabulary keeps the LM head small.
+        ModelConfig("llama-1b-shape", d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8,
+                    ffn_dim=8192, max_seq_len=4096, rope_theta=500000.0),
+        ModelConfig("mixtral-shape", d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8,
+                    ffn_dim=14336, n_experts=8, top_k=2, max_seq_len=4096, rope_theta=1e6),
+    )
+}
+
+
+def resolve_model(model: str | ModelConfig) -> ModelConfig:
+    """A named config, or the config itself."""
+    if isinstance(model, ModelConfig):
+        return model
+    if model not in MODEL_CONFIGS:
+        known = ", ".join(sorted(MODEL_CONFIGS))
+        raise UnknownModelError(f"unknown model {model!r}; known models: {known}")
+    return MODEL_CONFIGS[model]
+
+
+def model_config_from_dict(fields: dict[str, Any]) -> ModelConfig:
+    """A ModelConfig from dataclasses.asdict() output (e.g. a capture's shapes file); unknown keys
+    are an error, so a file from a newer version is not silently misread."""
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    extra = sorted(set(fields) - known)
+    if extra:
+        raise ValueError(f"unknown ModelConfig fields: {', '.join(extra)}")
+    return ModelConfig(**fields)
