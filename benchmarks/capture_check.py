@@ -1,17 +1,22 @@
-"""On-demand capture on a GPU, through the agent's API, and what it costs the engine afterwards.
+"""On-demand capture on a GPU through the agent's API: what it finds, and what it costs afterwards.
 
-Two identical runs of `llama-1b-shape` (bf16, steady decode, probes on, an in-process agent):
-run A never captures; run B asks POST /api/v1/capture for 20 steps at the same point. Decode
-steps after the capture window are timed in both at the same step indices (so context length,
-and with it attention cost, is the same), and the ratio B/A of their medians is printed (the
-goal is <= 1.01: outside a capture window the engine pays nothing). The capture trace goes to
-$OUT for offline analysis (`infersight analyze`), and its kernel breakdown is printed.
+One engine in one process (so both conditions share weights, memory, host and clocks) runs the
+same round again and again: `--batch` fresh prompts of `--prompt` random tokens, each decoding
+`--tokens` tokens, greedy. Decode step i of every round has the same shapes, so rounds compare
+step for step. After a warm-up round come `--before` rounds, one round in which the agent is
+asked (POST /api/v1/capture) for `--capture-steps` steps starting at decode step `--capture-at`,
+then `--after` rounds. Printed: each round's median decode step, the after/before ratio of the
+pooled medians (goal <= 1.01), the spread among the before rounds (the noise floor), the cost
+inside the window, and the agent's own analysis of the capture, roofline included (modelled from
+the capture's shapes file). With --tool cuda-profiler the window is cudaProfilerStart/Stop (run
+under `ncu --profile-from-start off` or `nsys --capture-range=cudaProfilerApi` to record it).
 
-    python benchmarks/capture_check.py [--model llama-1b-shape] [--batch 32] [--steps 60]
+    python benchmarks/capture_check.py [--model llama-1b-shape] [--batch 32] [--tool torch]
 """
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -24,77 +29,152 @@ import torch
 
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
+from infersight.kernels.roofline import steps_work
+from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime import Engine, EngineConfig, SamplingParams
 
 
-def timed_steps(engine: Engine, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
+def sync() -> None:
+    if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def run_round(engine: Engine, args: argparse.Namespace, seed: int, capture=None) -> list[float]:
+    """Decode step times of one round (seconds, by decode step index). capture(): called just
+    before decode step args.capture_at."""
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(args.batch):
+        engine.add_request(torch.randint(0, 256, (args.prompt,), generator=gen).tolist(),
+                           SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True))
+    times, decode_index = [], 0
+    while engine.has_unfinished():
+        if capture is not None and decode_index == args.capture_at:
+            capture()
+            capture = None
+        sync()
         t0 = time.perf_counter()
-        engine.step()
-        torch.cuda.synchronize()
-        out.append(time.perf_counter() - t0)
-    return out
+        stats = engine.step()
+        sync()
+        dt = time.perf_counter() - t0
+        if stats.phase == "decode" and stats.num_decode_tokens == args.batch:
+            times.append(dt)
+            decode_index += 1
+    for rid in list(engine.requests):
+        engine.release(rid)
+    return times
 
 
-def run(args: argparse.Namespace, capture: bool) -> tuple[list[float], list[float], object]:
-    """(window step times, after-window step times, capture record or None)."""
-    tmp = tempfile.mkdtemp()
-    name = f"infersight-capcheck-{os.getpid()}-{int(capture)}"
-    probe = ProbeObserver(ProbeConfig(ring_name=name, capture_dir=tmp))
-    engine = Engine(EngineConfig(model=args.model, device="cuda", dtype="bfloat16", max_num_seqs=args.batch,
-                                 max_num_batched_tokens=args.batch * 128), probe)
-    agent = Agent(AgentConfig(rings=[name], port=0, token="check", gpu_source="none"))
-    agent.start_http()
-    for i in range(args.batch):
-        engine.add_request([(7 * i + j) % 256 for j in range(128)],
-                           SamplingParams(temperature=0, max_tokens=args.steps + 60, ignore_eos=True))
-    engine.step()
-    timed_steps(engine, 10)  # warm-up
-    agent.poll_once()
-    record = None
-    if capture:
-        req = urllib.request.Request(f"http://127.0.0.1:{agent.port}/api/v1/capture", method="POST",
-                                     data=json.dumps({"steps": 20, "tool": args.tool}).encode(),
-                                     headers={"Authorization": "Bearer check"})
-        urllib.request.urlopen(req).read()
-    window = timed_steps(engine, 21)  # the capture window (20 steps) and the step that writes nothing
-    agent.poll_once()
-    after = timed_steps(engine, args.steps)
-    agent.poll_once()
-    if capture:
-        record = agent.captures.records[-1]
-    agent.close()
-    probe.close()
-    del engine
-    torch.cuda.empty_cache()
-    return window, after, record
+def profiler_gemm_flops(trace_path: str) -> float:
+    """2*M*K*N of every weight matrix multiply (aten::mm / addmm) the profiler recorded, from
+    record_shapes' "Input Dims": an independent count against the roofline's modelled GEMM FLOPs.
+    (Batched bmm is left out: in this runtime only the torch decode attention's einsums use it.)"""
+    with gzip.open(trace_path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    total = 0.0
+    for e in events:
+        dims = e.get("args", {}).get("Input Dims")
+        if e.get("cat") != "cpu_op" or not dims:
+            continue
+        if e["name"] == "aten::mm":
+            (m, k), (_, n) = dims[0], dims[1]
+            total += 2.0 * m * k * n
+        elif e["name"] == "aten::addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            total += 2.0 * m * k * n
+    return total
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="llama-1b-shape")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--before", type=int, default=3)
+    ap.add_argument("--after", type=int, default=3)
+    ap.add_argument("--capture-at", type=int, default=10)
+    ap.add_argument("--capture-steps", type=int, default=20)
     ap.add_argument("--tool", default="torch", choices=["torch", "cuda-profiler"])
+    ap.add_argument("--decode-attention", default="auto", choices=["auto", "torch", "triton"])
+    ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script itself")
     args = ap.parse_args()
-    win_a, after_a, _ = run(args, capture=False)
-    win_b, after_b, record = run(args, capture=True)
-    a, b = statistics.median(after_a), statistics.median(after_b)
+    out = os.environ.get("OUT") or tempfile.mkdtemp()
+    os.makedirs(out, exist_ok=True)
+    tmp = tempfile.mkdtemp()
+    name = f"infersight-capcheck-{os.getpid()}"
+    probe = ProbeObserver(ProbeConfig(ring_name=name, capture_dir=tmp))
+    blocks = args.batch * -(-(args.prompt + args.tokens + 1) // 16) + 64
+    engine = Engine(EngineConfig(model=args.model, device=args.device, dtype="bfloat16", max_num_seqs=args.batch,
+                                 max_num_batched_tokens=args.batch * args.prompt, num_kv_blocks=blocks,
+                                 enable_prefix_caching=False, decode_attention=args.decode_attention), probe)
+    agent = Agent(AgentConfig(rings=[name], port=0, token="check", gpu_source="none"))
+    agent.start_http()
+
+    def ask() -> None:
+        req = urllib.request.Request(f"http://127.0.0.1:{agent.port}/api/v1/capture", method="POST",
+                                     data=json.dumps({"steps": args.capture_steps, "tool": args.tool}).encode(),
+                                     headers={"Authorization": "Bearer check"})
+        urllib.request.urlopen(req).read()
+
+    print(f"model {args.model}, batch {args.batch}, prompt {args.prompt}, {args.tokens} tokens, "
+          f"decode kernel {engine.decode_attention}, tool {args.tool}")
+    run_round(engine, args, seed=0)  # warm-up: allocator, Triton JIT, cuBLAS heuristics
+    agent.poll_once()
+    rounds = []
+    for r in range(args.before + 1 + args.after):
+        label = "before" if r < args.before else ("capture" if r == args.before else "after")
+        times = run_round(engine, args, seed=r + 1, capture=ask if label == "capture" else None)
+        agent.poll_once()
+        rounds.append((label, times))
+        print(f"round {r} ({label}): {len(times)} decode steps, median {statistics.median(times) * 1e3:.3f} ms")
+    before = [t for label, ts in rounds if label == "before" for t in ts]
+    after = [t for label, ts in rounds if label == "after" for t in ts]
+    medians = [statistics.median(ts) for label, ts in rounds if label == "before"]
+    cap = next(ts for label, ts in rounds if label == "capture")
+    window = cap[args.capture_at:args.capture_at + args.capture_steps]
+    outside = cap[:args.capture_at]
+    ratio = statistics.median(after) / statistics.median(before)
+    print(f"median decode step: before {statistics.median(before) * 1e3:.3f} ms, after {statistics.median(after) * 1e3:.3f} ms, "
+          f"ratio after/before {ratio:.4f}")
+    print(f"noise floor: before rounds' medians span {min(medians) * 1e3:.3f}-{max(medians) * 1e3:.3f} ms "
+          f"({max(medians) / min(medians):.4f})")
+    print(f"inside the window: median {statistics.median(window) * 1e3:.3f} ms vs {statistics.median(outside) * 1e3:.3f} ms "
+          f"before it in the same round ({statistics.median(window) / statistics.median(outside):.2f}x)")
+    record = agent.captures.records[-1]
     print(f"capture: state={record.state} path={record.path}")
-    print(f"median decode step in the window: no capture {statistics.median(win_a) * 1e3:.3f} ms, "
-          f"capturing {statistics.median(win_b) * 1e3:.3f} ms")
-    print(f"median decode step after the window: no capture {a * 1e3:.3f} ms, after a capture {b * 1e3:.3f} ms, "
-          f"ratio {b / a:.4f}")
-    out = os.environ.get("OUT")
-    if out and record.path and record.path.endswith(".gz"):
+    summary = {"model": args.model, "batch": args.batch, "prompt": args.prompt, "tokens": args.tokens, "tool": args.tool,
+               "decode_attention": engine.decode_attention, "rounds": [[label, ts] for label, ts in rounds],
+               "ratio_after_before": ratio, "before_round_medians": medians}
+    analysis = record.analysis or {}
+    if record.path.endswith(".gz"):
         shutil.copy(record.path, os.path.join(out, f"capture_{args.model}.json.gz"))
-    if record.analysis:
-        print(json.dumps({k: record.analysis.get(k) for k in ("source", "kernels", "categories", "findings")},
-                         indent=1)[:4000])
+    shapes = shapes_path_for(record.path) if record.path else None
+    if shapes is not None and shapes.is_file():
+        shutil.copy(shapes, os.path.join(out, f"capture_{args.model}.shapes.json"))
+    roof = [r for r in analysis.get("roofline", []) if r["phase"] == "captured"]
+    if roof:
+        print("roofline of the captured steps (modelled from the shapes file):")
+        for r in roof:
+            print(f"  {r['op_category']:<18} {r['flops'] / 1e12:9.3f} TFLOP {r['bytes'] / 1e9:9.3f} GB "
+                  f"{r['kernel_ns'] / 1e6:9.2f} ms  {r['achieved_gbps']:8.0f} GB/s  {r['achieved_tflops']:7.1f} TFLOP/s  {r['bound']}")
+    if record.path.endswith(".gz") and shapes is not None and shapes.is_file():
+        captured = load_capture_shapes(shapes)
+        work = steps_work(captured.model, captured.steps, captured.dtype_bytes).set_index("op_category")
+        modelled, counted = float(work.loc["GEMM", "flops"]), profiler_gemm_flops(record.path)
+        summary["gemm_flops_modelled"], summary["gemm_flops_profiler"] = modelled, counted
+        print(f"GEMM FLOPs: modelled {modelled / 1e12:.4f} T, counted from the profiler's recorded shapes "
+              f"{counted / 1e12:.4f} T, model error {modelled / counted - 1:+.2%}" if counted else
+              "GEMM FLOPs: the profiler counted none")
+    if analysis:
+        print(json.dumps({k: analysis.get(k) for k in ("kernels", "categories", "findings", "note", "error")},
+                         indent=1)[:5000])
+    summary["analysis"] = analysis
+    with open(os.path.join(out, f"capture_check_{args.tool}.json"), "w") as f:
+        json.dump(summary, f, default=str)
+    agent.close()
+    probe.close()
 
 
 if __name__ == "__main__":

@@ -40,6 +40,19 @@ def main() -> int:
     ok = all(rel_err(out[b:b + 1], naive_attention(qd[b:b + 1], *gather_kv(kc, vc, tables[b], int(lens[b])),
                                                       causal=False)) <= 1e-5 for b in range(4))
     results.append(("paged decode == naive (cuda fp32)", ok))
+    from infersight.runtime.triton_decode import triton_decode_problem, triton_paged_decode_attention
+    problem = triton_decode_problem(dev)
+    results.append((f"triton decode kernel runs ({problem or 'ok'})", problem is None))
+    if problem is None:
+        out = triton_paged_decode_attention(qd, kc, vc, tables, lens)
+        ok = all(rel_err(out[b:b + 1], naive_attention(qd[b:b + 1], *gather_kv(kc, vc, tables[b], int(lens[b])),
+                                                          causal=False)) <= 1e-5 for b in range(4))
+        results.append(("triton paged decode == naive (cuda fp32)", ok))
+        ob = triton_paged_decode_attention(qd.bfloat16(), kc.bfloat16(), vc.bfloat16(), tables, lens)
+        ok = all(rel_err(ob[b:b + 1].float(), naive_attention(
+            qd[b:b + 1].bfloat16().float(), *(t.bfloat16().float() for t in gather_kv(kc, vc, tables[b], int(lens[b]))),
+            causal=False)) <= 2 ** -8 for b in range(4))
+        results.append(("triton paged decode == naive (cuda bf16 in, fp32 math)", ok))
 
     prompts = ["The cache holds ", "def main():\n    ", '{"k": [1, 2', "The cache holds the keys"] * 3
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -51,6 +64,8 @@ def main() -> int:
     results.append(("greedy: speculation on == off (cuda)", run(device=dev, speculative_model=DRAFT) == base))
     results.append(("greedy: prefix caching off == on (cuda)", run(device=dev, enable_prefix_caching=False) == base))
     results.append(("greedy: sdpa == flash backend (cuda)", run(device=dev, attention_backend="flash") == base))
+    results.append(("greedy: triton == torch decode kernel (cuda)",
+                    run(device=dev, decode_attention="triton") == run(device=dev, decode_attention="torch")))
     for name, ok in results:
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
     return 0 if all(ok for _, ok in results) else 1

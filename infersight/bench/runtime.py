@@ -21,6 +21,7 @@ class RuntimeBenchResult:
     model: str
     device: str
     dtype: str
+    decode_attention: str
     batch: int
     prompt_len: int
     prefill_tokens_per_s: float
@@ -31,9 +32,11 @@ class RuntimeBenchResult:
 
 
 def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "float32", batch: int = 16,
-                  prompt_len: int = 128, decode_steps: int = 32, repeats: int = 3, seed: int = 0) -> RuntimeBenchResult:
+                  prompt_len: int = 128, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
+                  decode_attention: str = "auto") -> RuntimeBenchResult:
     budget = batch * prompt_len
     config = EngineConfig(model=model, device=device, dtype=dtype, seed=seed, enable_prefix_caching=False,
+                          decode_attention=decode_attention,
                           max_num_seqs=batch, max_num_batched_tokens=budget,
                           num_kv_blocks=batch * (-(-(prompt_len + decode_steps + 2) // 16)) + 64)
     engine = Engine(config)
@@ -74,7 +77,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     machine = f"{platform.machine()} {torch.get_num_threads()} threads"
     if device.startswith("cuda"):
         machine = torch.cuda.get_device_name()
-    return RuntimeBenchResult(model, device, dtype, batch, prompt_len,
+    return RuntimeBenchResult(model, device, dtype, engine.decode_attention, batch, prompt_len,
                               round(statistics.median(prefill_rates), 1), round(statistics.median(decode_rates), 1),
                               round(1000 * statistics.median(dt for dt, _ in step_times[1:]), 3), machine)
 

@@ -11,7 +11,8 @@ def _runtime(args: argparse.Namespace) -> int:
 
     return print_result(as_dict(bench_runtime(model=args.model, device=args.device, dtype=args.dtype,
                                               batch=args.batch, prompt_len=args.prompt_len,
-                                              decode_steps=args.decode_steps)), args.json)
+                                              decode_steps=args.decode_steps,
+                                              decode_attention=args.decode_attention)), args.json)
 
 
 def _overhead(args: argparse.Namespace) -> int:
@@ -47,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     model_args(rt)
     rt.add_argument("--prompt-len", type=int, default=128)
     rt.add_argument("--decode-steps", type=int, default=32)
+    rt.add_argument("--decode-attention", choices=("auto", "torch", "triton"), default="auto",
+                    help="paged decode kernel (auto: triton on CUDA when installed)")
     rt.set_defaults(func=_runtime)
     ov = bench_sub.add_parser("overhead", help="probes off / NVTX only / all probes, interleaved decode steps")
     model_args(ov)

@@ -5,6 +5,7 @@ models. It emits events to one observer and returns a plain StepStats from step(
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 
@@ -24,6 +25,8 @@ from infersight.runtime.stats import StepStats
 from infersight.runtime.tokenizer import ByteTokenizer
 from infersight.runtime.weights import build_model
 
+log = logging.getLogger("infersight.runtime")
+
 
 class Engine:
     def __init__(self, config: EngineConfig, observer: EngineObserver | None = None) -> None:
@@ -37,14 +40,14 @@ class Engine:
         cfg = config.model_config
         target = build_model(cfg, dtype=config.torch_dtype, device=config.device, seed=config.seed,
                              weights=config.weights, attention_backend=backend, ranges=self.ranges,
-                             decode_attention=config.resolved_decode_attention)
+                             decode_attention=self._decode_attention(config))
         self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
         self.draft: ModelRunner | None = None
         if config.draft_config is not None:
             draft = build_model(config.draft_config, dtype=config.torch_dtype, device=config.device,
                                 seed=config.seed, weights=config.speculative_weights,
                                 attention_backend=backend, ranges=self.ranges,
-                                decode_attention=config.resolved_decode_attention)
+                                decode_attention=self.decode_attention)
             self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
         self.expert_counts = None
         if self.observer.wants_expert_counts and cfg.is_moe:
@@ -93,6 +96,19 @@ class Engine:
         req = self.requests.get(request_id)
         if req is not None and not req.is_finished:
             self._finish(req, "abort")
+
+    def _decode_attention(self, config: EngineConfig) -> str:
+        """The decode kernel: config's choice, except that an automatic pick of Triton falls back
+        to torch (with a warning) when the kernel does not run here."""
+        self.decode_attention = config.resolved_decode_attention
+        if self.decode_attention == "triton" and config.decode_attention == "auto":
+            from infersight.runtime.triton_decode import triton_decode_problem
+
+            problem = triton_decode_problem(config.device)
+            if problem:
+                log.warning("Triton decode attention unavailable (%s); using the torch path", problem)
+                self.decode_attention = "torch"
+        return self.decode_attention
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()

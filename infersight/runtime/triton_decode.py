@@ -129,3 +129,22 @@ def triton_paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cach
     _paged_decode_merge_kernel[(b, hq)](m, l, o, out, out.stride(0), out.stride(1), n_splits,
                            GROUP=group, HEAD_DIM=dim, DIM_P=_pow2(dim), SPLITS_P=_pow2(n_splits))
     return out
+
+
+def triton_decode_problem(device: str) -> str | None:
+    """None when the kernel compiles and runs on `device` and agrees with the torch reference on a
+    small case; else why not (no C compiler for Triton's launcher, an unsupported GPU, ...)."""
+    from infersight.runtime.attention import paged_decode_attention
+
+    try:
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        k_cache, v_cache = (torch.randn(6, 16, 2, 64, generator=gen).to(device) for _ in range(2))
+        q = torch.randn(2, 8, 64, generator=gen).to(device)
+        tables = torch.tensor([[4, 1, 0], [2, 5, 3]], device=device)
+        lens = torch.tensor([20, 40], device=device)
+        got = triton_paged_decode_attention(q, k_cache, v_cache, tables, lens)
+        want = paged_decode_attention(q, k_cache, v_cache, tables, lens)
+        err = float((got - want).abs().max() / want.abs().max())
+    except Exception as exc:  # any failure means: use the torch path
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return None if err <= 1e-4 else f"disagrees with the torch reference (relative error {err:.2e})"
