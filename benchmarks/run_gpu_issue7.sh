@@ -22,9 +22,14 @@ PART=${1:-all}   # main | ncu | all (each part fits one 10-minute device call)
   echo "== capture cost, cudaProfilerStart/Stop"; timeout 120 python3 benchmarks/capture_check.py --model $M --tool cuda-profiler --before 2 --after 2
   fi
   if [ "$PART" != main ]; then
-  echo "== ncu: 20 captured steps, DRAM bytes per kernel"
+  echo "== what a torch.profiler window leaves behind (launch-bound loop, one process per line)"
+  for v in none cpu cuda; do timeout 60 python3 benchmarks/profiler_residue.py --variant $v 2>&1 | grep -v Warning; done
+  TEARDOWN_CUPTI=1 timeout 60 python3 benchmarks/profiler_residue.py --variant cuda 2>&1 | sed 's/^/TEARDOWN_CUPTI=1 /' | grep -v Warning
+  TEARDOWN_CUPTI=0 timeout 60 python3 benchmarks/profiler_residue.py --variant cuda 2>&1 | sed 's/^/TEARDOWN_CUPTI=0 /' | grep -v Warning
+  echo "== ncu: 20 captured steps, DRAM bytes of every GEMM and attention kernel in them"
   mkdir -p "$OUT/ncu"
-  OUT="$OUT/ncu" timeout 300 ncu --clock-control none --profile-from-start off \
+  OUT="$OUT/ncu" timeout 420 ncu --clock-control none --profile-from-start off \
+    --kernel-name regex:"nvjet|gemm|cutlass|xmma|paged_decode" \
     --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum --csv --page raw \
     --log-file "$OUT/ncu/ncu_window.csv" \
     python3 benchmarks/capture_check.py --model $M --tool cuda-profiler --before 0 --after 0 --capture-steps 20 \
