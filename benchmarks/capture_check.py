@@ -135,11 +135,13 @@ def main() -> None:
     cap = next(ts for label, ts in rounds if label == "capture")
     window = cap[args.capture_at:args.capture_at + args.capture_steps]
     outside = cap[:args.capture_at]
-    ratio = statistics.median(after) / statistics.median(before)
-    print(f"median decode step: before {statistics.median(before) * 1e3:.3f} ms, after {statistics.median(after) * 1e3:.3f} ms, "
-          f"ratio after/before {ratio:.4f}")
-    print(f"noise floor: before rounds' medians span {min(medians) * 1e3:.3f}-{max(medians) * 1e3:.3f} ms "
-          f"({max(medians) / min(medians):.4f})")
+    ratio = statistics.median(after) / statistics.median(before) if before and after else None
+    if ratio is not None:
+        print(f"median decode step: before {statistics.median(before) * 1e3:.3f} ms, "
+              f"after {statistics.median(after) * 1e3:.3f} ms, ratio after/before {ratio:.4f}")
+    if medians:
+        print(f"noise floor: before rounds' medians span {min(medians) * 1e3:.3f}-{max(medians) * 1e3:.3f} ms "
+              f"({max(medians) / min(medians):.4f})")
     print(f"inside the window: median {statistics.median(window) * 1e3:.3f} ms vs {statistics.median(outside) * 1e3:.3f} ms "
           f"before it in the same round ({statistics.median(window) / statistics.median(outside):.2f}x)")
     record = agent.captures.records[-1]

@@ -8,7 +8,7 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 M=llama-1b-shape
-PART=${1:-all}   # main | ncu | all (each part fits one 10-minute device call)
+PART=${1:-all}   # main | ncu | all (main and ncu each fit one 10-minute device call)
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'

@@ -106,7 +106,8 @@ def roofline_findings(roofline: pd.DataFrame, phase: str) -> list[Finding]:
             out.append(Finding("high" if row.pct_of_peak_bw < ROOF_FRACTION / 2 else "medium",
                                f"decode attention reaches {_pct(row.pct_of_peak_bw)} of memory bandwidth "
                                f"({row.achieved_gbps:.0f} GB/s reading the KV cache)",
-                               "use a split-KV (FlashDecoding) paged attention kernel so every SM streams KV"))
+                               "stream the KV cache across every SM: a split-KV (FlashDecoding) paged kernel with "
+                               "enough splits and wide tile loads, with RoPE and the KV write fused in"))
         elif row.bound == "memory" and row.pct_of_roof < ROOF_FRACTION:
             out.append(Finding("medium", f"{where} is memory-bound (intensity {row.intensity:.1f} FLOP/B) and "
                                f"reaches {_pct(row.pct_of_roof)} of the memory roof",

@@ -24,7 +24,7 @@ from infersight.kernels.frames import KernelTrace
 from infersight.kernels.roofline import (
     DeviceCeilings, StepShape, measured_dram_bytes, roofline_for_phase, roofline_for_steps, with_measured_bytes,
 )
-from infersight.kernels.shapes import CaptureShapes
+from infersight.kernels.shapes import CaptureShapes, engine_step_ids
 from infersight.kernels.timeline import category_breakdown, idle_gaps, phase_breakdown, top_kernels
 
 
@@ -68,7 +68,8 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
     found += rules.category_findings(categories, k)
     placements = []
     if captured is not None:
-        placements.append(("captured", "", roofline_for_steps(k, captured.model, captured.steps,
+        aligned = engine_step_ids(k, trace.ranges, captured.first_step)
+        placements.append(("captured", "", roofline_for_steps(aligned, captured.model, captured.steps,
                                                               captured.dtype_bytes, ceilings)))
     if model is not None:
         placements += [(s.phase, s.phase, roofline_for_phase(k, model, s, ceilings)) for s in shapes]

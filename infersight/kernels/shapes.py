@@ -2,11 +2,12 @@
 shape and, step by step, who was in the batch, so the roofline can model the captured work.
 
     {"format": "infersight-capture-shapes/1", "model": {ModelConfig fields}, "dtype_bytes": 2,
-     "steps": [{"step_id": 41, "phase": "decode", "seqs": [[request_id, tokens fed, KV length], ...]}]}
+     "first_step": 41, "steps": [{"step_id": 41, "phase": "decode", "seqs": [[request_id, tokens fed, KV length], ...]}]}
 
 load_capture_shapes returns the model and a steps frame, one row per (step, sequence):
 step_id, phase, request_id, query_len (tokens fed), context_len (KV length after the step) —
-the input of infersight.kernels.roofline.steps_work / roofline_for_steps.
+the input of infersight.kernels.roofline.steps_work / roofline_for_steps. first_step is the
+engine step the window began with (steps that scheduled nothing have no entry).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from infersight.kernels.frames import TraceError, typed_frame
@@ -29,6 +31,7 @@ STEP_COLUMNS = {"step_id": "int64", "phase": "object", "request_id": "int64", "q
 class CaptureShapes:
     model: ModelConfig
     dtype_bytes: int
+    first_step: int
     steps: pd.DataFrame
 
 
@@ -56,6 +59,7 @@ def load_capture_shapes(path: str | Path) -> CaptureShapes:
     try:
         model = model_config_from_dict(doc["model"])
         dtype_bytes = int(doc["dtype_bytes"])
+        first_step = doc.get("first_step")
         rows = [(int(st["step_id"]), str(st["phase"]), int(rid), int(n), int(ctx))
                 for st in doc["steps"] for rid, n, ctx in st["seqs"]]
     except (KeyError, TypeError, ValueError) as exc:
@@ -63,4 +67,16 @@ def load_capture_shapes(path: str | Path) -> CaptureShapes:
     if dtype_bytes < 1 or any(n < 1 or ctx < n for _, _, _, n, ctx in rows):
         raise TraceError(f"{p}: malformed shapes file (dtype_bytes >= 1, tokens >= 1 and KV length >= tokens)")
     steps = typed_frame({c: [r[i] for r in rows] for i, c in enumerate(STEP_COLUMNS)}, STEP_COLUMNS)
-    return CaptureShapes(model, dtype_bytes, steps)
+    if first_step is None:
+        first_step = int(steps["step_id"].min()) if len(steps) else 0
+    return CaptureShapes(model, dtype_bytes, int(first_step), steps)
+
+
+def engine_step_ids(kernels: pd.DataFrame, ranges: pd.DataFrame, first_step: int) -> pd.DataFrame:
+    """kernels with step_id as the engine numbers its steps. NVTX "step" ranges carry that id as
+    their payload, so an nsys trace has it already; torch.profiler's record_function ranges have
+    no payload, so a Kineto trace numbers its steps 0..N-1 from the window's first step."""
+    steps = ranges[(ranges["name"] == "step") & (ranges["kind"] != "gpu")]
+    if not steps.empty and steps["payload"].notna().all():
+        return kernels
+    return kernels.assign(step_id=np.where(kernels["step_id"] >= 0, kernels["step_id"] + first_step, -1))

@@ -45,6 +45,7 @@ class StepCapture:
         self._seq = 0
         self._model: dict[str, Any] | None = None
         self._dtype_bytes = 0
+        self._first_step = 0
         self._steps: list[dict[str, Any]] = []
 
     def on_model(self, model: ModelConfig, dtype_bytes: int) -> None:
@@ -72,12 +73,17 @@ class StepCapture:
 
     def _start(self, step_id: int) -> None:
         self.control.set_first_step(step_id)
+        self._first_step = step_id
         self._seq, steps, self._tool = self.control.take()
         self._seen = self._seq
         self._left = max(1, steps)
         self._steps = []
         try:
             if self._tool is CaptureTool.TORCH:
+                # Without it Kineto leaves CUPTI attached after the window, and a launch-bound
+                # engine keeps paying its callbacks (measured: 1.2x slower steps for good; see
+                # BENCHMARKS.md). Read when the profiler stops; a value set by the user wins.
+                os.environ.setdefault("TEARDOWN_CUPTI", "1")
                 activities = [torch.profiler.ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -92,7 +98,8 @@ class StepCapture:
 
     def _write_shapes(self, path: Path) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        doc = {"format": SHAPES_FORMAT, "model": self._model, "dtype_bytes": self._dtype_bytes, "steps": self._steps}
+        doc = {"format": SHAPES_FORMAT, "model": self._model, "dtype_bytes": self._dtype_bytes,
+               "first_step": self._first_step, "steps": self._steps}
         path.write_text(json.dumps(doc, separators=(",", ":")))
 
     def _stop(self) -> None:
