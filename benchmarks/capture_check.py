@@ -5,7 +5,8 @@ same round again and again: `--batch` fresh prompts of `--prompt` random tokens,
 `--tokens` tokens, greedy. Decode step i of every round has the same shapes, so rounds compare
 step for step. After a warm-up round come `--before` rounds, one round in which the agent is
 asked (POST /api/v1/capture) for `--capture-steps` steps starting at decode step `--capture-at`,
-then `--after` rounds. Printed: each round's median decode step, the after/before ratio of the
+then `--after` rounds. The agent runs as its own process, as a sidecar does in production: its
+ingest and its analysis of the trace must not be billed to the engine. Printed: each round's median decode step, the after/before ratio of the
 pooled medians (goal <= 1.01), the spread among the before rounds (the noise floor), the cost
 inside the window, and the agent's own analysis of the capture, roofline included (modelled from
 the capture's shapes file). With --tool cuda-profiler the window is cudaProfilerStart/Stop (run
@@ -27,8 +28,11 @@ import urllib.request
 
 import torch
 
-from infersight.agent.config import AgentConfig
-from infersight.agent.service import Agent
+import socket
+import subprocess
+import sys
+
+from infersight.agent.capture import default_token_file
 from infersight.kernels.roofline import steps_work
 from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
 from infersight.probes.config import ProbeConfig
@@ -109,24 +113,42 @@ def main() -> None:
     engine = Engine(EngineConfig(model=args.model, device=args.device, dtype="bfloat16", max_num_seqs=args.batch,
                                  max_num_batched_tokens=args.batch * args.prompt, num_kv_blocks=blocks,
                                  enable_prefix_caching=False, decode_attention=args.decode_attention), probe)
-    agent = Agent(AgentConfig(rings=[name], port=0, token="check", gpu_source="none"))
-    agent.start_http()
+    with socket.socket() as probe_port:
+        probe_port.bind(("127.0.0.1", 0))
+        port = probe_port.getsockname()[1]
+    agent = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--ring", name,
+                              "--listen", f"127.0.0.1:{port}", "--poll-interval", "0.2"])
+    base = f"http://127.0.0.1:{port}/api/v1"
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+            break
+        except OSError:
+            time.sleep(0.1)
+    token = default_token_file(port).read_text().strip()
 
     def ask() -> None:
-        req = urllib.request.Request(f"http://127.0.0.1:{agent.port}/api/v1/capture", method="POST",
+        req = urllib.request.Request(f"{base}/capture", method="POST",
                                      data=json.dumps({"steps": args.capture_steps, "tool": args.tool}).encode(),
-                                     headers={"Authorization": "Bearer check"})
+                                     headers={"Authorization": f"Bearer {token}"})
         urllib.request.urlopen(req).read()
+
+    def finished_capture() -> dict:
+        for _ in range(1200):
+            records = json.loads(urllib.request.urlopen(f"{base}/captures").read())["captures"]
+            if records and records[-1]["state"] in ("done", "failed") and (
+                    records[-1]["analysis"] is not None or records[-1]["state"] == "failed"):
+                return records[-1]
+            time.sleep(0.1)
+        raise SystemExit("the agent did not report the capture within 120 s")
 
     print(f"model {args.model}, batch {args.batch}, prompt {args.prompt}, {args.tokens} tokens, "
           f"decode kernel {engine.decode_attention}, tool {args.tool}")
     run_round(engine, args, seed=0)  # warm-up: allocator, Triton JIT, cuBLAS heuristics
-    agent.poll_once()
     rounds = []
     for r in range(args.before + 1 + args.after):
         label = "before" if r < args.before else ("capture" if r == args.before else "after")
         times = run_round(engine, args, seed=r + 1, capture=ask if label == "capture" else None)
-        agent.poll_once()
         rounds.append((label, times))
         print(f"round {r} ({label}): {len(times)} decode steps, median {statistics.median(times) * 1e3:.3f} ms")
     before = [t for label, ts in rounds if label == "before" for t in ts]
@@ -144,15 +166,15 @@ def main() -> None:
               f"({max(medians) / min(medians):.4f})")
     print(f"inside the window: median {statistics.median(window) * 1e3:.3f} ms vs {statistics.median(outside) * 1e3:.3f} ms "
           f"before it in the same round ({statistics.median(window) / statistics.median(outside):.2f}x)")
-    record = agent.captures.records[-1]
-    print(f"capture: state={record.state} path={record.path}")
+    record = finished_capture()
+    print(f"capture: state={record['state']} path={record['path']}")
     summary = {"model": args.model, "batch": args.batch, "prompt": args.prompt, "tokens": args.tokens, "tool": args.tool,
                "decode_attention": engine.decode_attention, "rounds": [[label, ts] for label, ts in rounds],
                "ratio_after_before": ratio, "before_round_medians": medians}
-    analysis = record.analysis or {}
-    if record.path.endswith(".gz"):
-        shutil.copy(record.path, os.path.join(out, f"capture_{args.model}.json.gz"))
-    shapes = shapes_path_for(record.path) if record.path else None
+    analysis, path = record["analysis"] or {}, record["path"]
+    if path.endswith(".gz"):
+        shutil.copy(path, os.path.join(out, f"capture_{args.model}.json.gz"))
+    shapes = shapes_path_for(path) if path else None
     if shapes is not None and shapes.is_file():
         shutil.copy(shapes, os.path.join(out, f"capture_{args.model}.shapes.json"))
     roof = [r for r in analysis.get("roofline", []) if r["phase"] == "captured"]
@@ -161,10 +183,10 @@ def main() -> None:
         for r in roof:
             print(f"  {r['op_category']:<18} {r['flops'] / 1e12:9.3f} TFLOP {r['bytes'] / 1e9:9.3f} GB "
                   f"{r['kernel_ns'] / 1e6:9.2f} ms  {r['achieved_gbps']:8.0f} GB/s  {r['achieved_tflops']:7.1f} TFLOP/s  {r['bound']}")
-    if record.path.endswith(".gz") and shapes is not None and shapes.is_file():
+    if path.endswith(".gz") and shapes is not None and shapes.is_file():
         captured = load_capture_shapes(shapes)
         work = steps_work(captured.model, captured.steps, captured.dtype_bytes).set_index("op_category")
-        modelled, counted = float(work.loc["GEMM", "flops"]), profiler_gemm_flops(record.path)
+        modelled, counted = float(work.loc["GEMM", "flops"]), profiler_gemm_flops(path)
         summary["gemm_flops_modelled"], summary["gemm_flops_profiler"] = modelled, counted
         print(f"GEMM FLOPs: modelled {modelled / 1e12:.4f} T, counted from the profiler's recorded shapes "
               f"{counted / 1e12:.4f} T, model error {modelled / counted - 1:+.2%}" if counted else
@@ -175,7 +197,8 @@ def main() -> None:
     summary["analysis"] = analysis
     with open(os.path.join(out, f"capture_check_{args.tool}.json"), "w") as f:
         json.dump(summary, f, default=str)
-    agent.close()
+    agent.terminate()
+    agent.wait(timeout=30)
     probe.close()
 
 
