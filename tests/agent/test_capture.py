@@ -96,3 +96,46 @@ def test_auto_capture_fires_on_kv_pressure_with_cooldown(setup):
     assert not torch.autograd.profiler._is_profiler_enabled
     agent.poll_once()
     assert agent.captures.records[0].state == "done"
+
+
+def test_capture_writes_the_shapes_of_every_captured_step(setup):
+    # Three prompts of 20 tokens, 6 tokens each, greedy; the capture covers steps 1..3. Step 1
+    # prefills all three prompts at once (budget 512 tokens), so each has KV length 20; every
+    # later step feeds one token per sequence, so KV length 20 + k at step 1 + k.
+    engine, agent, probe, tmp_path = setup
+    token = (tmp_path / "token").read_text().strip()
+    ok = httpx.post(f"http://127.0.0.1:{agent.port}/api/v1/capture", json={"steps": 3, "tool": "torch"},
+                    headers={"Authorization": f"Bearer {token}"})
+    assert ok.status_code == 202
+    ids = [engine.add_request([10 + i] * 20, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+           for i in range(3)]
+    while engine.has_unfinished():
+        engine.step()
+    agent.poll_once()
+    record = httpx.get(f"http://127.0.0.1:{agent.port}/api/v1/captures").json()["captures"][0]
+    shapes_file = record["path"].removesuffix(".json.gz") + ".shapes.json"
+    doc = json.load(open(shapes_file))
+    assert doc["format"] == "infersight-capture-shapes/1" and doc["dtype_bytes"] == 4 and doc["first_step"] == 1
+    assert doc["model"]["d_model"] == TINY.d_model and doc["model"]["n_experts"] == TINY.n_experts
+    assert doc["steps"] == [
+        {"step_id": 1, "phase": "prefill", "seqs": [[rid, 20, 20] for rid in ids]},
+        {"step_id": 2, "phase": "decode", "seqs": [[rid, 1, 21] for rid in ids]},
+        {"step_id": 3, "phase": "decode", "seqs": [[rid, 1, 22] for rid in ids]},
+    ]
+
+
+def test_a_cuda_profiler_capture_points_at_its_shapes_file(tmp_path):
+    # cudaProfilerStart/Stop leaves no trace of ours (nsys or ncu writes it): the engine reports
+    # the shapes file instead, and the agent says how to analyse the external trace with it.
+    import dataclasses
+
+    import pandas as pd
+
+    from infersight.agent.service import analyze_capture
+
+    shapes = tmp_path / "capture-7-1.shapes.json"
+    shapes.write_text(json.dumps({"format": "infersight-capture-shapes/1", "model": dataclasses.asdict(TINY),
+                                  "dtype_bytes": 2, "first_step": 4, "steps": []}))
+    report, per_request = analyze_capture(str(shapes), pd.DataFrame(), 4)
+    assert per_request == {} and report["shapes"] == str(shapes)
+    assert f"--shapes {shapes}" in report["note"]

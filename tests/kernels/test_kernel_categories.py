@@ -25,6 +25,9 @@ ROWS = [
     ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)", "kernel",
      "step/forward.mixed/layer.1.attention", "attention-prefill"),
     ("paged_attention_v2_kernel<__nv_bfloat16, 128>", "kernel", "", "attention-decode"),
+    # a mixed step's decoding sequences run the paged decode kernel: its name decides, not the phase
+    ("_paged_decode_split_kernel", "kernel", "step/forward.mixed/layer.1.attention", "attention-decode"),
+    ("_paged_decode_merge_kernel", "kernel", "", "attention-decode"),
     ("fused_moe_kernel", "kernel", f"{D}/layer.2.moe.experts", "MoE experts"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
      "kernel", f"{D}/layer.2.moe.experts", "GEMM"),
