@@ -23,6 +23,7 @@ from infersight.runtime.model_config import ModelConfig, model_config_from_dict
 
 FORMAT = "infersight-capture-shapes/1"
 SUFFIX = ".shapes.json"
+PHASES = {"prefill", "decode", "mixed", "verify"}
 STEP_COLUMNS = {"step_id": "int64", "phase": "object", "request_id": "int64", "query_len": "int64",
                 "context_len": "int64"}
 
@@ -59,13 +60,18 @@ def load_capture_shapes(path: str | Path) -> CaptureShapes:
     try:
         model = model_config_from_dict(doc["model"])
         dtype_bytes = int(doc["dtype_bytes"])
-        first_step = doc.get("first_step")
         rows = [(int(st["step_id"]), str(st["phase"]), int(rid), int(n), int(ctx))
                 for st in doc["steps"] for rid, n, ctx in st["seqs"]]
-    except (KeyError, TypeError, ValueError) as exc:
+        first_step = doc.get("first_step")
+        first_step = None if first_step is None else int(first_step)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise TraceError(f"{p}: malformed shapes file ({type(exc).__name__}: {exc})") from None
     if dtype_bytes < 1 or any(n < 1 or ctx < n for _, _, _, n, ctx in rows):
         raise TraceError(f"{p}: malformed shapes file (dtype_bytes >= 1, tokens >= 1 and KV length >= tokens)")
+    unknown = sorted({phase for _, phase, _, _, _ in rows} - PHASES)
+    if unknown:
+        raise TraceError(f"{p}: malformed shapes file (unknown step phase {unknown[0]!r}; "
+                         f"expected one of {', '.join(sorted(PHASES))})")
     steps = typed_frame({c: [r[i] for r in rows] for i, c in enumerate(STEP_COLUMNS)}, STEP_COLUMNS)
     if first_step is None:
         first_step = int(steps["step_id"].min()) if len(steps) else 0

@@ -32,6 +32,9 @@ class ModelConfig:
     norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
+        for dim in ("d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "vocab_size", "max_seq_len"):
+            if not isinstance(getattr(self, dim), int) or getattr(self, dim) < 1:
+                raise ValueError(f"{self.name}: {dim} must be a positive integer, got {getattr(self, dim)!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"{self.name}: d_model {self.d_model} not divisible by n_heads {self.n_heads}")
         if self.n_heads % self.n_kv_heads:

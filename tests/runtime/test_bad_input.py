@@ -209,3 +209,11 @@ def test_generate_with_one_bad_prompt_raises_and_llm_still_works() -> None:
         llm.generate(prompts, [params, params])
     assert [o.token_ids for o in llm.generate(prompts, params)] == expected
     assert llm.engine.kv.pool.num_in_use == 0
+
+
+@pytest.mark.parametrize("field", ["d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "vocab_size",
+                                   "max_seq_len"])
+def test_model_config_dimensions_must_be_positive(field: str) -> None:
+    dims = dict(d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64)
+    with pytest.raises(ValueError, match=f"{field} must be a positive integer"):
+        ModelConfig("bad-dims", **{**dims, field: 0})
