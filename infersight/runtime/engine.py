@@ -164,8 +164,7 @@ class Engine:
             logits = self.target.run(self._target_items(sched, drafts), self.expert_counts)
         end_forward = time.monotonic_ns()
         with self.ranges.range("sampling"):
-            greedy = self._greedy_tokens(sched, logits)
-            for i, (s, lg) in enumerate(zip(sched, logits)):
+            for s, lg in zip(sched, logits):
                 req = s.req
                 stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
                 stats.context_lens.append(req.num_computed + s.num_new_tokens + s.num_spec_tokens)
@@ -177,7 +176,7 @@ class Engine:
                 else:
                     stats.num_decode_tokens += s.num_new_tokens
                 new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
-                                           t_verify - start, end_forward - t_verify, stats, greedy.get(i))
+                                           t_verify - start, end_forward - t_verify, stats)
                 self.kv.commit(req)
                 if new_tokens:
                     self._emit(req, new_tokens, stats)
@@ -236,22 +235,9 @@ class Engine:
                 items.append(FeedItem(req, req.num_computed, toks, 1 if s.samples else 0))
         return items
 
-    @staticmethod
-    def _greedy_tokens(sched: list[ScheduledRequest], logits: list[torch.Tensor]) -> dict[int, int]:
-        """The next token of every greedy request that samples without drafts this step (index in
-        sched -> token), from one batched argmax and one copy to the host instead of a sampling
-        chain and a sync per request. Exact: greedy sampling is the argmax and draws no random number."""
-        rows = [i for i, s in enumerate(sched) if s.samples and not s.num_spec_tokens and s.req.params.greedy]
-        if not rows:
-            return {}
-        last = torch.stack([logits[i][-1] for i in rows]).float()
-        return dict(zip(rows, last.argmax(-1).tolist()))
-
     def _advance(self, s: ScheduledRequest, logits: torch.Tensor, drafted: list[int] | None,
-                 q: torch.Tensor | None, draft_ns: int, verify_ns: int, stats: StepStats,
-                 greedy_token: int | None = None) -> list[int]:
-        """Move the request's computed counters forward and return the tokens it gained
-        (greedy_token: already chosen by _greedy_tokens)."""
+                 q: torch.Tensor | None, draft_ns: int, verify_ns: int, stats: StepStats) -> list[int]:
+        """Move the request's computed counters forward and return the tokens it gained."""
         req = s.req
         if s.num_spec_tokens and drafted is not None and q is not None:
             p = probs_from_logits(logits, req.params)
@@ -273,8 +259,6 @@ class Engine:
             req.draft_computed = max(req.draft_computed, req.num_computed)
         if not s.samples:
             return []
-        if greedy_token is not None:
-            return [greedy_token]
         return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]
 
     def _emit(self, req: Request, tokens: list[int], stats: StepStats) -> None:

@@ -7,9 +7,8 @@ the pool, reading each K/V row once for all the query heads that share it (GQA),
 online softmax in registers; a second kernel merges the splits. So a decode step's attention reads
 what the roofline model says it must: the KV cache, once.
 
-Math is float32 throughout (tl.dot with input_precision="ieee", not TF32: decode is bound by
-memory, and this keeps the result within float32 rounding of the reference). Tiles are padded to
-tl.dot's minimum of 16 (query heads of a group, tokens, head dim) and masked.
+Math is float32 throughout (products by broadcasting, not tl.dot: decode is bound by memory, and
+this keeps the result within float32 rounding of the reference for any head or block size).
 Shapes follow paged_decode_attention. Import this module only where triton is installed.
 """
 from __future__ import annotations
@@ -22,16 +21,14 @@ import triton.language as tl
 
 # Programs to aim for across (sequence, KV head, split): several per SM on an H100/H200 (132 SMs).
 _TARGET_PROGRAMS = 1024
-# Tokens per tile (whole pages): 64 keeps K and V tiles of a 128-wide head in registers.
-_TILE_TOKENS = 64
 
 
 @triton.jit
 def _paged_decode_split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, m_ptr, l_ptr, o_ptr, scale,
-                               stride_qb, stride_qh, stride_kblk, stride_kt, stride_kh, stride_tb,
-                               blocks_per_split, n_splits, block_size,
-                               GROUP: tl.constexpr, GROUP_P: tl.constexpr, HEAD_DIM: tl.constexpr,
-                               DIM_P: tl.constexpr, BLOCK_P: tl.constexpr, PAGES: tl.constexpr):
+                  stride_qb, stride_qh, stride_kblk, stride_kt, stride_kh, stride_tb,
+                  blocks_per_split, n_splits, block_size,
+                  GROUP: tl.constexpr, GROUP_P: tl.constexpr, HEAD_DIM: tl.constexpr, DIM_P: tl.constexpr,
+                  BLOCK_P: tl.constexpr):
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -39,7 +36,6 @@ def _paged_decode_split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, m_ptr,
     g = tl.arange(0, GROUP_P)
     d = tl.arange(0, DIM_P)
     t = tl.arange(0, BLOCK_P)
-    pg = tl.arange(0, PAGES)
     g_ok = g < GROUP
     d_ok = d < HEAD_DIM
     q = tl.load(q_ptr + b * stride_qb + (h * GROUP + g)[:, None] * stride_qh + d[None, :],
@@ -48,26 +44,24 @@ def _paged_decode_split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, lens_ptr, m_ptr,
     l_i = tl.zeros([GROUP_P], tl.float32)
     acc = tl.zeros([GROUP_P, DIM_P], tl.float32)
     first = s * blocks_per_split
-    # Only the pages that hold this sequence's context: padding pages are never read.
-    n_pages = tl.minimum(blocks_per_split, (ctx + block_size - 1) // block_size - first)
-    for i in range(0, n_pages, PAGES):  # PAGES pages per tile: wide, independent loads
-        page_ok = i + pg < n_pages
-        page = tl.load(tables_ptr + b * stride_tb + first + i + pg, mask=page_ok, other=0)
-        tok = (first + i + pg)[:, None] * block_size + t[None, :]
-        t_ok = tl.reshape(page_ok[:, None] & (t[None, :] < block_size) & (tok < ctx), [PAGES * BLOCK_P])
-        rows = tl.reshape(page[:, None] * stride_kblk + t[None, :] * stride_kt, [PAGES * BLOCK_P])
-        offs = rows[:, None] + h * stride_kh + d[None, :]
-        kv_ok = t_ok[:, None] & d_ok[None, :]
-        k = tl.load(k_ptr + offs, mask=kv_ok, other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + offs, mask=kv_ok, other=0.0).to(tl.float32)
-        scores = tl.dot(q, tl.trans(k), input_precision="ieee")          # [GROUP_P, tile]
-        scores = tl.where(t_ok[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        m_i = m_new
+    for i in range(0, blocks_per_split):
+        start = (first + i) * block_size
+        if start < ctx:  # pages past this sequence's context are padding: never read them
+            page = tl.load(tables_ptr + b * stride_tb + first + i)
+            tok = start + t
+            t_ok = (t < block_size) & (tok < ctx)
+            rows = page * stride_kblk + t[:, None] * stride_kt + h * stride_kh + d[None, :]
+            kv_ok = t_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_ptr + rows, mask=kv_ok, other=0.0).to(tl.float32)
+            v = tl.load(v_ptr + rows, mask=kv_ok, other=0.0).to(tl.float32)
+            scores = tl.sum(q[:, None, :] * k[None, :, :], axis=2)          # [GROUP_P, BLOCK_P]
+            scores = tl.where(t_ok[None, :], scores, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(scores - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+            m_i = m_new
     # Partials laid out [B, Hkv, S, GROUP, D] (m, l without D); a split wholly past the context
     # leaves m = -inf, l = 0, o = 0, which the merge weighs as nothing.
     row = ((b * tl.num_programs(1) + h) * n_splits + s) * GROUP + g
@@ -115,10 +109,9 @@ def triton_paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cach
     group = hq // hkv
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
     n_blocks = block_tables.shape[1]
-    pages = max(1, _TILE_TOKENS // _pow2(block_size))
-    if blocks_per_split is None:  # enough splits to fill the GPU, each a whole number of tiles
+    if blocks_per_split is None:
         splits_wanted = max(1, _TARGET_PROGRAMS // (b * hkv))
-        blocks_per_split = pages * max(1, -(-n_blocks // (splits_wanted * pages)))
+        blocks_per_split = max(1, -(-n_blocks // splits_wanted))
     if blocks_per_split < 1:
         raise ValueError("blocks_per_split must be >= 1")
     n_splits = max(1, -(-n_blocks // blocks_per_split))
@@ -131,8 +124,7 @@ def triton_paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cach
         q, k_cache, v_cache, tables, context_lens, m, l, o, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), tables.stride(0),
         blocks_per_split, n_splits, block_size,
-        GROUP=group, GROUP_P=max(16, _pow2(group)), HEAD_DIM=dim, DIM_P=max(16, _pow2(dim)),
-        BLOCK_P=_pow2(block_size), PAGES=pages)
+        GROUP=group, GROUP_P=_pow2(group), HEAD_DIM=dim, DIM_P=_pow2(dim), BLOCK_P=_pow2(block_size))
     out = torch.empty_like(q)
     _paged_decode_merge_kernel[(b, hq)](m, l, o, out, out.stride(0), out.stride(1), n_splits,
                            GROUP=group, HEAD_DIM=dim, DIM_P=_pow2(dim), SPLITS_P=_pow2(n_splits))
