@@ -103,6 +103,8 @@ def main() -> None:
     ap.add_argument("--tool", default="torch", choices=["torch", "cuda-profiler"])
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "torch", "triton"])
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script itself")
+    ap.add_argument("--agent-nice", type=int, default=0,
+                    help="run the agent under `nice -n N` with one thread per math library")
     args = ap.parse_args()
     out = os.environ.get("OUT") or tempfile.mkdtemp()
     os.makedirs(out, exist_ok=True)
@@ -116,8 +118,11 @@ def main() -> None:
     with socket.socket() as probe_port:
         probe_port.bind(("127.0.0.1", 0))
         port = probe_port.getsockname()[1]
-    agent = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--ring", name,
-                              "--listen", f"127.0.0.1:{port}", "--poll-interval", "0.2"])
+    prefix = ["nice", "-n", str(args.agent_nice)] if args.agent_nice else []
+    threads = {k: "1" for k in ("OMP_NUM_THREADS", "NUMEXPR_MAX_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    agent = subprocess.Popen(prefix + [sys.executable, "-m", "infersight", "agent", "--ring", name,
+                                       "--listen", f"127.0.0.1:{port}", "--poll-interval", "0.2"],
+                             env={**os.environ, **(threads if args.agent_nice else {})})
     base = f"http://127.0.0.1:{port}/api/v1"
     for _ in range(300):
         try:

@@ -37,6 +37,7 @@ class CaptureRecord:
     state: str = "requested"
     path: str = ""
     analysis: dict[str, Any] | None = None
+    gpu_profiling: str = ""  # "paused" while the capture ran, or why the agent's counters were not
 
 
 def default_token_file(port: int) -> Path:

@@ -151,10 +151,22 @@ class Agent:
         return len(batches)
 
     def request_capture(self, steps: int, tool: str, reason: str = "api") -> CaptureRecord:
-        return self.captures.request(sorted(self.rings.attached), steps, tool, reason)
+        record = self.captures.request(sorted(self.rings.attached), steps, tool, reason)
+        self._pause_gpu_profiling()
+        return record
+
+    def _pause_gpu_profiling(self) -> None:
+        """GPU profiling counters (GPM, DCGM profiling fields) are paused while any capture is
+        asked for or running, so Nsight tools and the profiler own the performance monitors."""
+        active = [r for r in self.captures.records if r.state in ("requested", "running")]
+        self.gpu.pause_profiling(bool(active))
+        for record in active:
+            record.gpu_profiling = self.gpu.pause_note or "paused"
 
     def _captures_poll(self) -> None:
-        for record in self.captures.poll():
+        finished = self.captures.poll()
+        self._pause_gpu_profiling()
+        for record in finished:
             log.info("capture %d %s: %s", record.capture_id, record.state, record.path or "-")
             if record.state == "done" and record.path:
                 first_step = self.captures.first_step(record)
@@ -164,7 +176,8 @@ class Agent:
         last = self.state.last_step
         kv_usage = last["kv_blocks_in_use"] / last["kv_blocks_total"] if last.get("kv_blocks_total") else None
         preempted = int(last.get("preempted", 0)) if last else 0
-        self.captures.check_rules(sorted(self.rings.attached), self.state.recent_ttft_p99(), kv_usage, preempted)
+        if self.captures.check_rules(sorted(self.rings.attached), self.state.recent_ttft_p99(), kv_usage, preempted):
+            self._pause_gpu_profiling()
 
     def run(self, duration_s: float | None = None) -> None:
         self.start_http()

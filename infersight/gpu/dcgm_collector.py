@@ -34,14 +34,20 @@ class DcgmBindings:
     pydcgm: Any
     dcgm_structs: Any
     dcgm_fields: Any
+    dcgm_agent: Any = None  # dcgmProfPause / dcgmProfResume; absent in stripped-down installs
 
 
 def import_bindings() -> DcgmBindings:
     """Import DCGM's bindings lazily; raises ImportError (with the fix) when they are missing."""
     try:
-        return DcgmBindings(*(importlib.import_module(m) for m in ("pydcgm", "dcgm_structs", "dcgm_fields")))
+        modules = [importlib.import_module(m) for m in ("pydcgm", "dcgm_structs", "dcgm_fields")]
     except ImportError as e:
         raise ImportError(f"DCGM Python bindings not importable ({e}); {BINDINGS_HINT}") from e
+    try:
+        agent = importlib.import_module("dcgm_agent")
+    except ImportError:
+        agent = None
+    return DcgmBindings(*modules, agent)
 
 
 def dcgm_values_to_samples(values: Mapping[int, Mapping[int, Mapping[int, Any]]], gpu_entity_group: int,
@@ -102,6 +108,14 @@ class DcgmCollector:
     def poll(self) -> list[GpuSample]:
         latest = self._group.samples.GetLatest_v2(self._fields)
         return dcgm_values_to_samples(latest.values, self._b.dcgm_fields.DCGM_FE_GPU, self._uuids, self._clock())
+
+    def set_profiling_paused(self, paused: bool) -> None:
+        """dcgmProfPause / dcgmProfResume on the host engine (what `dcgmi profile --pause` does):
+        DCGM then stores blanks for its profiling fields while Nsight tools own the counters."""
+        agent = self._b.dcgm_agent
+        if agent is None:
+            raise RuntimeError("dcgm_agent is not importable, so DCGM profiling cannot be paused from here")
+        (agent.dcgmProfPause if paused else agent.dcgmProfResume)(self._handle.handle)
 
     def close(self) -> None:
         if self._closed:

@@ -18,6 +18,9 @@ class NoneCollector:
     def close(self) -> None:
         """Nothing to release."""
 
+    def set_profiling_paused(self, paused: bool) -> None:
+        """No counters are read, so none can conflict with a profiler."""
+
     def status_line(self) -> str:
         why = "; ".join(self.reasons) if self.reasons else "source=none in the configuration"
         return f"GPU telemetry: off ({why})"

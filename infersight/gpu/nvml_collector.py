@@ -81,6 +81,7 @@ class _Gpm:
     previous: Any
     current: Any
     previous_ns: int
+    stale: bool = False  # the window spans a pause: take a fresh first sample before reading
 
 
 @dataclass
@@ -103,6 +104,7 @@ class NvmlCollector:
         self._nvml = nvml if nvml is not None else importlib.import_module("pynvml")
         self._clock = clock
         self._gpm_min_ns = int(gpm_min_interval_s * 1e9)
+        self._gpm_paused = False
         self._closed = False
         nv = self._nvml
         nv.nvmlInit()
@@ -166,10 +168,24 @@ class NvmlCollector:
                     if not self._not_supported(e):
                         raise
                     dev.unsupported.add(reader_name)
-            if dev.gpm is not None and now - dev.gpm.previous_ns >= self._gpm_min_ns:
-                values.extend(self._read_gpm(dev, dev.gpm, now))
+            gpm = dev.gpm
+            if gpm is not None and gpm.stale and not self._gpm_paused:
+                self._nvml.nvmlGpmSampleGet(dev.handle, gpm.previous)
+                gpm.previous_ns, gpm.stale = now, False
+            elif gpm is not None and not self._gpm_paused and now - gpm.previous_ns >= self._gpm_min_ns:
+                values.extend(self._read_gpm(dev, gpm, now))
             samples.extend(GpuSample(dev.index, dev.uuid, fld, v, now) for fld, v in values)
         return samples
+
+    def set_profiling_paused(self, paused: bool) -> None:
+        """While paused no GPM sample is taken (Nsight tools need the performance monitors); the
+        device counters (utilisation, memory, power, clocks) go on. On resume GPM starts a fresh
+        window, so no reading spans the pause."""
+        self._gpm_paused = paused
+        if not paused:
+            for dev in self._devices:
+                if dev.gpm is not None:
+                    dev.gpm.stale = True
 
     def close(self) -> None:
         if self._closed:
@@ -187,7 +203,7 @@ class NvmlCollector:
             return "GPU telemetry: nvml, no GPUs visible"
         names = sorted({d.name for d in self._devices})
         gpm = sum(d.gpm is not None for d in self._devices)
-        note = (f"GPM on {gpm}/{len(self._devices)}" if gpm else
+        note = (f"GPM {'paused' if self._gpm_paused else 'on'} {gpm}/{len(self._devices)}" if gpm else
                 "no GPM (pre-Hopper or disabled): SM/tensor/DRAM activity unavailable")
         missing = sorted({r for d in self._devices for r in d.unsupported})
         tail = f"; not supported: {', '.join(missing)}" if missing else ""

@@ -1,6 +1,9 @@
 """GpuSampler: polls one collector on its own daemon thread and keeps what it read.
 
-The thread owns the collector; readers take copies. The only lock is the sampler's own, held for
+The thread owns the collector; readers take copies. pause_profiling() asks the collector (on the
+sampler's thread, at once) to stop reading profiler-grade counters while a capture runs: the GPU's
+performance monitors serve one client at a time, so GPM or DCGM profiling fields would make Nsight
+Compute / Systems fail or perturb them (DCGM's own advice is `dcgmi profile --pause`). The only lock is the sampler's own, held for
 a deque append or a dict copy, never across a poll, so a slow NVML call or a hung scrape never
 blocks a reader, and the engine's locks are never touched. A poll that raises is counted per
 collector and logged (first failure of a streak at WARNING, the rest at DEBUG, recovery at INFO);
@@ -38,12 +41,46 @@ class GpuSampler:
         self._last_error = ""
         self._failing = False
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pause_wanted = False
+        self._pause_applied = False
+        self.pause_note = ""
 
     # -- the polling side ---------------------------------------------------------------------
+    def pause_profiling(self, paused: bool) -> None:
+        """Pause (or resume) the collector's profiler-grade counters; applied on the sampler's
+        thread right away (or at the next poll_once when no thread runs)."""
+        self._pause_wanted = paused
+        self._wake.set()
+
+    @property
+    def profiling_paused(self) -> bool:
+        return self._pause_applied
+
+    def _apply_pause(self) -> None:
+        wanted = self._pause_wanted
+        if wanted == self._pause_applied:
+            return
+        setter = getattr(self.collector, "set_profiling_paused", None)
+        if setter is None:
+            self.pause_note = (f"{self.collector.name} cannot pause profiling metrics from here; for ncu / nsys "
+                               "run `dcgmi profile --pause` (and --resume) around captures")
+            log.info("GPU telemetry: %s", self.pause_note)
+        else:
+            try:
+                setter(wanted)
+                self.pause_note = ""
+            except Exception as e:  # the capture goes on; say why the counters may conflict
+                self.pause_note = f"could not {'pause' if wanted else 'resume'} profiling metrics: {e}"
+                log.warning("GPU telemetry: %s", self.pause_note)
+        self._pause_applied = wanted
+        log.info("GPU telemetry: profiling metrics %s", "paused for a capture" if wanted else "resumed")
+
     def poll_once(self) -> int:
         """One poll, on the caller's thread (the loop calls this; tests call it directly).
         Returns how many samples were stored; a failed poll stores none and is counted."""
+        self._apply_pause()
         try:
             samples = self.collector.poll()
         except Exception as e:  # any collector failure is data, not a crash
@@ -67,13 +104,24 @@ class GpuSampler:
     def _run(self) -> None:
         deadline = self._clock()
         while not self._stop.is_set():
+            if self._wake.is_set():  # woken between polls: apply a pause now, poll on schedule
+                self._wake.clear()
+                self._apply_pause()
+                now = self._clock()
+                if now < deadline:
+                    self._wait(deadline - now)
+                    continue
             self.poll_once()
             # Fixed-rate schedule; after an overrun (a hung scrape) skip the missed ticks.
             deadline += self.interval_s
             now = self._clock()
             if deadline < now:
                 deadline = now + self.interval_s - (now - deadline) % self.interval_s
-            self._stop.wait(max(0.0, deadline - now))
+            self._wait(max(0.0, deadline - now))
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep until the next poll, a stop, or a pause request (stop() sets _wake too)."""
+        self._wake.wait(seconds)
 
     def start(self) -> "GpuSampler":
         if self._thread is None or not self._thread.is_alive():
@@ -88,6 +136,7 @@ class GpuSampler:
         A poll still running after the wait keeps its collector open: closing NVML or DCGM under
         a live call is worse than leaking a handle at exit (the thread is a daemon)."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():

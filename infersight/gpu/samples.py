@@ -46,3 +46,6 @@ class GpuCollector(Protocol):
     def status_line(self) -> str:
         """One line for humans: which source, how many GPUs, and what is missing."""
         ...
+
+    # Optional: set_profiling_paused(paused: bool) -> None stops reading profiler-grade counters
+    # (GPM, DCGM profiling fields) while a capture runs; GpuSampler.pause_profiling calls it.

@@ -139,3 +139,27 @@ def test_a_cuda_profiler_capture_points_at_its_shapes_file(tmp_path):
     report, per_request = analyze_capture(str(shapes), pd.DataFrame(), 4)
     assert per_request == {} and report["shapes"] == str(shapes)
     assert f"--shapes {shapes}" in report["note"]
+
+
+def _wait_for(predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_gpu_profiling_counters_pause_while_a_capture_runs(setup):
+    engine, agent, probe, tmp_path = setup
+    token = (tmp_path / "token").read_text().strip()
+    assert not agent.gpu.profiling_paused
+    ok = httpx.post(f"http://127.0.0.1:{agent.port}/api/v1/capture", json={"steps": 2, "tool": "torch"},
+                    headers={"Authorization": f"Bearer {token}"})
+    assert ok.status_code == 202
+    assert _wait_for(lambda: agent.gpu.profiling_paused)  # applied by the sampler thread at once
+    assert agent.captures.records[0].gpu_profiling == "paused"
+    engine.add_request([5] * 10, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    agent.poll_once()  # the capture is done: counters resume
+    assert agent.captures.records[0].state == "done"
+    assert _wait_for(lambda: not agent.gpu.profiling_paused)

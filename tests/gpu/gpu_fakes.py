@@ -214,6 +214,7 @@ class FakeDcgm:
         self.deleted_groups = 0
         self.shutdowns = 0
         self.connects: list[dict[str, Any]] = []
+        self.profiling: list[tuple[str, Any]] = []  # ("pause" | "resume", handle) in call order
 
     def bindings(self) -> Any:
         from infersight.gpu.dcgm_collector import DcgmBindings
@@ -250,6 +251,7 @@ class FakeDcgm:
 
         class Handle:
             def __init__(self, ipAddress: str | None = None, opMode: int = 0, timeoutMs: int = 0) -> None:
+                self.handle = f"handle-{len(fake.connects)}"
                 fake.connects.append({"ipAddress": ipAddress, "opMode": opMode, "timeoutMs": timeoutMs})
                 if not fake.running:
                     raise FakeDCGMError("Host engine connection invalid/disconnected")
@@ -263,4 +265,6 @@ class FakeDcgm:
         pydcgm = SimpleNamespace(DcgmHandle=Handle, DcgmFieldGroup=FieldGroup)
         structs = SimpleNamespace(DCGM_OPERATION_MODE_AUTO=1, DCGMError=FakeDCGMError)
         fields = SimpleNamespace(DCGM_FE_GPU=self.DCGM_FE_GPU, DCGM_FE_GPU_I=self.DCGM_FE_GPU_I)
-        return DcgmBindings(pydcgm=pydcgm, dcgm_structs=structs, dcgm_fields=fields)
+        agent = SimpleNamespace(dcgmProfPause=lambda h: fake.profiling.append(("pause", h)),
+                                dcgmProfResume=lambda h: fake.profiling.append(("resume", h)))
+        return DcgmBindings(pydcgm=pydcgm, dcgm_structs=structs, dcgm_fields=fields, dcgm_agent=agent)

@@ -76,3 +76,22 @@ def test_no_host_engine_raises() -> None:
 def test_missing_bindings_say_how_to_fix() -> None:
     with pytest.raises(ImportError, match="PYTHONPATH"):
         import_bindings()
+
+
+def test_profiling_pause_is_dcgm_prof_pause_on_our_handle() -> None:
+    fake = FakeDcgm(GPUS, VALUES)
+    c = DcgmCollector(bindings=fake.bindings(), clock=lambda: 7)
+    c.set_profiling_paused(True)
+    c.set_profiling_paused(False)
+    assert fake.profiling == [("pause", "handle-0"), ("resume", "handle-0")]
+    c.close()
+
+
+def test_profiling_pause_without_dcgm_agent_says_so() -> None:
+    import dataclasses
+
+    fake = FakeDcgm(GPUS, VALUES)
+    c = DcgmCollector(bindings=dataclasses.replace(fake.bindings(), dcgm_agent=None), clock=lambda: 7)
+    with pytest.raises(RuntimeError, match="dcgm_agent is not importable"):
+        c.set_profiling_paused(True)
+    c.close()

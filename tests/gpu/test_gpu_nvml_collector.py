@@ -111,3 +111,22 @@ def test_init_failure_shuts_nvml_down() -> None:
     with pytest.raises(FakeNVMLError):
         NvmlCollector(nvml)
     assert nvml.initialized == 0
+
+
+def test_paused_gpm_takes_no_sample_and_restarts_its_window_on_resume() -> None:
+    nvml, clock = FakeNvml([h200()]), Clock(1_000 * MS)
+    c = NvmlCollector(nvml, clock=clock)
+    c.set_profiling_paused(True)
+    assert "GPM paused 1/1" in c.status_line()
+    gets = nvml.calls["nvmlGpmSampleGet"]
+    clock.ns += 500 * MS
+    v = values(c.poll())
+    assert "sm_active_ratio" not in v and v["power_watts"] == pytest.approx(612.345)  # device counters go on
+    assert nvml.calls["nvmlGpmSampleGet"] == gets  # the performance monitors were left alone
+    c.set_profiling_paused(False)
+    clock.ns += 500 * MS
+    assert "sm_active_ratio" not in values(c.poll())  # a fresh first sample, not a window over the pause
+    assert nvml.calls["nvmlGpmSampleGet"] == gets + 1
+    clock.ns += 100 * MS
+    assert values(c.poll())["sm_active_ratio"] == pytest.approx(0.88)
+    c.close()

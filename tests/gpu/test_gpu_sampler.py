@@ -98,3 +98,53 @@ def test_invalid_arguments() -> None:
         GpuSampler(Scripted([[]]), interval_s=0)
     with pytest.raises(ValueError):
         GpuSampler(Scripted([[]]), ring_size=0)
+
+
+class Pausable(Scripted):
+    """Records set_profiling_paused calls with the thread that made them."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__([[]])
+        self.fail = fail
+        self.pauses: list[tuple[bool, str]] = []
+
+    def set_profiling_paused(self, paused: bool) -> None:
+        self.pauses.append((paused, threading.current_thread().name))
+        if self.fail:
+            raise RuntimeError("host engine refused")
+
+
+def test_pause_is_applied_once_per_change_before_the_next_poll() -> None:
+    c = Pausable()
+    sampler = GpuSampler(c, interval_s=60)
+    sampler.pause_profiling(True)
+    sampler.pause_profiling(True)
+    assert c.pauses == [] and not sampler.profiling_paused  # applied on the polling side, not here
+    sampler.poll_once()
+    sampler.poll_once()
+    assert [p for p, _ in c.pauses] == [True] and sampler.profiling_paused
+    sampler.pause_profiling(False)
+    sampler.poll_once()
+    assert [p for p, _ in c.pauses] == [True, False] and not sampler.profiling_paused
+
+
+def test_the_thread_applies_a_pause_at_once_not_at_the_next_poll() -> None:
+    c = Pausable()
+    sampler = GpuSampler(c, interval_s=60).start()
+    deadline = time.monotonic() + 5
+    while c.polls == 0 and time.monotonic() < deadline:  # the first poll happens at start
+        time.sleep(0.01)
+    sampler.pause_profiling(True)
+    while not c.pauses and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler.stop()
+    assert c.pauses == [(True, "gpu-sampler-scripted")] and c.polls == 1  # no extra poll, no 60 s wait
+
+
+def test_a_collector_that_cannot_pause_is_named_in_the_note() -> None:
+    plain, failing = GpuSampler(Scripted([[]]), interval_s=60), GpuSampler(Pausable(fail=True), interval_s=60)
+    for sampler in (plain, failing):
+        sampler.pause_profiling(True)
+        sampler.poll_once()  # never raises: the capture goes on
+    assert "dcgmi profile --pause" in plain.pause_note
+    assert failing.pause_note == "could not pause profiling metrics: host engine refused"
