@@ -13,6 +13,11 @@ H heads, K KV heads, h head_dim; b bytes per element):
   4*l^2*d rule, without halving for the causal mask). Prefill bytes: Q and O (2*q*H*h) and K, V
   (2*c*K*h) per layer per sequence. Decode bytes: the KV cache read, 2*L*c*K*h*b per sequence.
 
+batch_work models one forward over sequences of any mix (prefill chunks and decodes, weights read
+once); steps_work sums it over a capture's steps (its shapes file, infersight.kernels.shapes);
+analytic_work is the uniform case the CLI's --batch/--context describe. measured_dram_bytes reads
+ncu's DRAM counters per category, so the byte model can be checked against the hardware.
+
 Achieved TFLOP/s and GB/s = work / kernel time of that category. The verdict compares the
 arithmetic intensity (FLOPs per byte) with the device's ridge point, peak FLOP/s / peak B/s.
 """
