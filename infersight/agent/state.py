@@ -91,10 +91,10 @@ class AgentState:
 
     def _steps(self, frames: EventFrames) -> None:
         steps = frames.steps
-        if not steps.empty:
-            self.recent_steps.append(steps)
         if not frames.batch.empty:
             self.recent_batch.append(frames.batch)
+        if not steps.empty:
+            self.recent_steps.append(steps)
             last = steps.iloc[-1]
             self.last_step = {k: int(last[k]) for k in steps.columns}
             self.counters[C.STEPS.name].inc((), len(steps))

@@ -122,7 +122,10 @@ def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: in
             t_write = time.perf_counter()
             probe.on_step_end(StepStats(step, 0, 1000, kv_blocks_total=64, kv_block_size=16))
             want = f'infersight_steps_total {float(step - 10**9 + _steps(n_requests, tokens_per_request))}'
+            give_up = time.monotonic() + 30
             while want not in urllib.request.urlopen(url + "/metrics", timeout=5).read().decode():
+                if time.monotonic() > give_up:
+                    raise RuntimeError(f"the agent never showed {want!r} on /metrics")
                 time.sleep(0.005)
             latencies.append(time.perf_counter() - t_write)
             del before

@@ -239,3 +239,22 @@ def test_slowest_api_bad_query(api, bad: str) -> None:
     assert resp.status_code == 400
     assert resp.headers["content-type"].startswith("application/json")
     assert "slowest" in resp.json()["error"]
+
+
+def test_idle_steps_are_counted_too() -> None:
+    """Regression: a step that scheduled nothing (no batch rows) was not counted, so
+    `infersight bench agent` waited forever for its latency probe steps to show."""
+    from infersight.runtime.stats import StepStats
+
+    ring = unique_ring("idle")
+    engine, probe = make_engine(ring)
+    agent = Agent(AgentConfig(rings=[ring], port=0))
+    try:
+        for k in range(3):
+            probe.on_step_end(StepStats(100 + k, 0, 1000, kv_blocks_total=64, kv_block_size=16))
+        agent.poll_once()
+        assert agent.state.counters[C.STEPS.name].total() == 3
+        assert agent.state.last_step["step_id"] == 102
+    finally:
+        agent.close()
+        probe.close()
