@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infersight.correlate.frames import EventFrames, update_labels
+from infersight.probes.control import control_name
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingConsumer, RingFormatError, list_rings
 
+CONTROL_SUFFIX = control_name("")
 log = logging.getLogger("infersight.agent")
 RING_ID_SHIFT = 48
 
@@ -44,8 +46,8 @@ class RingSet:
     def refresh(self) -> None:
         """Attach wanted (and, with discover, newly appeared) rings; failures are retried later."""
         names = list(self.wanted)
-        if self.discover:
-            names += [n for n in list_rings() if n not in names]
+        if self.discover:  # every probe ring, but not the capture control blocks beside them
+            names += [n for n in list_rings() if n not in names and not n.endswith(CONTROL_SUFFIX)]
         now = time.monotonic()
         for name in names:
             if name in self.attached or now < self._next_try.get(name, 0.0):

@@ -258,3 +258,18 @@ def test_idle_steps_are_counted_too() -> None:
     finally:
         agent.close()
         probe.close()
+
+
+def test_discovery_attaches_rings_not_their_control_blocks() -> None:
+    from infersight.agent.ingest import RingSet
+
+    ring = unique_ring("disc")
+    engine, probe = make_engine(ring)  # creates the ring and its "-ctl" control block
+    rings = RingSet([], discover=True)
+    try:
+        rings.refresh()
+        assert ring in rings.attached and f"{ring}-ctl" not in rings.attached
+        assert f"{ring}-ctl" not in rings._next_try  # never tried, so never warned about
+    finally:
+        rings.close()
+        probe.close()
