@@ -19,6 +19,7 @@ import torch
 
 from infersight.runtime import Engine, EngineConfig, EngineObserver, KVBlockEvent, ModelConfig, SamplingParams
 from infersight.runtime.request import RequestStatus
+from infersight.runtime.tokenizer import ByteTokenizer
 
 E = KVBlockEvent
 ALLOC, HIT, FREED, CACHED, EVICT = E.ALLOCATED, E.PREFIX_HIT, E.FREED, E.CACHED, E.EVICTED
@@ -297,8 +298,11 @@ def _random_run(cpu_offload_blocks: int, seed: int, n_requests: int = 1000) -> t
         out = engine.get_output(rid)
         if p.ignore_eos:  # prompt + max_tokens <= 60 < max_seq_len: only max_tokens stops it
             assert (out.finish_reason, len(out.token_ids)) == ("length", p.max_tokens)
-        else:
-            assert 1 <= len(out.token_ids) <= p.max_tokens
+        else:  # EOS ends it early (and is the last token), or max_tokens does
+            stopped = out.token_ids[-1] == ByteTokenizer.eos_id
+            assert out.finish_reason == ("stop" if stopped else "length")
+            assert len(out.token_ids) <= p.max_tokens if stopped else len(out.token_ids) == p.max_tokens
+            assert ByteTokenizer.eos_id not in out.token_ids[:-1]
     # Every offloaded block was reloaded (nothing aborted).
     kinds = [ev[0] for ev in rec.log]
     assert kinds.count(OFFL) == kinds.count(RELOAD)
