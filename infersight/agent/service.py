@@ -38,11 +38,11 @@ def analyze_capture(path: str, batch: "pd.DataFrame", first_step: int) -> tuple[
     from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
 
     shapes_file = shapes_path_for(path)
+    if Path(path) == shapes_file:  # a cuda-profiler capture: the trace is nsys's or ncu's, not ours
+        return {"shapes": str(shapes_file), "note": "no trace of ours: analyse the nsys / ncu output "
+                f"with `infersight analyze TRACE --shapes {shapes_file}`"}, {}
     try:
         captured = load_capture_shapes(shapes_file) if shapes_file.is_file() else None
-        if Path(path) == shapes_file:  # a cuda-profiler capture: the trace is nsys's or ncu's, not ours
-            return {"shapes": str(shapes_file), "note": "no trace of ours: analyse the nsys / ncu output "
-                    f"with `infersight analyze TRACE --shapes {shapes_file}`"}, {}
         trace = load_trace(Path(path))
         report = build_report(trace, captured=captured)
     except (ValueError, OSError) as exc:
@@ -164,9 +164,7 @@ class Agent:
             record.gpu_profiling = self.gpu.pause_note or "paused"
 
     def _captures_poll(self) -> None:
-        finished = self.captures.poll()
-        self._pause_gpu_profiling()
-        for record in finished:
+        for record in self.captures.poll():
             log.info("capture %d %s: %s", record.capture_id, record.state, record.path or "-")
             if record.state == "done" and record.path:
                 first_step = self.captures.first_step(record)
@@ -176,8 +174,8 @@ class Agent:
         last = self.state.last_step
         kv_usage = last["kv_blocks_in_use"] / last["kv_blocks_total"] if last.get("kv_blocks_total") else None
         preempted = int(last.get("preempted", 0)) if last else 0
-        if self.captures.check_rules(sorted(self.rings.attached), self.state.recent_ttft_p99(), kv_usage, preempted):
-            self._pause_gpu_profiling()
+        self.captures.check_rules(sorted(self.rings.attached), self.state.recent_ttft_p99(), kv_usage, preempted)
+        self._pause_gpu_profiling()
 
     def run(self, duration_s: float | None = None) -> None:
         self.start_http()

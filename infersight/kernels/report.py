@@ -73,7 +73,7 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
                                                               captured.dtype_bytes, ceilings)))
     if model is not None:
         placements += [(s.phase, s.phase, roofline_for_phase(k, model, s, ceilings)) for s in shapes]
-    measured = measured_dram_bytes(k, trace.metrics) if trace.kind == "ncu" else pd.Series(dtype=float)
+    measured = measured_dram_bytes(k, trace.metrics)  # empty unless ncu collected DRAM counters
     for phase, label, placed in placements:
         if not measured.empty:
             placed = with_measured_bytes(placed, measured)

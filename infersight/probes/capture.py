@@ -55,9 +55,9 @@ class StepCapture:
         if self._left == 0 and self.control.request_seq != self._seen:
             self._start(step_id)
 
-    def on_step_end(self, stats: StepStats | None = None) -> None:
+    def on_step_end(self, stats: StepStats) -> None:
         if self._left:
-            if stats is not None and stats.batch:
+            if stats.batch:
                 self._steps.append({"step_id": stats.step_id, "phase": stats.phase,
                                     "seqs": [[rid, n, ctx] for (rid, n), ctx in zip(stats.batch, stats.context_lens)]})
             self._left -= 1
@@ -97,7 +97,6 @@ class StepCapture:
             self.control.set_state(CaptureState.FAILED, str(exc))
 
     def _write_shapes(self, path: Path) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
         doc = {"format": SHAPES_FORMAT, "model": self._model, "dtype_bytes": self._dtype_bytes,
                "first_step": self._first_step, "steps": self._steps}
         path.write_text(json.dumps(doc, separators=(",", ":")))
@@ -106,13 +105,13 @@ class StepCapture:
         stem = self.out_dir / f"capture-{os.getpid()}-{self._seq}"
         shapes = stem.with_name(stem.name + ".shapes.json")
         try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
             if self._model is not None:
                 self._write_shapes(shapes)
             if self._tool is CaptureTool.TORCH and self._profiler is not None:
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
                 self._profiler.stop()
-                self.out_dir.mkdir(parents=True, exist_ok=True)
                 path = stem.with_name(stem.name + ".json.gz")
                 with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
                     raw = tmp.name

@@ -28,6 +28,20 @@ from infersight.runtime.weights import build_model
 log = logging.getLogger("infersight.runtime")
 
 
+def decode_kernel(config: EngineConfig) -> str:
+    """The decode kernel: config's choice, except that an automatic pick of Triton falls back to
+    torch (with a warning) when the kernel does not run here."""
+    kernel = config.resolved_decode_attention
+    if kernel == "triton" and config.decode_attention == "auto":
+        from infersight.runtime.triton_decode import triton_decode_problem
+
+        problem = triton_decode_problem(config.device)
+        if problem:
+            log.warning("Triton decode attention unavailable (%s); using the torch path", problem)
+            return "torch"
+    return kernel
+
+
 class Engine:
     def __init__(self, config: EngineConfig, observer: EngineObserver | None = None) -> None:
         self.config = config
@@ -37,10 +51,11 @@ class Engine:
         self.kv = KVCacheManager(config, self.observer)
         self.scheduler = Scheduler(config, self.kv, self.observer)
         backend = config.resolved_attention_backend
+        self.decode_attention = decode_kernel(config)
         cfg = config.model_config
         target = build_model(cfg, dtype=config.torch_dtype, device=config.device, seed=config.seed,
                              weights=config.weights, attention_backend=backend, ranges=self.ranges,
-                             decode_attention=self._decode_attention(config))
+                             decode_attention=self.decode_attention)
         self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
         self.draft: ModelRunner | None = None
         if config.draft_config is not None:
@@ -96,19 +111,6 @@ class Engine:
         req = self.requests.get(request_id)
         if req is not None and not req.is_finished:
             self._finish(req, "abort")
-
-    def _decode_attention(self, config: EngineConfig) -> str:
-        """The decode kernel: config's choice, except that an automatic pick of Triton falls back
-        to torch (with a warning) when the kernel does not run here."""
-        self.decode_attention = config.resolved_decode_attention
-        if self.decode_attention == "triton" and config.decode_attention == "auto":
-            from infersight.runtime.triton_decode import triton_decode_problem
-
-            problem = triton_decode_problem(config.device)
-            if problem:
-                log.warning("Triton decode attention unavailable (%s); using the torch path", problem)
-                self.decode_attention = "torch"
-        return self.decode_attention
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
