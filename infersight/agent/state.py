@@ -17,7 +17,7 @@ import pandas as pd
 
 from infersight.agent.aggregates import LabelledCounter, LabelledHistogram
 from infersight.agent.config import AgentConfig
-from infersight.correlate import cost, kv, moe, prefix, requests, speculation
+from infersight.correlate import cost, kv, moe, requests, speculation
 from infersight.correlate.frames import EventFrames
 from infersight.exporters import catalogue as C
 

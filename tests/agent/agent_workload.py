@@ -3,7 +3,7 @@ and a workload that exercises every stream the agent folds (tasks, prefix sharin
 swap and recompute, speculation)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
