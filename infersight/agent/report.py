@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infersight.agent.aggregates import quantile
 from infersight.agent.state import AgentState
 from infersight.correlate import expert_parallel as ep_analysis
 from infersight.correlate import moe, speculation
+from infersight.correlate.requests import REQUEST_FIELDS
 from infersight.exporters import catalogue as C
+from infersight.exporters.aggregates import quantile
 
 
 def _clean(value: Any) -> Any:
@@ -37,12 +38,7 @@ def _spec_by_task(state: AgentState) -> pd.DataFrame:
 
 def expert_frame(state: AgentState) -> pd.DataFrame:
     """The cumulative (layer, expert, tokens) matrix in the correlate.moe long format."""
-    m = state.expert_tokens
-    if m.size == 0:
-        return pd.DataFrame({"step_id": pd.Series(dtype="int64"), "layer": pd.Series(dtype="int64"),
-                             "expert": pd.Series(dtype="int64"), "tokens": pd.Series(dtype="int64")})
-    layers, experts = np.indices(m.shape)
-    return pd.DataFrame({"step_id": 0, "layer": layers.ravel(), "expert": experts.ravel(), "tokens": m.ravel()})
+    return moe.matrix_frame(state.expert_tokens)
 
 
 def summary(state: AgentState) -> dict[str, Any]:
@@ -91,11 +87,6 @@ def summary(state: AgentState) -> dict[str, Any]:
         "dropped_events": int(sum(s.get("dropped", 0) for s in rings.values())),
         "rings": rings,
     })
-
-
-REQUEST_FIELDS = ("request_id", "trace_id", "task", "prompt_tokens", "cached_tokens", "output_tokens", "finish_reason",
-                  "num_preemptions", "queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s",
-                  "ttft_s", "itl_mean_s", "gpu_seconds", "slow_cause")
 
 
 def slowest(state: AgentState, n: int) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import Protocol, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -23,14 +23,23 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from infersight.agent import report
-from infersight.agent.capture import CaptureRefused
+from infersight.agent.capture import CaptureRecord, CaptureRefused
 from infersight.agent.state import AgentState
 
-if TYPE_CHECKING:
-    from infersight.agent.service import Agent
+
+class CaptureSurface(Protocol):
+    """What the capture endpoints need of the agent process (agent.service.Agent provides it).
+    A protocol, so the server does not import the service that builds it."""
+
+    token: str
+
+    def request_capture(self, steps: int, tool: str, reason: str = "api") -> CaptureRecord: ...
+
+    @property
+    def capture_records(self) -> Sequence[CaptureRecord]: ...
 
 
-def build_app(state: AgentState, registry: CollectorRegistry, agent: "Agent | None" = None) -> Starlette:
+def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurface | None = None) -> Starlette:
     async def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encoder(registry), media_type=content_type)
@@ -72,7 +81,7 @@ def build_app(state: AgentState, registry: CollectorRegistry, agent: "Agent | No
         return JSONResponse(asdict(record), status_code=202)
 
     async def captures(request: Request) -> Response:
-        records = agent.captures.records if agent is not None else []
+        records = agent.capture_records if agent is not None else []
         return JSONResponse({"captures": [asdict(r) for r in records]})
 
     return Starlette(routes=[

@@ -150,6 +150,10 @@ class Agent:
             self.sink.write(self.state.take_new_rows())
         return len(batches)
 
+    @property
+    def capture_records(self) -> list[CaptureRecord]:
+        return self.captures.records
+
     def request_capture(self, steps: int, tool: str, reason: str = "api") -> CaptureRecord:
         record = self.captures.request(sorted(self.rings.attached), steps, tool, reason)
         self._pause_gpu_profiling()

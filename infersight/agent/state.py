@@ -15,10 +15,10 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from infersight.agent.aggregates import LabelledCounter, LabelledHistogram
 from infersight.agent.config import AgentConfig
 from infersight.correlate import cost, kv, moe, requests, speculation
 from infersight.correlate.frames import EventFrames
+from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 from infersight.exporters import catalogue as C
 
 #: Verifications kept for per-task acceptance and speedup (recent behaviour is what advice needs).

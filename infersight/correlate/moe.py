@@ -19,6 +19,14 @@ def _empty(columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
+def matrix_frame(tokens: np.ndarray) -> pd.DataFrame:
+    """A cumulative [layer, expert] token matrix in this module's long moe format (step_id 0)."""
+    if tokens.size == 0:
+        return _empty({"step_id": "int64", "layer": "int64", "expert": "int64", "tokens": "int64"})
+    layers, experts = np.indices(tokens.shape)
+    return pd.DataFrame({"step_id": 0, "layer": layers.ravel(), "expert": experts.ravel(), "tokens": tokens.ravel()})
+
+
 def expert_load(moe: pd.DataFrame) -> pd.DataFrame:
     """Columns layer, expert, tokens (summed over steps), sorted by layer then expert. Experts that
     never received a token keep their 0 row, so per-layer statistics see every expert."""

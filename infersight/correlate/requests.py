@@ -18,6 +18,12 @@ import pandas as pd
 
 NS = 1e9
 
+#: The fields of one finished request as the agent reports and stores it (API rows, Parquet columns).
+REQUEST_FIELDS = ("request_id", "trace_id", "task", "prompt_tokens", "cached_tokens", "output_tokens", "finish_reason",
+                  "num_preemptions", "queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s",
+                  "ttft_s", "itl_mean_s", "gpu_seconds", "slow_cause")
+
+
 REQUEST_TABLE_COLUMNS = [
     "request_id", "trace_id", "task", "prompt_tokens", "cached_tokens", "output_tokens", "finish_reason",
     "num_preemptions", "arrival_ns", "first_scheduled_ns", "first_token_ns", "finish_ns", "queue_s",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infersight.agent.report import REQUEST_FIELDS
+from infersight.correlate.requests import REQUEST_FIELDS
 
 if TYPE_CHECKING:
     from infersight.correlate.frames import EventFrames

@@ -6,8 +6,12 @@ import). With vllm_compat, the subset we can honestly provide is also served und
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Protocol
+
+import numpy as np
+import pandas as pd
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -16,9 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 
-from infersight.agent.aggregates import LabelledCounter, LabelledHistogram
-from infersight.agent.report import expert_frame
-from infersight.agent.state import AgentState
+from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 from infersight.correlate import moe, speculation
 from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
@@ -26,6 +28,27 @@ from infersight.gpu.exposition import gpu_metric_families
 
 if TYPE_CHECKING:
     from infersight.gpu.sampler import GpuSampler
+
+
+class ExpositionSettings(Protocol):
+    max_expert_series: int
+    top_hot_pairs: int
+    vllm_compat: bool
+    model_name: str
+
+
+class MetricSource(Protocol):
+    """What the collector reads (the agent's state provides it); held under ``lock`` while read.
+    A protocol, so that exporters never import the agent: data flows agent -> exporters."""
+
+    lock: threading.Lock
+    config: ExpositionSettings
+    counters: dict[str, LabelledCounter]
+    histograms: dict[str, LabelledHistogram]
+    last_step: dict[str, int]
+    expert_tokens: np.ndarray
+    spec_events: pd.DataFrame
+    ring_stats: dict[str, dict[str, int]]
 
 
 def _counter(spec: MetricSpec, data: LabelledCounter, name: str | None = None,
@@ -59,7 +82,7 @@ def _gauge(spec: MetricSpec, rows: list[tuple[list[str], float]], name: str | No
 
 
 class AgentCollector(Collector):
-    def __init__(self, state: AgentState, gpu: "GpuSampler | None" = None) -> None:
+    def __init__(self, state: MetricSource, gpu: "GpuSampler | None" = None) -> None:
         self.state = state
         self.gpu = gpu
 
@@ -105,11 +128,11 @@ class AgentCollector(Collector):
         else:
             for expert, v in enumerate(m.sum(axis=0)):
                 fam.add_metric(["all", str(expert)], float(v))
-            top = moe.top_pairs(expert_frame(self.state), top_n)
+            top = moe.top_pairs(moe.matrix_frame(self.state.expert_tokens), top_n)
             yield _gauge(C.HOT_EXPERT_TOKENS, [([str(r.layer), str(r.expert)], float(r.tokens))
                                                for r in top.itertuples(index=False)])
         yield fam
-        imb = moe.layer_imbalance(expert_frame(self.state))
+        imb = moe.layer_imbalance(moe.matrix_frame(self.state.expert_tokens))
         rows = []
         for r in imb.itertuples(index=False):
             for stat in ("max_over_mean", "cv", "hot_cold_ratio"):
@@ -166,7 +189,7 @@ class AgentCollector(Collector):
                 yield fam
 
 
-def build_registry(state: AgentState, gpu: "GpuSampler | None" = None) -> CollectorRegistry:
+def build_registry(state: MetricSource, gpu: "GpuSampler | None" = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(state, gpu))
     return registry

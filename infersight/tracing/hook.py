@@ -30,7 +30,7 @@ from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
 from infersight.tracing.spans import RequestInputs, kernel_attributes, request_trace, step_span
 
 if TYPE_CHECKING:
-    from infersight.agent.aggregates import LabelledCounter
+    from infersight.exporters.aggregates import LabelledCounter
     from infersight.agent.config import AgentConfig
     from infersight.agent.state import AgentState
 

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from infersight.agent.report import REQUEST_FIELDS
+from infersight.correlate.requests import REQUEST_FIELDS
 from infersight.correlate import frames as F
 
 #: The event streams the figures use -> their documented columns (what events/<name>.parquet must hold).
