@@ -1,6 +1,8 @@
 """Captures on demand (POST /api/v1/capture, bearer token) or by rule (slow TTFT, KV nearly full,
 a burst of preemptions), one at a time, rate-limited; the engine is asked through its control
-block and the agent picks the trace up when the engine says it is written.
+block and the agent picks the trace up when the engine says it is written. An engine reached
+another way (vLLM's profiler endpoints: infersight.sources.vllm_profiler) is a CaptureTarget; the
+same token, rate limit and one-at-a-time rules apply to it.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from infersight.probes.control import CaptureState, CaptureTool, ControlBlock, control_name
 
@@ -38,6 +40,31 @@ class CaptureRecord:
     path: str = ""
     analysis: dict[str, Any] | None = None
     gpu_profiling: str = ""  # "paused" while the capture ran, or why the agent's counters were not
+
+
+@dataclass
+class CaptureOutcome:
+    """How a target's capture ended: state done | failed, the trace, and its analysis (or, when it
+    failed, {"error": why})."""
+
+    state: str
+    path: str = ""
+    analysis: dict[str, Any] | None = None
+
+
+class CaptureTarget(Protocol):
+    """An engine captured without a control block. name: what its records show as `ring`; tools: the
+    capture tools it offers. start() must return at once (the capture runs in the background);
+    poll() gives the outcome once, when the capture has ended."""
+
+    name: str
+    tools: tuple[str, ...]
+
+    def start(self, capture_id: int, steps: int) -> None: ...
+
+    def poll(self) -> CaptureOutcome | None: ...
+
+    def close(self) -> None: ...
 
 
 def default_token_file(port: int) -> Path:
@@ -75,6 +102,7 @@ class CaptureController:
     _blocks: dict[str, ControlBlock] = field(default_factory=dict)
     _last_request: float = -1e18
     _last_auto: float = -1e18
+    target: CaptureTarget | None = None  # when set, every capture goes to it instead of a ring
 
     def _block(self, ring: str) -> ControlBlock:
         block = self._blocks.get(ring)
@@ -89,13 +117,18 @@ class CaptureController:
             tool_id = CaptureTool[tool.upper().replace("-", "_")]
         except KeyError:
             raise ValueError(f"tool must be 'torch' or 'cuda-profiler', got {tool!r}") from None
-        if not rings:
+        if self.target is not None and tool not in self.target.tools:
+            raise ValueError(f"{self.target.name} captures with {' or '.join(self.target.tools)} only, "
+                             f"not {tool!r}")
+        if not rings and self.target is None:
             raise CaptureRefused(503, "no engine attached: no probe ring to send the request to")
         if any(r.state == "running" or r.state == "requested" for r in self.records):
             raise CaptureRefused(409, "a capture is already in progress; one at a time")
         now = time.monotonic()
         if now - self._last_request < self.min_interval_s:
             raise CaptureRefused(429, f"captures are rate-limited to one per {self.min_interval_s:.0f} s")
+        if self.target is not None:
+            return self._request_target(steps, tool, reason, now)
         ring = rings[0]
         try:
             block = self._block(ring)
@@ -108,11 +141,28 @@ class CaptureController:
         log.info("capture %d requested on %s: %d steps with %s (%s)", seq, ring, steps, tool, reason)
         return record
 
+    def _request_target(self, steps: int, tool: str, reason: str, now: float) -> CaptureRecord:
+        target = self.target
+        assert target is not None
+        capture_id = 1 + sum(1 for r in self.records if r.ring == target.name)
+        target.start(capture_id, steps)
+        self._last_request = now
+        record = CaptureRecord(capture_id, target.name, steps, tool, reason, time.time(), state="running")
+        self.records.append(record)
+        log.info("capture %d requested on %s: %d steps with %s (%s)", capture_id, target.name, steps, tool, reason)
+        return record
+
     def poll(self) -> list[CaptureRecord]:
         """Capture records that finished since the last poll."""
         finished = []
         for record in self.records:
             if record.state not in ("requested", "running"):
+                continue
+            if self.target is not None and record.ring == self.target.name:
+                outcome = self.target.poll()
+                if outcome is not None:
+                    record.state, record.path, record.analysis = outcome.state, outcome.path, outcome.analysis
+                    finished.append(record)
                 continue
             block = self._blocks.get(record.ring)
             if block is None or block.ack_seq < record.capture_id:
@@ -157,3 +207,5 @@ class CaptureController:
         for block in self._blocks.values():
             block.close()
         self._blocks = {}
+        if self.target is not None:
+            self.target.close()

@@ -16,14 +16,22 @@ class AgentConfig:
 
     rings: list[str] = field(default_factory=list)
     discover: bool = False
+    discover_prefix: str = "infersight-"  # --discover attaches rings whose names start with this
     host: str = "127.0.0.1"
     port: int = 9464
     poll_interval_s: float = 0.1
     parquet_dir: str | None = None
     max_expert_series: int = 512
     top_hot_pairs: int = 10
+    # Slow requests (correlate.slow_rule): above the slow_quantile of the e2e of the last slow_window
+    # finished requests (once min_requests_for_p99 have finished; at most that share flagged), or,
+    # when any slo_*_s is set, over those SLOs (seconds) instead.
     slow_window: int = 1000
     min_requests_for_p99: int = 20
+    slow_quantile: float = 0.99
+    slo_ttft_s: float | None = None
+    slo_itl_s: float | None = None
+    slo_e2e_s: float | None = None
     retain_requests: int = 10_000
     vllm_compat: bool = False
     model_name: str = "tiny-moe"
@@ -36,6 +44,12 @@ class AgentConfig:
     trace_sample_ratio: float = 1.0   # head ratio; slow and failed requests are always kept
     export_content: bool = False      # prompt/completion text on spans (when the server sent it too)
     otlp_metrics: bool = False        # gen_ai.server.* histograms over OTLP as well
+    # OTLP receiver (infersight.tracing.receiver) for an engine's own spans (vLLM's --otlp-traces-endpoint):
+    # "HOST:PORT" of the OTLP/HTTP and OTLP/gRPC listeners (None: off). Each request span is joined with
+    # the request's row, waiting at most otlp_join_wait_s for whichever comes second; needs otlp_endpoint.
+    otlp_receiver: str | None = None
+    otlp_receiver_grpc: str | None = None
+    otlp_join_wait_s: float = 10.0
     # Captures: the bearer token of POST /api/v1/capture (None: read or create token_file, 0600).
     token: str | None = None
     token_file: str | None = None
@@ -48,10 +62,46 @@ class AgentConfig:
     gpu_source: str = "auto"
     gpu_url: str | None = None
     gpu_interval_s: float = 1.0
+    # Energy per request: the GPUs the engine runs on, whose energy counters are split over its steps
+    # (empty: every GPU with an energy counter; give them when other work shares the host's GPUs).
+    energy_gpus: tuple[int, ...] = ()
+    # vLLM's KV cache events (infersight.sources.vllm_kv_events): the endpoint and replay endpoint as
+    # given to vLLM's --kv-events-config (tcp://HOST:PORT), and its topic. None: off.
+    vllm_kv_events: str | None = None
+    vllm_kv_replay: str | None = None
+    vllm_kv_topic: str = "kv"
+    # An unmodified vLLM (infersight.sources.vllm_metrics / vllm_profiler): its base URL; /metrics is
+    # scraped every vllm_metrics_interval_s and served under our names. With vllm_profiler_dir (its
+    # torch_profiler_dir as this host sees it) captures go through /start_profile and /stop_profile;
+    # vllm_capture_wait_s bounds both the wait for the steps and the wait for the trace file.
+    vllm_url: str | None = None
+    vllm_metrics_interval_s: float = 2.0
+    vllm_profiler_dir: str | None = None
+    vllm_capture_wait_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not self.rings and not self.discover:
-            raise ConfigError("nothing to attach to: give --ring NAME (repeatable) or --discover")
+        if not self.rings and not self.discover and not self.vllm_kv_events and not self.vllm_url:
+            raise ConfigError("nothing to attach to: give --ring NAME (repeatable), --discover, --vllm-kv-events "
+                              "or --vllm-url")
+        if self.vllm_url is not None and not self.vllm_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--vllm-url must be an http(s) base URL such as http://127.0.0.1:8000, got "
+                              f"{self.vllm_url!r}")
+        if not 0.1 <= self.vllm_metrics_interval_s <= 300:
+            raise ConfigError("--vllm-metrics-interval must be between 0.1 and 300 s, "
+                              f"got {self.vllm_metrics_interval_s}")
+        if self.vllm_profiler_dir is not None and not self.vllm_url:
+            raise ConfigError("--vllm-profiler-dir needs --vllm-url (the server whose profiler writes there)")
+        if not 1 <= self.vllm_capture_wait_s <= 3600:
+            raise ConfigError(f"the vLLM capture wait must be between 1 and 3600 s, got {self.vllm_capture_wait_s}")
+        if self.vllm_kv_replay and not self.vllm_kv_events:
+            raise ConfigError("--vllm-kv-replay needs --vllm-kv-events")
+        if self.vllm_kv_events:
+            from infersight.sources.vllm_kv_events import VllmKVEventsConfig  # zmq only when asked
+
+            try:
+                VllmKVEventsConfig(self.vllm_kv_events, self.vllm_kv_replay, self.vllm_kv_topic)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if not 0.01 <= self.poll_interval_s <= 10:
@@ -59,7 +109,16 @@ class AgentConfig:
         for name in ("max_expert_series", "top_hot_pairs", "slow_window", "min_requests_for_p99", "retain_requests"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.slow_quantile < 1.0:
+            raise ConfigError(f"slow quantile must be in (0, 1), got {self.slow_quantile}")
+        for name in ("slo_ttft_s", "slo_itl_s", "slo_e2e_s"):
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be > 0 s, got {getattr(self, name)}")
         if not 0.0 <= self.trace_sample_ratio <= 1.0:
             raise ConfigError(f"trace sample ratio must be in [0, 1], got {self.trace_sample_ratio}")
         if self.otlp_protocol not in (None, "http/protobuf", "grpc"):
             raise ConfigError(f"OTLP protocol must be http/protobuf or grpc, got {self.otlp_protocol!r}")
+        if (self.otlp_receiver or self.otlp_receiver_grpc) and self.otlp_endpoint is None:
+            raise ConfigError("the OTLP receiver needs --otlp-endpoint: the joined spans are exported there")
+        if not 0.0 <= self.otlp_join_wait_s <= 600.0:
+            raise ConfigError(f"the OTLP join wait must be in [0, 600] s, got {self.otlp_join_wait_s}")

@@ -31,9 +31,11 @@ class AttachedRing:
 
 
 class RingSet:
-    def __init__(self, names: list[str], discover: bool, retry_interval_s: float = 2.0) -> None:
+    def __init__(self, names: list[str], discover: bool, retry_interval_s: float = 2.0,
+                 prefix: str = "infersight-") -> None:
         self.wanted = list(names)
         self.discover = discover
+        self.prefix = prefix
         self.retry_interval_s = retry_interval_s
         self.attached: dict[str, AttachedRing] = {}
         self._next_try: dict[str, float] = {}
@@ -47,7 +49,7 @@ class RingSet:
         """Attach wanted (and, with discover, newly appeared) rings; failures are retried later."""
         names = list(self.wanted)
         if self.discover:  # every probe ring, but not the capture control blocks beside them
-            names += [n for n in list_rings() if n not in names and not n.endswith(CONTROL_SUFFIX)]
+            names += [n for n in list_rings(self.prefix) if n not in names and not n.endswith(CONTROL_SUFFIX)]
         now = time.monotonic()
         for name in names:
             if name in self.attached or now < self._next_try.get(name, 0.0):
@@ -84,7 +86,7 @@ class RingSet:
                 for df in (frames.request_events, frames.batch, frames.spec, frames.prefix, frames.network,
                            frames.served, frames.texts):
                     df["request_id"] += offset
-                for df in (frames.steps, frames.batch, frames.moe):  # step ids are per engine too
+                for df in (frames.steps, frames.batch, frames.moe, frames.step_timing):  # step ids are per engine too
                     df["step_id"] += offset
                 mask = frames.kv_events["request_id"] >= 0
                 frames.kv_events.loc[mask, "request_id"] += offset

@@ -13,7 +13,7 @@ import pandas as pd
 
 from infersight.agent.state import AgentState
 from infersight.correlate import expert_parallel as ep_analysis
-from infersight.correlate import moe, speculation
+from infersight.correlate import moe, spec_advice, spec_speedup, speculation
 from infersight.correlate.requests import REQUEST_FIELDS
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import quantile
@@ -33,7 +33,7 @@ def _clean(value: Any) -> Any:
 
 
 def _spec_by_task(state: AgentState) -> pd.DataFrame:
-    return speculation.acceptance_by_task(state.spec_events)
+    return spec_speedup.speedup_by_task(state.spec_events, state.spec_step_timing)
 
 
 def expert_frame(state: AgentState) -> pd.DataFrame:
@@ -50,9 +50,12 @@ def summary(state: AgentState) -> dict[str, Any]:
         prefix_r = state.counters[C.PREFIX_REQUESTS.name].total()
         prefix_hr = state.counters[C.PREFIX_HIT_REQUESTS.name].total()
         imbalance = moe.layer_imbalance(expert_frame(state))
+        expert_tokens = state.expert_tokens.tolist()  # the full matrix: row = layer, column = expert
         by_task = _spec_by_task(state)
         rings = dict(state.ring_stats)
-        gpu_by_task = dict(state.counters[C.GPU_SECONDS.name].values)
+        engine_by_task = dict(state.counters[C.ENGINE_SECONDS.name].values)
+        energy_by_task = dict(state.counters[C.ENERGY.name].values)
+        energy = state.energy.describe(state.gpu_status)
         preempt = state.counters[C.PREEMPTIONS.name].total()
         recomputed_tokens = state.counters[C.KV_RECOMPUTED_TOKENS.name].total()
         last = dict(state.last_step)
@@ -75,13 +78,13 @@ def summary(state: AgentState) -> dict[str, Any]:
                "blocks_in_use": last.get("kv_blocks_in_use"), "blocks_cached": last.get("kv_blocks_cached"),
                "blocks_total": last.get("kv_blocks_total")},
         "moe": {"layers": [{"layer": int(r.layer), "max_over_mean": r.max_over_mean, "cv": r.cv,
-                            "hot_cold_ratio": r.hot_cold_ratio} for r in imbalance.itertuples(index=False)]},
-        "spec": {"by_task": {str(r.task): {"accept_rate": r.accept_rate, "mean_accepted_length": r.mean_accepted_length,
-                                           "gamma": r.gamma, "cost_ratio": r.cost_ratio,
-                                           "predicted_speedup": r.predicted_speedup}
-                             for r in by_task.itertuples(index=False)}},
-        "cost": {"gpu_seconds_by_task": {labels[0]: v for labels, v in gpu_by_task.items()}},
+                            "hot_cold_ratio": r.hot_cold_ratio} for r in imbalance.itertuples(index=False)],
+                "expert_tokens": expert_tokens},
+        "spec": {"by_task": spec_speedup.summary_by_task(by_task)},
+        "cost": {"engine_seconds_by_task": {labels[0]: v for labels, v in engine_by_task.items()},
+                 "energy_j_by_task": {labels[0]: v for labels, v in energy_by_task.items()}, "energy": energy},
         "slow_causes": rows["slow_cause"][rows["slow_cause"] != ""].value_counts().to_dict() if not rows.empty else {},
+        "slow_rule": state.slow_rule.describe(),
         "gpu": gpu,
         "expert_parallel": expert_parallel(state),
         "dropped_events": int(sum(s.get("dropped", 0) for s in rings.values())),
@@ -92,7 +95,10 @@ def summary(state: AgentState) -> dict[str, Any]:
 def slowest(state: AgentState, n: int) -> list[dict[str, Any]]:
     with state.lock:
         rows = sorted(state.finished, key=lambda r: -float(r["e2e_s"]))[:n]  # type: ignore[arg-type]
-    return _clean([{k: r.get(k) for k in REQUEST_FIELDS} for r in rows])
+        # A capture analysed after a request finished still gives it its kernel time here.
+        kernel = [state.kernel_seconds(int(r["request_id"])) for r in rows]  # type: ignore[call-overload]
+    return _clean([{**{k: r.get(k) for k in REQUEST_FIELDS}, "gpu_kernel_s": k_s,
+                    "slow_detail": r.get("slow_detail", "")} for r, k_s in zip(rows, kernel)])
 
 
 def expert_parallel(state: AgentState, extra_replicas: int = 2) -> dict[str, Any] | None:
@@ -125,7 +131,7 @@ def diagnosis(state: AgentState) -> dict[str, Any]:
                          "message": f"{top} accounts for {100 * (phases[top] or 0.0) / total:.0f}% of request time"})
     for cause, n in s["slow_causes"].items():
         findings.append({"kind": "slow_requests", "cause": cause, "count": n,
-                         "message": f"{n} requests above the rolling p99, mostly from {cause.replace('_', ' ')}"})
+                         "message": f"{n} requests {s['slow_rule']}, from {cause.replace('_', ' ')}"})
     if s["kv"]["preemptions"]:
         findings.append({"kind": "kv_pressure", "preemptions": s["kv"]["preemptions"],
                          "recomputed_tokens": s["kv"]["recomputed_tokens"],
@@ -137,6 +143,10 @@ def diagnosis(state: AgentState) -> dict[str, Any]:
                                         f"{layer['max_over_mean']:.1f}x the mean load"})
     with state.lock:
         by_task = _spec_by_task(state)
-    recs = speculation.recommendations(by_task)
+        by_position = speculation.acceptance_by_position(state.spec_events)
+    recs = spec_advice.recommendations(by_task, by_position)
+    for r in by_task[by_task["basis"] != spec_speedup.MEASURED].itertuples(index=False):
+        findings.append({"kind": "speculation_unmeasured", "task": r.task, "basis": r.basis,
+                         "message": f"{r.task}: speculation's speedup not measured ({r.basis}); no advice"})
     return _clean({"findings": findings, "speculation_recommendations": recs,
                    "dropped_events": s["dropped_events"]})

@@ -22,8 +22,9 @@ from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.ingest import RingSet
 from infersight.agent.server import build_app
 from infersight.agent.state import AgentState
+from infersight.correlate.frames import EventFrames
 from infersight.exporters.prometheus import build_registry
-from infersight.gpu import GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
+from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
 from infersight.gpu.frames import covering_samples
 
 log = logging.getLogger("infersight.agent")
@@ -71,10 +72,12 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 class Agent:
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig, gpu_collector: GpuCollector | None = None) -> None:
+        """gpu_collector: the GPU telemetry source (None: picked by open_collector from the config)."""
         self.config = config
         self.state = AgentState(config)
-        self.rings = RingSet(config.rings, config.discover, config.retry_interval_s)
+        self.rings = RingSet(config.rings, config.discover, config.retry_interval_s,
+                             config.discover_prefix)
 
         self.sink = self.frame_sink = None
         if config.parquet_dir:
@@ -85,13 +88,34 @@ class Agent:
         self._sock = _bind(config.host, config.port)  # first: a busy port is a usage error, before any work
         self.port = self._sock.getsockname()[1]
         gpu_config = GpuTelemetryConfig(config.gpu_source, config.gpu_url, config.gpu_interval_s)
-        self.gpu = GpuSampler(open_collector(gpu_config), gpu_config.interval_s, gpu_config.ring_size)
+        self.gpu = GpuSampler(gpu_collector or open_collector(gpu_config), gpu_config.interval_s, gpu_config.ring_size)
         log.info("GPU telemetry: %s", self.gpu.status_line())
         self.registry = build_registry(self.state, self.gpu)
+        # -- an engine's own /metrics (opt-in: --vllm-url): served under our names where no ring provides them
+        self.vllm_metrics = None
+        if config.vllm_url:
+            from prometheus_client import CollectorRegistry
+
+            from infersight.exporters.scraped_view import MergedCollector
+            from infersight.sources.vllm_scraper import VllmMetricsScraper
+
+            self.vllm_metrics = VllmMetricsScraper(config.vllm_url, config.vllm_metrics_interval_s,
+                                                   timeout_s=min(2.0, config.vllm_metrics_interval_s))
+            own, self.registry = self.registry, CollectorRegistry(auto_describe=False)
+            self.registry.register(MergedCollector(own, self.vllm_metrics.latest))
+            self.registry.register(self.vllm_metrics.collector())
         self._gpu_summary_at = 0.0
         self.captures = CaptureController(config.capture_min_interval_s, CaptureRules(
             config.auto_capture_ttft_p99_s, config.auto_capture_kv_usage, config.auto_capture_preemptions,
             config.auto_capture_cooldown_s))
+        if self.vllm_metrics is not None and config.vllm_profiler_dir:  # captures through vLLM's profiler
+            from infersight.sources.vllm_profiler import VllmProfilerConfig, VllmProfilerTarget
+
+            target = VllmProfilerTarget(VllmProfilerConfig(config.vllm_url, config.vllm_profiler_dir,
+                                                           config.vllm_capture_wait_s, config.vllm_capture_wait_s),
+                                        self.vllm_metrics.step_count)
+            self.captures.target = target
+            self.registry.register(target.collector())
         token_file = Path(config.token_file) if config.token_file else default_token_file(self.port)
         self.token = config.token or load_or_create_token(token_file)
         self.token_file = None if config.token else token_file
@@ -113,6 +137,30 @@ class Agent:
             interval_ns = int(gpu_config.interval_s * 1e9)
             self.tracing.gpu_for_step = lambda start, end: covering_samples(self.gpu.recent(), start, end,
                                                                               interval_ns)
+        # -- OTLP receiver (opt-in): an engine's own spans, joined with the rows by the tracing hook ----
+        self.otlp_receiver = None
+        if self.tracing is not None and (config.otlp_receiver or config.otlp_receiver_grpc):
+            from infersight.tracing.receiver import OtlpReceiver
+
+            try:
+                self.otlp_receiver = OtlpReceiver.attach(config, self.tracing)
+            except ValueError as exc:  # a busy or malformed address, grpcio missing
+                raise ConfigError(str(exc)) from None
+            self.registry.register(self.otlp_receiver.collector())
+
+        # -- vLLM's KV cache events (opt-in): translated into the kv_events frame each poll ----------
+        self.vllm_kv = None
+        if config.vllm_kv_events:
+            from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber  # zmq when asked
+            from infersight.sources.vllm_kv_metrics import VllmKVCollector
+
+            try:
+                self.vllm_kv = VllmKVSubscriber(VllmKVEventsConfig(config.vllm_kv_events, config.vllm_kv_replay,
+                                                                   config.vllm_kv_topic),
+                                                wall_anchor=lambda: self.state.wall_anchor)
+            except ValueError as exc:  # the endpoint is busy or not an address of this host
+                raise ConfigError(str(exc)) from None
+            self.registry.register(VllmKVCollector(self.vllm_kv))
 
     def _gpu_summary(self) -> None:
         """Refresh the GPU part of the summary about once a second (not every poll)."""
@@ -129,9 +177,16 @@ class Agent:
                                       name="infersight-http")
         self._http.start()
         log.info("serving on http://%s:%d (/metrics, /api/v1/summary)", self.config.host, self.port)
+        if self.otlp_receiver is not None:
+            self.otlp_receiver.start()
+        if self.vllm_metrics is not None:
+            self.vllm_metrics.start()
 
     def poll_once(self) -> int:
         """Read every ring once and fold the events in; returns how many rings had data."""
+        # GPU readings first: the steps read below are measured against them (and none is missed
+        # for arriving before the account's first reading).
+        self.state.add_gpu_samples(self.gpu.recent())
         self.rings.refresh()
         batches = self.rings.read()
         for ring, frames in batches:
@@ -142,6 +197,12 @@ class Agent:
                 self.tracing.ingest(frames, ring.index, ring.consumer.anchor)
         if self.tracing is not None and not batches:
             self.tracing.process()  # rows still waiting for their steps time out even when idle
+        if self.vllm_kv is not None:
+            kv_frames = EventFrames(kv_events=self.vllm_kv.poll())
+            if not kv_frames.kv_events.empty:
+                self.state.ingest(kv_frames)
+                if self.frame_sink is not None:
+                    self.frame_sink.write(kv_frames)
         self._captures_poll()
         self._gpu_summary()
         anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
@@ -170,7 +231,7 @@ class Agent:
     def _captures_poll(self) -> None:
         for record in self.captures.poll():
             log.info("capture %d %s: %s", record.capture_id, record.state, record.path or "-")
-            if record.state == "done" and record.path:
+            if record.state == "done" and record.path and record.analysis is None:  # a target may analyse its own
                 first_step = self.captures.first_step(record)
                 record.analysis, per_request = analyze_capture(record.path, self.state.recent_batch_frame(),
                                                                first_step)
@@ -196,7 +257,14 @@ class Agent:
         self._stop.set()
 
     def close(self) -> None:
+        if self.otlp_receiver is not None:
+            self.otlp_receiver.stop()  # no new spans: what came is joined or forwarded by tracing.close
+        # One last GPU reading after the engine's last step, so the energy account covers the whole run.
+        self.gpu.stop(final_poll=True)
         self.poll_once()
+        self.state.close_energy()
+        if self.sink is not None:
+            self.sink.write(self.state.take_new_rows())
         if self.tracing is not None:
             self.tracing.close()
         if self.sink is not None:
@@ -209,4 +277,8 @@ class Agent:
         self.captures.close()
         self.gpu.stop()
         self.rings.close()
+        if self.vllm_kv is not None:
+            self.vllm_kv.close()
+        if self.vllm_metrics is not None:
+            self.vllm_metrics.stop()
         self._sock.close()

@@ -16,18 +16,26 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.config import AgentConfig
-from infersight.correlate import cost, kv, moe, requests, speculation
+from infersight.agent.energy_meter import EnergyMeter
+from infersight.correlate import cost, kv, moe, requests, slow_causes, slow_rule, speculation
 from infersight.correlate.frames import EventFrames
 from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 from infersight.exporters import catalogue as C
+from infersight.gpu.samples import GpuSample
 
 #: Verifications kept for per-task acceptance and speedup (recent behaviour is what advice needs).
 SPEC_WINDOW = 100_000
+#: Timed steps kept for the measured speedup (those that drafted or were plain probes; steps of
+#: engines without a draft are not kept).
+SPEC_STEP_WINDOW = 50_000
 #: Expert-parallel records kept (layers x ranks x steps) for the all-to-all share and the replication plan.
 EP_WINDOW = 50_000
 #: Bounds on state waiting for events that ring drops may have lost.
 MAX_PENDING_STEPS = 256
 MAX_OPEN_REQUESTS = 50_000
+#: Steps (with their batch rows) kept for the slow-request attribution: those since the oldest request
+#: in flight, at most this many (a request older than that loses its batch-interference figure).
+MAX_ATTRIBUTION_STEPS = 20_000
 #: How long a served request's row waits for its NETWORK record before it is computed without one.
 NETWORK_WAIT_S = 10.0
 
@@ -42,10 +50,16 @@ class AgentState:
                            if spec.kind == "histogram"}
         self.last_step: dict[str, int] = {}
         self.finished: deque[dict[str, object]] = deque(maxlen=config.retain_requests)
-        self.e2e_window: deque[float] = deque(maxlen=config.slow_window)
+        self.slow_rule = slow_rule.SlowRule(config.slow_quantile, config.slow_window, config.min_requests_for_p99,
+                                            config.slo_ttft_s, config.slo_itl_s, config.slo_e2e_s)
+        self.slow_window = pd.DataFrame()  # slow_features of the last slow_window finished requests
+        self.attribution = EventFrames()  # steps and batch rows since the oldest request in flight
         self.new_rows: list[dict[str, object]] = []  # rows not yet handed to the Parquet sink
         self.open_events = EventFrames().request_events
-        self.open_gpu_seconds: dict[int, float] = {}
+        self.open_engine_seconds: dict[int, float] = {}
+        # GPU energy over the steps, split by token share; rows wait for it (at most a few sampler intervals).
+        self.energy = EnergyMeter(tuple(config.energy_gpus), wait_s=max(5.0, 4 * config.gpu_interval_s))
+        self._no_request_events = EventFrames().request_events  # releases held rows without new events
         self.pending = EventFrames()  # steps whose batch rows have not all arrived, and those rows
         self.kv_carry = EventFrames().kv_events
         self.reload_events = EventFrames().kv_events  # KV reloads of requests still in flight
@@ -53,6 +67,7 @@ class AgentState:
         self.prefix_groups: dict[int, list[int]] = {}  # group hash -> [requests, cached tokens, prompt tokens]
         self.ep_events = EventFrames().ep  # expert-parallel records of recent steps, all ranks
         self.spec_events = EventFrames().spec  # all verifications, kept compact (per task and position below)
+        self.spec_step_timing = EventFrames().step_timing  # recent speculative and plain-probe steps
         self.ring_stats: dict[str, dict[str, int]] = {}
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
         self.requests_seen = 0
@@ -75,9 +90,11 @@ class AgentState:
             self._moe(frames.moe)
             self._prefix(frames.prefix)
             self._spec(frames.spec)
+            self._spec_steps(frames.step_timing)
             self._ep(frames.ep)
             self._network(frames)
             self._requests(frames.request_events)
+            self._trim_attribution()
 
     def set_ring_stats(self, stats: dict[str, dict[str, int]], anchor: tuple[int, int] | None) -> None:
         with self.lock:
@@ -93,6 +110,7 @@ class AgentState:
         steps = frames.steps
         if not frames.batch.empty:
             self.recent_batch.append(frames.batch)
+        self.attribution = self.attribution.concat(EventFrames(steps=steps, batch=frames.batch))
         if not steps.empty:
             self.recent_steps.append(steps)
             last = steps.iloc[-1]
@@ -119,8 +137,10 @@ class AgentState:
         if not ready_steps.empty:
             shares = cost.step_cost_shares(ready_steps, ready_batch)
             per_request = cost.cost_by_request(shares)
-            for rid, secs in zip(per_request["request_id"], per_request["gpu_seconds"]):
-                self.open_gpu_seconds[int(rid)] = self.open_gpu_seconds.get(int(rid), 0.0) + float(secs)
+            for rid, secs in zip(per_request["request_id"], per_request["engine_seconds"]):
+                self.open_engine_seconds[int(rid)] = self.open_engine_seconds.get(int(rid), 0.0) + float(secs)
+            self.energy.add_steps(ready_steps, ready_batch)
+            self._count_idle(self.energy.attribute())
 
     def _kv(self, events: pd.DataFrame) -> None:
         if events.empty:
@@ -189,6 +209,15 @@ class AgentState:
             self.counters[C.SPEC_POSITION_PROPOSED.name].inc((row.task, str(row.position)), row.proposed)
             self.counters[C.SPEC_POSITION_ACCEPTED.name].inc((row.task, str(row.position)), row.accepted)
 
+    def _spec_steps(self, frame: pd.DataFrame) -> None:
+        """Step timings that the measured speedup needs (correlate.spec_speedup), in a window."""
+        frame = frame[frame["spec_probe"] | (frame["spec_tokens"] > 0)]
+        if frame.empty:
+            return
+        old = self.spec_step_timing
+        both = pd.concat([old, frame], ignore_index=True) if not old.empty else frame
+        self.spec_step_timing = both.iloc[-SPEC_STEP_WINDOW:].reset_index(drop=True)
+
     def _ep(self, frame: pd.DataFrame) -> None:
         """Expert-parallel stats from every rank's ring, kept for a recent window of steps."""
         if frame.empty:
@@ -207,25 +236,28 @@ class AgentState:
             stale = open_ids[:len(open_ids) - MAX_OPEN_REQUESTS]
             self.open_events = self.open_events[~self.open_events["request_id"].isin(stale)].reset_index(drop=True)
             for rid in stale:
-                self.open_gpu_seconds.pop(int(rid), None)
+                self.open_engine_seconds.pop(int(rid), None)
+            self.energy.forget(stale.tolist())
         done_ids = self.open_events.loc[self.open_events["event"] == "FINISHED", "request_id"].unique()
         done_ids = self._release_held(done_ids)
+        done_ids = self._energy_complete(done_ids)
         if len(done_ids) == 0:
             return
         done_mask = self.open_events["request_id"].isin(done_ids)
         done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
         rows = requests.request_table(done, self._network_rows(done_ids, done))
-        rows["gpu_seconds"] = [self.open_gpu_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
-        self.e2e_window.extend(rows["e2e_s"].tolist())
-        threshold = float("inf")
-        if len(self.e2e_window) >= self.config.min_requests_for_p99:
-            threshold = float(np.quantile(np.fromiter(self.e2e_window, float), 0.99))
-        slow = requests.attribute_slow(rows, threshold, spec=self.spec_events,
-                                       kv_events=self.reload_events) if np.isfinite(threshold) else None
+        rows["engine_seconds"] = [self.open_engine_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
+        measured = [self.energy.take(int(r)) for r in rows["request_id"]]
+        rows["energy_j"] = [m[0] for m in measured]
+        rows["gpu_sm_active_s"] = [m[1] for m in measured]
+        rows["gpu_kernel_s"] = [self.kernel_seconds(int(r)) for r in rows["request_id"]]
+        slow = self._judge_slow(rows, done)
         if not self.reload_events.empty:
             self.reload_events = self.reload_events[~self.reload_events["request_id"].isin(done_ids)]
-        causes = dict(zip(slow["request_id"], slow["slow_cause"])) if slow is not None and not slow.empty else {}
+        causes = dict(zip(slow["request_id"], slow["slow_cause"]))
+        details = dict(zip(slow["request_id"], slow["detail"]))
         rows["slow_cause"] = [causes.get(r, "") for r in rows["request_id"]]
+        rows["slow_detail"] = [details.get(r, "") for r in rows["request_id"]]
         for cause in causes.values():
             self.counters[C.SLOW.name].inc((cause,))
         self._observe_rows(rows, done)
@@ -234,6 +266,69 @@ class AgentState:
         self.new_rows.extend(records)
         if self.on_rows is not None:
             self.on_rows(rows, done)
+
+    def _judge_slow(self, rows: pd.DataFrame, done: pd.DataFrame) -> pd.DataFrame:
+        """attribute_slow's verdicts on the requests of `rows` that slow_rule flags, against the window
+        of recent finished requests (across polls); then forgets the steps no request in flight needs."""
+        features = slow_causes.slow_features(rows, done, self.attribution.steps, self.attribution.batch,
+                                             self.spec_events, self.reload_events)
+        verdicts, self.slow_window = slow_rule.judge_slow(features.sort_values("finish_ns", kind="stable"),
+                                                          self.slow_window, self.slow_rule)
+        flagged = features.merge(verdicts.loc[verdicts["slow"], ["request_id", "metric", "threshold_s"]],
+                                 on="request_id")
+        return slow_causes.attribute_slow(flagged, self.slow_window)
+
+    def _trim_attribution(self) -> None:
+        """Keep the steps (and batch rows) a request in flight may need: since the oldest one arrived,
+        at most MAX_ATTRIBUTION_STEPS."""
+        steps, batch = self.attribution.steps, self.attribution.batch
+        if steps.empty and batch.empty:
+            return
+        oldest = int(self.open_events["ts_ns"].min()) if not self.open_events.empty else None
+        if oldest is not None and len(steps) <= MAX_ATTRIBUTION_STEPS and (
+                steps.empty or int(steps["end_ns"].min()) >= oldest):
+            return  # every step is still needed (and so are their batch rows)
+        keep = steps.iloc[0:0] if oldest is None else steps[steps["end_ns"] >= oldest].iloc[-MAX_ATTRIBUTION_STEPS:]
+        # Batch rows may come before their step record: keep those of steps not seen yet, too.
+        newest = int(steps["step_id"].max()) if not steps.empty else -1
+        self.attribution = EventFrames(steps=keep.reset_index(drop=True), batch=batch[
+            batch["step_id"].isin(keep["step_id"]) | (batch["step_id"] > newest)].reset_index(drop=True))
+
+    # -- GPU energy ------------------------------------------------------------------------------------
+    def add_gpu_samples(self, samples: list[GpuSample]) -> None:
+        """The sampler's readings (those not seen before count): measure the steps they now cover, and
+        build the rows that were waiting for that."""
+        with self.lock:
+            self.energy.add_samples(samples)
+            self._count_idle(self.energy.attribute())
+            if self.energy.holding:
+                self._requests(self._no_request_events)
+
+    def close_energy(self) -> None:
+        """No more readings will come (the sampler stopped): the tail of the account is idle, and no
+        row waits any longer."""
+        with self.lock:
+            self._count_idle(self.energy.close())
+            self._requests(self._no_request_events)
+
+    def _count_idle(self, idle_uj: int) -> None:
+        if idle_uj:
+            self.counters[C.ENERGY_IDLE.name].inc((), idle_uj / 1e6)
+
+    def _energy_complete(self, done_ids: np.ndarray) -> np.ndarray:
+        """The finished requests whose steps' energy has been measured (all of them without a GPU
+        energy counter); the rest wait in open_events (EnergyMeter.ready)."""
+        if len(done_ids) == 0 or not self.energy.active:
+            return done_ids
+        fin = self.open_events[self.open_events["event"] == "FINISHED"].groupby("request_id")["ts_ns"].max()
+        ids = [int(r) for r in done_ids]
+        ready = self.energy.ready(ids, [int(fin.get(r, -1)) for r in ids])
+        return np.asarray(ready, dtype=np.int64)
+
+    def kernel_seconds(self, request_id: int) -> float:
+        """The request's share of GPU kernel time in profiler captures (NaN: no capture covered it)."""
+        summary = self.kernel_by_request.get(request_id)
+        return float(summary["kernel_ns"]) / 1e9 if summary else float("nan")  # type: ignore[arg-type]
 
     # -- network timing of served requests ------------------------------------------------------------
     def _network(self, frames: EventFrames) -> None:
@@ -289,7 +384,9 @@ class AgentState:
                 self.histograms[C.PHASE.name].observe((phase, str(task)), g[f"{phase}_s"].to_numpy())
             self.counters[C.PROMPT_TOKENS.name].inc(t, int(g["prompt_tokens"].sum()))
             self.counters[C.GENERATION_TOKENS.name].inc(t, int(g["output_tokens"].sum()))
-            self.counters[C.GPU_SECONDS.name].inc(t, float(g["gpu_seconds"].sum()))
+            self.counters[C.ENGINE_SECONDS.name].inc(t, float(g["engine_seconds"].sum()))
+            if g["energy_j"].notna().any():  # no series at all where no GPU measured energy
+                self.counters[C.ENERGY.name].inc(t, float(g["energy_j"].sum()))
             for reason, n in g["finish_reason"].value_counts().items():
                 self.counters[C.REQUESTS.name].inc((str(task), str(reason)), int(n))
         itl = requests.inter_token_latencies(events)

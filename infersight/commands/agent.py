@@ -20,12 +20,21 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s infersight-agent %(levelname)s %(message)s")
     host, port = parse_listen(args.listen)
-    agent = Agent(AgentConfig(rings=args.ring or [], discover=args.discover, host=host, port=port,
+    agent = Agent(AgentConfig(rings=args.ring or [], discover=args.discover or bool(args.discover_prefix),
+                              discover_prefix=args.discover_prefix or "infersight-", host=host, port=port,
                               poll_interval_s=args.poll_interval, parquet_dir=args.parquet_dir,
                               vllm_compat=args.vllm_compat, model_name=args.model_name,
-                              max_expert_series=args.max_expert_series, otlp_endpoint=args.otlp_endpoint,
+                              max_expert_series=args.max_expert_series, slow_quantile=args.slow_quantile,
+                              slow_window=args.slow_window, slo_ttft_s=args.slo_ttft_s, slo_itl_s=args.slo_itl_s,
+                              slo_e2e_s=args.slo_e2e_s, otlp_endpoint=args.otlp_endpoint,
                               otlp_protocol=args.otlp_protocol, trace_sample_ratio=args.trace_sample_ratio,
-                              export_content=args.export_content, otlp_metrics=args.otlp_metrics))
+                              export_content=args.export_content, otlp_metrics=args.otlp_metrics,
+                              otlp_receiver=args.otlp_receiver, otlp_receiver_grpc=args.otlp_receiver_grpc,
+                              otlp_join_wait_s=args.otlp_join_wait,
+                              vllm_kv_events=args.vllm_kv_events, vllm_kv_replay=args.vllm_kv_replay,
+                              vllm_kv_topic=args.vllm_kv_topic,
+                              vllm_url=args.vllm_url, vllm_metrics_interval_s=args.vllm_metrics_interval,
+                              vllm_profiler_dir=args.vllm_profiler_dir, vllm_capture_wait_s=args.vllm_capture_wait))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: agent.stop())
     agent.run(args.duration)
@@ -36,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     agent = sub.add_parser("agent", help="the sidecar: attach to probe rings, serve /metrics and the JSON API")
     agent.add_argument("--ring", action="append", help="ring name to attach (repeatable)")
     agent.add_argument("--discover", action="store_true", help="also attach every infersight-* ring that appears")
+    agent.add_argument("--discover-prefix", metavar="PREFIX",
+                       help="discover only rings whose names start with PREFIX (implies --discover)")
     agent.add_argument("--listen", default="127.0.0.1:9464", help="HOST:PORT (default 127.0.0.1:9464)")
     agent.add_argument("--poll-interval", type=float, default=0.1, help="seconds between ring reads")
     agent.add_argument("--parquet-dir", help="write per-request rows to DIR/requests.parquet")
@@ -43,6 +54,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     agent.add_argument("--model-name", default="tiny-moe", help="model_name label of the vLLM-compatible view")
     agent.add_argument("--max-expert-series", type=int, default=512, help="cap on layers x experts series")
     agent.add_argument("--duration", type=float, help="stop after this many seconds")
+    slow = agent.add_argument_group("slow requests (above a rolling quantile of e2e, or over an SLO when one is given)")
+    slow.add_argument("--slow-quantile", type=float, default=0.99, metavar="Q",
+                      help="a request is slow above this quantile of recent e2e (default 0.99: at most 1%% flagged)")
+    slow.add_argument("--slow-window", type=int, default=1000, metavar="N",
+                      help="the quantile is over the last N finished requests (default 1000)")
+    slow.add_argument("--slo-ttft-s", type=float, metavar="SECONDS", help="slow: TTFT over this (replaces the quantile)")
+    slow.add_argument("--slo-itl-s", type=float, metavar="SECONDS",
+                      help="slow: mean inter-token latency over this (replaces the quantile)")
+    slow.add_argument("--slo-e2e-s", type=float, metavar="SECONDS", help="slow: e2e over this (replaces the quantile)")
     tracing = agent.add_argument_group("tracing (OTLP; off unless --otlp-endpoint is given)")
     tracing.add_argument("--otlp-endpoint", nargs="?", const="", metavar="URL",
                          help="export request spans to this OTLP collector (http/protobuf: http://HOST:4318); "
@@ -55,4 +75,29 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="put prompt and completion text on spans (the server must send it: serve --export-content)")
     tracing.add_argument("--otlp-metrics", action="store_true",
                          help="also export gen_ai.server.* histograms over OTLP")
+    tracing.add_argument("--otlp-receiver", nargs="?", const="127.0.0.1:4318", metavar="HOST:PORT",
+                         help="receive an engine's spans over OTLP/HTTP (vLLM: --otlp-traces-endpoint "
+                              "http://HOST:PORT/v1/traces) and join them with its requests (default 127.0.0.1:4318)")
+    tracing.add_argument("--otlp-receiver-grpc", nargs="?", const="127.0.0.1:4317", metavar="HOST:PORT",
+                         help="the same over OTLP/gRPC (vLLM's default protocol; default 127.0.0.1:4317)")
+    tracing.add_argument("--otlp-join-wait", type=float, default=10.0, metavar="SECONDS",
+                         help="how long a request's span and row wait for each other (default 10)")
+    kv = agent.add_argument_group("vLLM KV cache events (off unless --vllm-kv-events is given)")
+    kv.add_argument("--vllm-kv-events", metavar="tcp://HOST:PORT",
+                    help="vLLM's --kv-events-config endpoint: the agent binds it (vLLM connects to a "
+                         "non-wildcard endpoint), or connects to this host's port for a wildcard one")
+    kv.add_argument("--vllm-kv-replay", metavar="tcp://HOST:PORT",
+                    help="vLLM's replay_endpoint: sequence gaps are asked for there")
+    kv.add_argument("--vllm-kv-topic", default="kv", help="vLLM's KV events topic (default kv)")
+    vllm = agent.add_argument_group("an unmodified vLLM server (off unless --vllm-url is given)")
+    vllm.add_argument("--vllm-url", metavar="URL",
+                      help="vLLM's base URL (http://127.0.0.1:8000): its /metrics is scraped and served under "
+                           "infersight names; captures use its /start_profile and /stop_profile")
+    vllm.add_argument("--vllm-metrics-interval", type=float, default=2.0, metavar="SECONDS",
+                      help="seconds between scrapes of vLLM's /metrics (default 2)")
+    vllm.add_argument("--vllm-profiler-dir", metavar="DIR",
+                      help="vLLM's torch_profiler_dir: captures (infersight capture --steps N) profile vLLM's "
+                           "next N steps and analyse the worker's trace from DIR")
+    vllm.add_argument("--vllm-capture-wait", type=float, default=60.0, metavar="SECONDS",
+                      help="how long a vLLM capture waits for its steps, and then for the trace (default 60)")
     agent.set_defaults(func=run)

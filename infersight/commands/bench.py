@@ -1,4 +1,4 @@
-"""`infersight bench runtime|overhead|ingest|agent`."""
+"""`infersight bench runtime|overhead|ingest|agent|speculation`."""
 from __future__ import annotations
 
 import argparse
@@ -34,6 +34,15 @@ def _agent(args: argparse.Namespace) -> int:
     return print_result(as_dict(bench_agent(args.requests, args.tokens)), args.json)
 
 
+def _speculation(args: argparse.Namespace) -> int:
+    from infersight.bench.speculation import bench_speculation
+
+    return print_result(bench_speculation(model=args.model, draft=args.draft, gamma=args.gamma, requests=args.requests,
+                                          batch=args.batch, rounds=args.rounds, probe_every=args.probe_every,
+                                          max_tokens=args.max_tokens, device=args.device,
+                                          threads=args.threads), args.json)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="measure the runtime, the probes or the agent")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
@@ -63,5 +72,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     ag.add_argument("--requests", type=int, default=2048)
     ag.add_argument("--tokens", type=int, default=32, help="decode steps per request")
     ag.set_defaults(func=_agent)
-    for p in (rt, ov, ing, ag):
+    sp = bench_sub.add_parser("speculation", help="measured vs predicted speedup of speculation, per task")
+    sp.add_argument("--model", default="tiny-moe")
+    sp.add_argument("--draft", default="tiny-draft", help="the speculative (draft) model")
+    sp.add_argument("--gamma", type=int, default=4, help="draft tokens per step")
+    sp.add_argument("--requests", type=int, default=32, help="workload requests (all tasks)")
+    sp.add_argument("--batch", type=int, default=4, help="requests in flight, kept full")
+    sp.add_argument("--rounds", type=int, default=3, help="repeats, for the noise")
+    sp.add_argument("--probe-every", type=int, default=4, help="the predicting engine's spec_probe_every")
+    sp.add_argument("--max-tokens", type=int, default=48)
+    sp.add_argument("--device", default="cpu")
+    sp.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    sp.set_defaults(func=_speculation)
+    for p in (rt, ov, ing, ag, sp):
         p.add_argument("--json", action="store_true", help="print only the JSON result")

@@ -1,31 +1,75 @@
-"""Cost attribution: each step's GPU time (and energy) split over the requests in its batch, in
-proportion to the tokens each fed, then rolled up per request and per task.
+"""Cost attribution: each step's engine time, and what a GPU measured over it (energy, SM
+activity), split over the requests in its batch in proportion to the tokens each fed, then rolled
+up per request and per task.
 
-Inputs: `steps` (step_id, start_ns, end_ns, ...), `batch` (step_id, request_id, num_tokens) and
-optionally `energy` (step_id, joules) from a power sampler.
+Engine time is a step's wall-clock duration on the engine's clock: the forward pass, sampling and
+the host's own work together, on a CPU run as on a GPU. It is not GPU time. The GPU figures come
+only from a GPU, through `measured` (step_id plus the integer columns of MEASURED, computed by
+`correlate.energy` from the GPU's cumulative counters); without it they are NaN, never 0.
+
+Inputs: `steps` (step_id, start_ns, end_ns, ...), `batch` (step_id, request_id, num_tokens).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+#: Per-step integer amounts a GPU measured: energy in microjoules, SM-active time in ns (summed over GPUs).
+MEASURED = ("energy_uj", "gpu_sm_active_ns")
 SHARE_COLUMNS = {"step_id": "int64", "request_id": "int64", "num_tokens": "int64", "share": "float64",
-                 "gpu_seconds": "float64", "joules": "float64"}
+                 "engine_seconds": "float64", "energy_uj": "float64", "gpu_sm_active_ns": "float64"}
+REQUEST_COST_COLUMNS = {"request_id": "int64", "engine_seconds": "float64", "energy_j": "float64",
+                        "gpu_sm_active_s": "float64"}
 
 
 def _empty(columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
-def step_cost_shares(steps: pd.DataFrame, batch: pd.DataFrame, energy: pd.DataFrame | None = None
+def _weights(batch: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(weight, denominator) per batch row: its tokens over its step's tokens; a step whose members
+    fed no tokens (not emitted by the engine today) is split evenly."""
+    tokens = batch["num_tokens"].to_numpy(np.int64)
+    by_step = batch.groupby("step_id", sort=False)["num_tokens"]
+    total = by_step.transform("sum").to_numpy(np.int64)
+    weight = np.where(total > 0, tokens, 1)
+    return weight, np.where(total > 0, total, by_step.transform("size").to_numpy(np.int64))
+
+
+def _largest_remainder(step_id: np.ndarray, weight: np.ndarray, denom: np.ndarray, amount: np.ndarray) -> np.ndarray:
+    """Each row's integer part of its step's `amount`, proportional to weight / denom. The floors
+    leave `short` units per step; the `short` rows with the largest remainders get one more (ties:
+    batch order), so a step's parts sum exactly to its amount."""
+    base, rem = np.divmod(amount * weight, denom)
+    short = amount - pd.Series(base).groupby(step_id).transform("sum").to_numpy(np.int64)
+    rank = pd.Series(-rem).groupby(step_id).rank(method="first").to_numpy(np.int64)
+    return base + (rank <= short)
+
+
+def split_by_tokens(batch: pd.DataFrame, per_step: pd.Series) -> np.ndarray:
+    """Each batch row's part of its step's integer amount (`per_step`: indexed by step_id), by token
+    share and largest remainder, so every step's parts sum exactly to its amount. float64 holding
+    integers; NaN for rows whose step is absent from per_step or NaN there."""
+    if batch.empty:
+        return np.empty(0)
+    step_id = batch["step_id"].to_numpy(np.int64)
+    amount = per_step[~per_step.index.duplicated()].reindex(step_id).to_numpy(np.float64)
+    known = ~np.isnan(amount)
+    weight, denom = _weights(batch)
+    parts = _largest_remainder(step_id, weight, denom, np.where(known, amount, 0).astype(np.int64))
+    return np.where(known, parts.astype(np.float64), np.nan)
+
+
+def step_cost_shares(steps: pd.DataFrame, batch: pd.DataFrame, measured: pd.DataFrame | None = None
                      ) -> pd.DataFrame:
     """One row per batch member: step_id, request_id, num_tokens, share (num_tokens / the step's
-    tokens; equal shares if the step fed none), gpu_seconds (the step's end_ns - start_ns times
-    share), joules (the step's joules times share; NaN without `energy` or for steps it lacks).
+    tokens; equal shares if the step fed none), engine_seconds (the step's end_ns - start_ns times
+    share), and the MEASURED columns (the step's amount times share; NaN without `measured`, for
+    steps it lacks, or where it holds NaN).
 
-    gpu time is apportioned in integer ns by largest remainder, so each step's members' ns sum
-    exactly to its duration (round(gpu_seconds * 1e9) recovers them). Members of steps missing
-    from `steps` (no duration known) are dropped. Rows keep batch order."""
+    Every amount is split in integers by largest remainder, so each step's members sum exactly to
+    its duration in ns (round(engine_seconds * 1e9) recovers them) and to its measured amounts.
+    Members of steps missing from `steps` (no duration known) are dropped. Rows keep batch order."""
     if batch.empty or steps.empty:
         return _empty(SHARE_COLUMNS)
     dur = steps.drop_duplicates("step_id").set_index("step_id")
@@ -33,51 +77,44 @@ def step_cost_shares(steps: pd.DataFrame, batch: pd.DataFrame, energy: pd.DataFr
     df = batch[batch["step_id"].isin(dur.index)][["step_id", "request_id", "num_tokens"]].reset_index(drop=True)
     if df.empty:
         return _empty(SHARE_COLUMNS)
-    tokens = df["num_tokens"].to_numpy(np.int64)
-    by_step = df.groupby("step_id", sort=False)
-    total = by_step["num_tokens"].transform("sum").to_numpy(np.int64)
-    # A step whose members fed no tokens (not emitted by the engine today) is split evenly.
-    weight = np.where(total > 0, tokens, 1)
-    denom = np.where(total > 0, total, by_step["num_tokens"].transform("size").to_numpy(np.int64))
-    step_ns = dur.reindex(df["step_id"]).to_numpy(np.int64)
-
-    base, rem = np.divmod(step_ns * weight, denom)
-    short = step_ns - pd.Series(base).groupby(df["step_id"]).transform("sum").to_numpy(np.int64)
-    # The `short` members with the largest remainders get one more ns (ties: batch order).
-    rank = pd.Series(-rem).groupby(df["step_id"]).rank(method="first").to_numpy(np.int64)
-    gpu_ns = base + (rank <= short)
-
-    share = weight / denom
-    joules = np.full(len(df), np.nan)
-    if energy is not None and not energy.empty:
-        per_step = energy.groupby("step_id")["joules"].sum()
-        joules = per_step.reindex(df["step_id"]).to_numpy(np.float64) * share
-    return pd.DataFrame({"step_id": df["step_id"].to_numpy(np.int64), "request_id": df["request_id"].to_numpy(np.int64),
-                         "num_tokens": tokens, "share": share, "gpu_seconds": gpu_ns / 1e9,
-                         "joules": joules}).astype(SHARE_COLUMNS)
+    weight, denom = _weights(df)
+    step_id = df["step_id"].to_numpy(np.int64)
+    engine_ns = _largest_remainder(step_id, weight, denom, dur.reindex(step_id).to_numpy(np.int64))
+    out = pd.DataFrame({"step_id": step_id, "request_id": df["request_id"].to_numpy(np.int64),
+                        "num_tokens": df["num_tokens"].to_numpy(np.int64), "share": weight / denom,
+                        "engine_seconds": engine_ns / 1e9})
+    per_step = measured.drop_duplicates("step_id").set_index("step_id") if measured is not None else None
+    for col in MEASURED:
+        have = per_step is not None and col in per_step.columns
+        out[col] = split_by_tokens(df, per_step[col]) if have else np.full(len(df), np.nan)
+    return out.astype(SHARE_COLUMNS)
 
 
 def cost_by_request(shares: pd.DataFrame) -> pd.DataFrame:
-    """Columns request_id, gpu_seconds, joules (sums over steps; joules NaN when every one of the
-    request's steps lacked energy data), sorted by request_id."""
+    """Columns request_id, engine_seconds, energy_j, gpu_sm_active_s (sums over steps; a GPU
+    column is NaN when none of the request's steps had it), sorted by request_id."""
     if shares.empty:
-        return _empty({"request_id": "int64", "gpu_seconds": "float64", "joules": "float64"})
+        return _empty(REQUEST_COST_COLUMNS)
     grouped = shares.groupby("request_id", sort=True)
-    # sum(min_count=1) through the vectorised path: NaN only where no step had energy data.
-    return pd.DataFrame({"request_id": grouped["gpu_seconds"].sum().index.to_numpy(np.int64),
-                         "gpu_seconds": grouped["gpu_seconds"].sum().to_numpy(),
-                         "joules": grouped["joules"].sum(min_count=1).to_numpy()})
+    # sum(min_count=1): NaN only where no step had the measurement.
+    return pd.DataFrame({"request_id": grouped["engine_seconds"].sum().index.to_numpy(np.int64),
+                         "engine_seconds": grouped["engine_seconds"].sum().to_numpy(),
+                         "energy_j": grouped["energy_uj"].sum(min_count=1).to_numpy() / 1e6,
+                         "gpu_sm_active_s": grouped["gpu_sm_active_ns"].sum(min_count=1).to_numpy() / 1e9})
 
 
 def cost_by_task(shares: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """Columns task, gpu_seconds, joules, requests (distinct request_ids), sorted by task. The task of
-    each request comes from `requests` (request_id, task; e.g. request_table()); requests absent
-    from it, such as ones still running, count as "other"."""
+    """Columns task, engine_seconds, energy_j, gpu_sm_active_s, requests (distinct request_ids),
+    sorted by task. The task of each request comes from `requests` (request_id, task; e.g.
+    request_table()); requests absent from it, such as ones still running, count as "other"."""
+    columns = {"task": "object", **{k: v for k, v in REQUEST_COST_COLUMNS.items() if k != "request_id"},
+               "requests": "int64"}
     if shares.empty:
-        return _empty({"task": "object", "gpu_seconds": "float64", "joules": "float64", "requests": "int64"})
+        return _empty(columns)
     tasks = requests.drop_duplicates("request_id").set_index("request_id")["task"]
     task = shares["request_id"].map(tasks).fillna("other").astype(object)
     out = shares.assign(task=task).groupby("task", as_index=False, sort=True).agg(
-        gpu_seconds=("gpu_seconds", "sum"), joules=("joules", lambda j: j.sum(min_count=1)),
+        engine_seconds=("engine_seconds", "sum"), energy_j=("energy_uj", lambda j: j.sum(min_count=1) / 1e6),
+        gpu_sm_active_s=("gpu_sm_active_ns", lambda s: s.sum(min_count=1) / 1e9),
         requests=("request_id", "nunique"))
-    return out.astype({"task": "object", "requests": "int64"})
+    return out.astype(columns)

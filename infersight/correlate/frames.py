@@ -12,9 +12,14 @@ steps            step_id, start_ns, end_ns, prefill_tokens, decode_tokens, spec_
                  batch_size, finished
 batch            step_id, request_id, num_tokens         (who was in each step, with how many tokens fed)
 kv_events        ts_ns, event, block_id, request_id, block_hash    (event: KVBlockEvent names, lower case;
-                 request_id -1 for evictions)
+                 on evicted, request_id is the request whose allocation evicted the block, -1 when unknown)
 moe              step_id, layer, expert, tokens          (long format, one row per (step, layer, expert))
 spec             ts_ns, request_id, task, proposed, accepted, accept_mask, draft_ns, verify_ns
+step_timing      step_id, start_ns, end_ns, schedule_ns, draft_ns, target_ns, decode_requests, prefill_tokens,
+                 spec_tokens, spec_accepted, draft_forwards, spec_probe   (one row per step of an engine that
+                 times its parts: draft_ns covers every draft forward, target_ns the target forward, -1 when
+                 unknown; spec_probe (bool): a decode step run without speculation on purpose, see
+                 infersight.runtime.spec_probe)
 prefix           ts_ns, request_id, task, prompt_tokens, cached_tokens, group_hash
 network          request_id, receive_ns, first_byte_ns, last_byte_ns   (requests served over HTTP by
                  `infersight serve`: body received, first and last response body byte sent)
@@ -62,6 +67,7 @@ KV_COLUMNS = {"ts_ns": "int64", "event": "object", "block_id": "int64", "request
 MOE_COLUMNS = {"step_id": "int64", "layer": "int64", "expert": "int64", "tokens": "int64"}
 SPEC_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "proposed": "int64", "accepted": "int64",
                 "accept_mask": "uint64", "draft_ns": "int64", "verify_ns": "int64"}
+STEP_TIMING_COLUMNS = {**{name: "int64" for name in record_dtype(RecordKind.STEP_TIMING).names}, "spec_probe": "bool"}
 PREFIX_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "prompt_tokens": "int64",
                   "cached_tokens": "int64", "group_hash": "uint64"}
 NETWORK_COLUMNS = {"request_id": "int64", "receive_ns": "int64", "first_byte_ns": "int64", "last_byte_ns": "int64"}
@@ -158,6 +164,12 @@ def spec_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
         "draft_ns": rec["draft_ns"].astype(np.int64), "verify_ns": rec["verify_ns"].astype(np.int64)})
 
 
+def step_timing_frame(rec: np.ndarray) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(STEP_TIMING_COLUMNS)
+    return pd.DataFrame({name: rec[name].astype(dtype) for name, dtype in STEP_TIMING_COLUMNS.items()})
+
+
 def prefix_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(PREFIX_COLUMNS)
@@ -246,6 +258,7 @@ class EventFrames:
     served: pd.DataFrame = field(default_factory=lambda: _empty(SERVED_COLUMNS))
     texts: pd.DataFrame = field(default_factory=lambda: _empty(TEXT_COLUMNS))
     ep: pd.DataFrame = field(default_factory=lambda: _empty(EP_COLUMNS))
+    step_timing: pd.DataFrame = field(default_factory=lambda: _empty(STEP_TIMING_COLUMNS))
 
     @classmethod
     def from_records(cls, records: dict[int, np.ndarray], labels: dict[int, str]) -> "EventFrames":
@@ -260,7 +273,7 @@ class EventFrames:
                    moe_frame(get(RecordKind.MOE)), spec_frame(get(RecordKind.SPEC), labels),
                    prefix_frame(get(RecordKind.PREFIX), labels), network_frame(get(RecordKind.NETWORK)),
                    served_frame(get(RecordKind.SERVED)), text_frame(get(RecordKind.REQUEST_TEXT)),
-                   ep=ep_frame(get(RecordKind.EP_STATS)))
+                   ep=ep_frame(get(RecordKind.EP_STATS)), step_timing=step_timing_frame(get(RecordKind.STEP_TIMING)))
 
     def concat(self, other: "EventFrames") -> "EventFrames":
         def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:

@@ -5,7 +5,9 @@ KVBlockEvent names, lower case. What the pool emits (runtime/kv_pool.py, kv_cach
 how events are replayed:
 
   * ALLOCATED: a free block handed out (ref count := 1); if it came from the cached free list it is
-    preceded by that block's EVICTED.  PREFIX_HIT: ref count + 1 (the block may have been cached).
+    preceded by that block's EVICTED, whose request_id is the allocating request (who caused it).
+    PREFIX_HIT: ref count + 1 (the block may have been cached). RESUME_HIT: the same for a preempted
+    request taking cached KV again on re-admission; not a prefix hit (those are counted once per request).
   * FREED / CACHED are emitted only when the ref count reaches 0. A release by one of several
     sharers emits nothing, so the block correctly stays in use: no decrement is ever observed,
     and these events set the count to 0 rather than subtracting one.
@@ -22,7 +24,7 @@ from infersight.runtime.observer import KVBlockEvent
 
 EVENT_NAMES = [e.name.lower() for e in KVBlockEvent]
 #: Events that set a block's state; the rest (offloaded, recomputed) leave it unchanged.
-STATE_OF = {"allocated": "in_use", "prefix_hit": "in_use", "reloaded": "in_use",
+STATE_OF = {"allocated": "in_use", "prefix_hit": "in_use", "resume_hit": "in_use", "reloaded": "in_use",
             "freed": "free", "evicted": "free", "cached": "cached"}
 BLOCK_STATES = ("free", "in_use", "cached")
 LIFETIME_COLUMNS = {"block_id": "int64", "kind": "object", "seconds": "float64"}
@@ -59,7 +61,8 @@ def block_lifetimes(kv_events: pd.DataFrame) -> pd.DataFrame:
       lifetime           content born (ALLOCATED, or RELOADED not preceded by a birth since the last
                          death) until it dies (FREED or EVICTED of that block)
       idle_before_evict  last CACHED -> EVICTED (how long reusable content sat unused)
-      reuse_gap          CACHED -> the next PREFIX_HIT of the block (how long until content was reused)
+      reuse_gap          CACHED -> the next PREFIX_HIT or RESUME_HIT of the block (how long until content
+                         was reused)
 
     Intervals still open at the end of the frame, or whose start precedes it, are not reported.
     """
@@ -88,7 +91,7 @@ def block_lifetimes(kv_events: pd.DataFrame) -> pd.DataFrame:
         (block[death][lived], "lifetime", ts[death][lived] - born_at[lived], ts[death][lived]),
         *((block[m], kind, ts[m] - prev_ts[m], ts[m]) for kind, m in
           (("idle_before_evict", (event == "evicted") & after_cached),
-           ("reuse_gap", (event == "prefix_hit") & after_cached))),
+           ("reuse_gap", np.isin(event, ["prefix_hit", "resume_hit"]) & after_cached))),
     ]
     out = pd.DataFrame({
         "block_id": np.concatenate([p[0] for p in parts]),

@@ -1,5 +1,5 @@
-"""Per-request latency: an exact decomposition of end-to-end time, inter-token latencies, and a
-rule-based attribution of slow requests.
+"""Per-request latency: an exact decomposition of end-to-end time, and inter-token latencies.
+Which requests are slow, and why, is in slow_rule.py and slow_causes.py.
 
 Decomposition, on the engine's one monotonic clock (A arrived, S first scheduled, T first token,
 F finished; R received and E response sent when a network frame is given):
@@ -19,9 +19,14 @@ import pandas as pd
 NS = 1e9
 
 #: The fields of one finished request as the agent reports and stores it (API rows, Parquet columns).
+#: Cost (correlate.cost): engine_seconds is the request's token share of its steps' wall-clock time,
+#: on any device; the GPU figures are NaN unless a GPU measured them: energy_j (the GPU energy
+#: counter over its steps, by token share), gpu_sm_active_s (SM activity x step time from GPU
+#: telemetry, by token share) and gpu_kernel_s (its share of kernel time in a profiler capture).
 REQUEST_FIELDS = ("request_id", "trace_id", "task", "prompt_tokens", "cached_tokens", "output_tokens", "finish_reason",
                   "num_preemptions", "queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s",
-                  "ttft_s", "itl_mean_s", "gpu_seconds", "slow_cause")
+                  "ttft_s", "itl_mean_s", "engine_seconds", "energy_j", "gpu_sm_active_s", "gpu_kernel_s",
+                  "slow_cause")
 
 
 REQUEST_TABLE_COLUMNS = [
@@ -33,14 +38,7 @@ REQUEST_TABLE_COLUMNS = [
 REQUEST_TABLE_DTYPES = {c: "object" if c in ("trace_id", "task", "finish_reason") else
                         "float64" if c.endswith("_s") else "int64" for c in REQUEST_TABLE_COLUMNS}
 ITL_DTYPES = {"request_id": "int64", "task": "object", "itl_s": "float64"}
-SLOW_DTYPES = {"request_id": "int64", "slow_cause": "object", "detail": "object"}
-SLOW_COLUMNS = list(SLOW_DTYPES)
 PARTS = ["queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s"]
-
-#: attribute_slow thresholds (documented there).
-PREEMPTION_SHARE = 0.25
-LOW_ACCEPT_RATE = 0.3
-LONG_PROMPT_PERCENTILE = 90.0
 
 
 def _empty(dtypes: dict[str, str]) -> pd.DataFrame:
@@ -159,104 +157,3 @@ def inter_token_latencies(request_events: pd.DataFrame) -> pd.DataFrame:
         "request_id": np.repeat(tok["request_id"].to_numpy(np.int64)[keep], n),
         "task": np.repeat(tok["task"].to_numpy(object)[keep], n),
         "itl_s": np.repeat(gap / NS / np.maximum(n, 1), n)}).astype(ITL_DTYPES)
-
-
-def rolling_p99(values: np.ndarray, window: int = 1000) -> float:
-    """p99 (linear interpolation) of the last `window` values, NaN ignored: a slow-request threshold
-    for attribute_slow that follows recent load. NaN when there is no value."""
-    recent = np.asarray(values, dtype=np.float64)[-window:]
-    recent = recent[~np.isnan(recent)]
-    return float(np.percentile(recent, 99)) if len(recent) else float("nan")
-
-
-def _step_tokens(requests: pd.DataFrame, steps: pd.DataFrame | None, batch: pd.DataFrame | None
-                 ) -> tuple[dict[int, float], float]:
-    """(request_id -> mean total tokens of the steps it was in, median total tokens over steps)."""
-    if batch is not None and not batch.empty:
-        per_step = batch.groupby("step_id")["num_tokens"].sum()
-        member = batch[["step_id", "request_id"]].drop_duplicates()
-        mean = per_step.reindex(member["step_id"]).groupby(member["request_id"].to_numpy()).mean()
-        return {int(k): float(v) for k, v in mean.items()}, float(per_step.median())
-    if steps is not None and not steps.empty:
-        # No membership records: a request is taken to be in every step overlapping [S, F].
-        tokens = (steps["prefill_tokens"] + steps["decode_tokens"] + steps["spec_tokens"]).to_numpy(np.float64)
-        st, en = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
-        means: dict[int, float] = {}
-        for rid, s, f in requests[["request_id", "first_scheduled_ns", "finish_ns"]].itertuples(index=False):
-            inside = (en >= (s if s >= 0 else f)) & (st <= f)
-            if inside.any():
-                means[int(rid)] = float(tokens[inside].mean())
-        return means, float(np.median(tokens))
-    return {}, float("nan")
-
-
-def attribute_slow(requests: pd.DataFrame, threshold_s: float, steps: pd.DataFrame | None = None,
-                   batch: pd.DataFrame | None = None, spec: pd.DataFrame | None = None,
-                   kv_events: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Why each request of request_table() with e2e_s > threshold_s was slow.
-
-    Columns request_id, slow_cause, detail (a sentence with the numbers). The first rule that holds
-    wins; "largest part" is the largest of queue, prefill, preemption_stall, decode, network:
-      preemption              preemption stall is the largest part or >= 25% of e2e
-      kv_reload               kv_events has `reloaded` events with this request_id (swapped back in)
-      queue_wait              queue is the largest part
-      network                 network is the largest part
-      long_prompt             prefill is the largest part and prompt_tokens > p90 of all rows' prompt_tokens
-      speculation_rejections  the request's accepted / proposed in `spec` < 0.3 and decode is the largest part
-      batch_interference      prefill or decode is the largest part and the steps it was in averaged more
-                              batch tokens than the median step (membership and tokens from `batch`; without
-                              it, steps overlapping [first scheduled, finish] and their fed tokens from `steps`)
-      unattributed            none of the above (or the data to check them was not given)
-    """
-    slow = requests[requests["e2e_s"] > threshold_s]
-    if slow.empty:
-        return _empty(SLOW_DTYPES)
-    reloads: dict[int, int] = {}
-    if kv_events is not None and not kv_events.empty:
-        rel = kv_events[kv_events["event"] == "reloaded"]
-        reloads = {int(k): int(v) for k, v in rel.groupby("request_id").size().items()}
-    accept: dict[int, tuple[int, int]] = {}
-    if spec is not None and not spec.empty:
-        sums = spec.groupby("request_id")[["accepted", "proposed"]].sum()
-        accept = {int(r): (int(x.accepted), int(x.proposed)) for r, x in sums.iterrows()}
-    p90 = float(np.percentile(requests["prompt_tokens"].to_numpy(np.float64), LONG_PROMPT_PERCENTILE))
-    step_mean, step_median = _step_tokens(slow, steps, batch)
-
-    causes, details = [], []
-    for row in slow.itertuples(index=False):
-        rid, e2e = int(row.request_id), float(row.e2e_s)
-        parts = {p: float(getattr(row, p)) for p in PARTS}
-        largest = max(parts, key=parts.__getitem__)  # ties: the first in PARTS order
-        name = largest.removesuffix("_s")
-        of = f"of {e2e:.3f} s e2e"
-        stall = parts["preemption_stall_s"]
-        acc, prop = accept.get(rid, (0, 0))
-        mean_tokens = step_mean.get(rid, float("nan"))
-        if stall > 0 and (largest == "preemption_stall_s" or stall >= PREEMPTION_SHARE * e2e):
-            cause = "preemption"
-            detail = f"stalled {stall:.3f} s {of} ({stall / e2e:.0%}) over {row.num_preemptions} preemption(s)"
-        elif reloads.get(rid, 0) > 0:
-            cause = "kv_reload"
-            detail = f"{reloads[rid]} KV block(s) reloaded from the CPU tier; stalled {stall:.3f} s {of}"
-        elif largest == "queue_s":
-            cause, detail = "queue_wait", f"waited {parts['queue_s']:.3f} s {of} before first being scheduled"
-        elif largest == "network_s":
-            cause, detail = "network", f"spent {parts['network_s']:.3f} s {of} in the network"
-        elif largest == "prefill_s" and row.prompt_tokens > p90:
-            cause = "long_prompt"
-            detail = (f"prefill took {parts['prefill_s']:.3f} s {of} for {row.prompt_tokens} prompt tokens "
-                      f"(p90 {p90:.0f})")
-        elif largest == "decode_s" and prop > 0 and acc / prop < LOW_ACCEPT_RATE:
-            cause = "speculation_rejections"
-            detail = (f"accepted {acc} of {prop} draft tokens ({acc / prop:.0%}); decode took "
-                      f"{parts['decode_s']:.3f} s {of}")
-        elif largest in ("prefill_s", "decode_s") and mean_tokens > step_median:
-            cause = "batch_interference"
-            detail = (f"{name} took {parts[largest]:.3f} s {of} in steps averaging {mean_tokens:.1f} batch "
-                      f"tokens (median step {step_median:.1f})")
-        else:
-            cause, detail = "unattributed", f"largest part {name} {parts[largest]:.3f} s {of}; no rule matched"
-        causes.append(cause)
-        details.append(detail)
-    return pd.DataFrame({"request_id": slow["request_id"].to_numpy(np.int64), "slow_cause": causes,
-                         "detail": details}).astype(SLOW_DTYPES)

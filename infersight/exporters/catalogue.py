@@ -70,9 +70,12 @@ PHASE = MetricSpec(P + "request_phase_seconds", "histogram",
                    ("phase", "task"), "seconds", LATENCY_BUCKETS,
                    {"share": f"sum by (phase) (rate({P}request_phase_seconds_sum[$__rate_interval]))"})
 PHASES = ("queue", "prefill", "preemption_stall", "decode", "network")
-SLOW = MetricSpec(P + "slow_requests", "counter", "Requests slower than the rolling p99, by attributed cause.",
-                  ("cause",))
-SLOW_CAUSES = ("queue_wait", "preemption", "long_prompt", "batch_interference", "speculation_rejections", "kv_reload")
+SLOW = MetricSpec(P + "slow_requests", "counter",
+                  "Requests flagged slow (above the rolling e2e quantile, p99 by default, or over a latency SLO), "
+                  "by attributed cause.", ("cause",))
+#: correlate.slow_causes.CAUSES and unattributed.
+SLOW_CAUSES = ("queue_wait", "long_prompt", "preemption", "kv_reload", "batch_interference", "speculation_rejections",
+               "long_output", "network", "unattributed")
 PROMPT_TOKENS = MetricSpec(P + "prompt_tokens", "counter", "Prompt tokens of finished requests.", ("task",),
                            vllm_name="vllm:prompt_tokens")
 GENERATION_TOKENS = MetricSpec(P + "generation_tokens", "counter", "Output tokens of finished requests.", ("task",),
@@ -90,10 +93,18 @@ STEP_DURATION = MetricSpec(P + "step_duration_seconds", "histogram", "Engine ste
                            ITL_BUCKETS, _latency_views(P + "step_duration_seconds"))
 STEP_TOKENS = MetricSpec(P + "step_tokens", "counter", "Tokens fed to the model, by kind (prefill, decode, spec).",
                          ("kind",))
-GPU_SECONDS = MetricSpec(P + "gpu_seconds", "counter",
-                         "Engine step time attributed to requests by their token share, by task.", ("task",), "seconds")
-ENERGY = MetricSpec(P + "energy_joules", "counter", "GPU energy attributed to requests by token share, by task.",
-                    ("task",), "joules")
+ENGINE_SECONDS = MetricSpec(P + "request_engine_seconds", "counter",
+                            "Engine step time (wall clock: forward, sampling and host work; not GPU time) of "
+                            "finished requests, each step split by token share, by task.", ("task",), "seconds")
+ENERGY = MetricSpec(P + "energy_joules", "counter",
+                    "GPU energy of finished requests, by task: the GPU's total-energy counter over each engine "
+                    "step, split by token share. Fed only where a GPU energy counter is read.", ("task",), "joules",
+                    views={"per_output_token": f"sum by (task) (rate({P}energy_joules_total[$__rate_interval])) / "
+                           f"clamp_min(sum by (task) (rate({P}generation_tokens_total[$__rate_interval])), 1e-9)"})
+ENERGY_IDLE = MetricSpec(P + "energy_idle_joules", "counter",
+                         "GPU energy between engine steps (or in steps that ran no request): the part of the "
+                         "counter's rise no request is charged for. Fed only where a GPU energy counter is read.",
+                         unit="joules")
 # -- KV cache ---------------------------------------------------------------------------------
 KV_BLOCKS = MetricSpec(P + "kv_blocks", "gauge", "Device KV blocks by state (free, in_use, cached).", ("state",))
 KV_USAGE = MetricSpec(P + "kv_cache_usage_ratio", "gauge", "Fraction of device KV blocks in use at the last step.",
@@ -140,7 +151,9 @@ SPEC_POSITION_PROPOSED = MetricSpec(P + "spec_position_proposed", "counter",
 SPEC_POSITION_ACCEPTED = MetricSpec(P + "spec_position_accepted", "counter",
                                     "Draft tokens accepted at each position of the window.", ("task", "position"))
 SPEC_PREDICTED_SPEEDUP = MetricSpec(P + "spec_predicted_speedup", "gauge",
-                                    "Predicted speedup S = tau / (gamma * c + 1) of speculation, by task.", ("task",),
+                                    "Decode speedup of speculation by task, predicted from measured step times: tokens per "
+                                    "speculative step over its time against one token per plain probe step over its "
+                                    "time at the same batch size (only where plain probe steps were run).", ("task",),
                                     unit="ratio")
 SPEC_ACCEPT_RATE = MetricSpec(P + "spec_accept_rate", "gauge", "Acceptance rate alpha so far, by task.", ("task",),
                               unit="ratio")
@@ -152,7 +165,8 @@ PROBE_CORRUPT = MetricSpec(P + "probe_events_corrupt", "counter", "Probe records
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     REQUESTS, TTFT, ITL, E2E, PHASE, SLOW, PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS, REQUESTS_RUNNING,
-    REQUESTS_WAITING, REQUESTS_SWAPPED, STEPS, STEP_DURATION, STEP_TOKENS, GPU_SECONDS, ENERGY, KV_BLOCKS, KV_USAGE,
+    REQUESTS_WAITING, REQUESTS_SWAPPED, STEPS, STEP_DURATION, STEP_TOKENS, ENGINE_SECONDS, ENERGY, ENERGY_IDLE,
+    KV_BLOCKS, KV_USAGE,
     KV_EVENTS, KV_AGE, KV_RECOMPUTED_TOKENS, PREFIX_QUERIED, PREFIX_HIT, PREFIX_REQUESTS, PREFIX_HIT_REQUESTS,
     EXPERT_TOKENS, HOT_EXPERT_TOKENS, MOE_IMBALANCE, SPEC_DRAFT, SPEC_ACCEPTED, SPEC_VERIFICATIONS,
     SPEC_POSITION_PROPOSED, SPEC_POSITION_ACCEPTED, SPEC_PREDICTED_SPEEDUP, SPEC_ACCEPT_RATE, PROBE_EVENTS,
@@ -246,3 +260,70 @@ SERVER_REJECTED = MetricSpec(P + "server_requests_rejected", "counter",
 
 TRACING_METRICS: tuple[MetricSpec, ...] = (OTLP_SPANS_EXPORTED, OTLP_SPANS_DROPPED)
 SERVE_METRICS: tuple[MetricSpec, ...] = (SERVER_TRACEPARENT_INVALID, SERVER_REJECTED)
+
+# -- The agent's OTLP receiver (infersight.tracing.receiver): an engine's own spans (vLLM's), joined
+# with the agent's rows. Served by the receiver's collector while --otlp-receiver[-grpc] is on.
+OTLP_RECEIVER_SPANS = MetricSpec(P + "otlp_receiver_spans", "counter",
+                                 "Spans received from an engine over OTLP and accepted, by transport (http, grpc).",
+                                 ("transport",))
+OTLP_RECEIVER_SPANS_REJECTED = MetricSpec(P + "otlp_receiver_spans_rejected", "counter",
+                                          "Spans refused inside a readable OTLP body (invalid trace or span id), "
+                                          "reported back as partial success, by transport.", ("transport",))
+OTLP_RECEIVER_BODIES_REJECTED = MetricSpec(P + "otlp_receiver_bodies_rejected", "counter",
+                                           "OTLP export requests refused whole, by transport and reason: malformed "
+                                           "(did not parse), too_large, unsupported_media_type.",
+                                           ("transport", "reason"))
+OTLP_REQUEST_SPANS_JOINED = MetricSpec(P + "otlp_request_spans_joined", "counter",
+                                       "Engine request spans joined with the agent's row of the same request and "
+                                       "exported as one tree.")
+OTLP_REQUEST_SPANS_UNJOINED = MetricSpec(P + "otlp_request_spans_unjoined", "counter",
+                                         "Requests whose other half never came within the join wait, by the side "
+                                         "that came: span (forwarded as received) or row (exported as our own "
+                                         "spans).", ("side",))
+OTLP_RECEIVER_METRICS: tuple[MetricSpec, ...] = (OTLP_RECEIVER_SPANS, OTLP_RECEIVER_SPANS_REJECTED,
+                                                 OTLP_RECEIVER_BODIES_REJECTED, OTLP_REQUEST_SPANS_JOINED,
+                                                 OTLP_REQUEST_SPANS_UNJOINED)
+
+# -- vLLM's KV cache events (infersight.sources.vllm_kv_events), served by the agent when it runs with
+# --vllm-kv-events. The translated block transitions land in kv_block_events like our engine's; these
+# count the stream itself. Batches are vLLM's sequence numbers (one per engine step that changed the
+# cache). Not in CATALOGUE: the subscriber's collector renders them (as TRACING_METRICS).
+VLLM_KV_EVENTS = MetricSpec(P + "vllm_kv_events", "counter",
+                            "vLLM KV cache events applied, by vLLM's type (BlockStored, BlockRemoved, "
+                            "AllBlocksCleared).", ("type",))
+VLLM_KV_BATCHES = MetricSpec(P + "vllm_kv_batches", "counter",
+                             "vLLM KV event batches (sequence numbers) applied, received live or replayed.")
+VLLM_KV_GAPS = MetricSpec(P + "vllm_kv_gaps", "counter",
+                          "Gaps in the sequence of vLLM KV event batches (each asks the replay endpoint).")
+VLLM_KV_REPLAYED = MetricSpec(P + "vllm_kv_replayed", "counter",
+                              "vLLM KV event batches recovered from its replay endpoint.")
+VLLM_KV_LOST = MetricSpec(P + "vllm_kv_lost", "counter",
+                          "vLLM KV event batches never received, by reason (late_join, not_buffered, timeout, "
+                          "overflow, restart, no_replay).", ("reason",),
+                          views={"lost_ratio": _ratio(P + "vllm_kv_lost_total", P + "vllm_kv_batches_total")})
+VLLM_KV_MALFORMED = MetricSpec(P + "vllm_kv_malformed", "counter",
+                               "vLLM KV event messages (or events in them) dropped, by reason (frame_count, topic, "
+                               "sequence, too_large, payload, unknown_event, event_fields).", ("reason",))
+VLLM_KV_RESTARTS = MetricSpec(P + "vllm_kv_publisher_restarts", "counter",
+                              "Restarts of vLLM's KV event publisher (its sequence numbers began again).")
+VLLM_KV_CACHED = MetricSpec(P + "vllm_kv_cached_blocks", "gauge",
+                            "Blocks in vLLM's prefix cache now, as its KV events tell it.")
+VLLM_KV_METRICS: tuple[MetricSpec, ...] = (VLLM_KV_EVENTS, VLLM_KV_BATCHES, VLLM_KV_GAPS, VLLM_KV_REPLAYED,
+                                           VLLM_KV_LOST, VLLM_KV_MALFORMED, VLLM_KV_RESTARTS, VLLM_KV_CACHED)
+
+# -- An engine's own /metrics scraped by the agent (infersight.sources.vllm_metrics, --vllm-url) and its
+# profiler endpoints driven for captures (infersight.sources.vllm_profiler). The scraped values are served
+# under the catalogue's names above (exporters.scraped_view); these count the source itself. Not in
+# CATALOGUE: the source's collectors render them (as TRACING_METRICS).
+SOURCE_SCRAPES = MetricSpec(P + "source_scrapes", "counter", "Scrapes of an engine's metrics endpoint, by source.",
+                            ("source",))
+SOURCE_SCRAPE_ERRORS = MetricSpec(P + "source_scrape_errors", "counter",
+                                  "Failed scrapes of an engine's metrics endpoint, by source and reason (unreachable, "
+                                  "timeout, http_status, unparsable, no_engine_metrics).", ("source", "reason"),
+                                  views={"error_ratio": _ratio(P + "source_scrape_errors_total",
+                                                               P + "source_scrapes_total")})
+CAPTURE_FAILURES = MetricSpec(P + "capture_failures", "counter",
+                              "Captures that gave no analysable trace, by reason (profiler_http: the engine refused "
+                              "or did not answer; no_trace: no trace appeared in the profiler directory in time; "
+                              "unreadable: the trace did not parse).", ("reason",))
+SOURCE_METRICS: tuple[MetricSpec, ...] = (SOURCE_SCRAPES, SOURCE_SCRAPE_ERRORS, CAPTURE_FAILURES)

@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 
 from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
-from infersight.correlate import moe, speculation
+from infersight.correlate import moe, spec_speedup, speculation
 from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
 from infersight.gpu.exposition import gpu_metric_families
@@ -48,6 +48,7 @@ class MetricSource(Protocol):
     last_step: dict[str, int]
     expert_tokens: np.ndarray
     spec_events: pd.DataFrame
+    spec_step_timing: pd.DataFrame
     ring_stats: dict[str, dict[str, int]]
 
 
@@ -140,11 +141,11 @@ class AgentCollector(Collector):
         yield _gauge(C.MOE_IMBALANCE, rows)
 
     def _spec_gauges(self) -> Iterator[Metric]:
-        by_task = speculation.acceptance_by_task(self.state.spec_events)
+        by_task = spec_speedup.speedup_by_task(self.state.spec_events, self.state.spec_step_timing)
         if by_task.empty:
             return
         yield _gauge(C.SPEC_PREDICTED_SPEEDUP, [([str(r.task)], float(r.predicted_speedup))
-                                                for r in by_task.itertuples(index=False)])
+                                                for r in by_task.itertuples(index=False) if r.basis == spec_speedup.MEASURED])
         yield _gauge(C.SPEC_ACCEPT_RATE, [([str(r.task)], float(r.accept_rate)) for r in by_task.itertuples(index=False)])
 
     def _probe_counters(self) -> Iterator[Metric]:

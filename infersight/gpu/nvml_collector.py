@@ -1,7 +1,7 @@
 """Collector over NVML (nvidia-ml-py, `import pynvml`): device counters plus GPM on Hopper and newer.
 
 Per poll and per GPU: utilisation (% -> ratio), memory (bytes), power (mW -> W), SM and memory
-clocks (MHz -> Hz), temperature, total energy (mJ -> J). With GPM (GPU Performance Monitoring,
+clocks (MHz -> Hz), GPU and memory temperature, total energy (mJ -> J). With GPM (GPU Performance Monitoring,
 `nvmlGpmQueryDeviceSupport`), the profiler-grade activity ratios too: each comes from two GPM
 samples taken at least `gpm_min_interval_s` (100 ms) apart, so a poll that arrives sooner skips
 GPM and waits for the window to fill.
@@ -71,9 +71,24 @@ def _temperature(nvml: Any, h: Any) -> list[tuple[str, float]]:
     return [("temperature_celsius", float(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)))]
 
 
+#: The member of NVML's value union that holds each nvmlValueType_t (double, uint, ulong, ...).
+VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+
+
+def _memory_temperature(nvml: Any, h: Any) -> list[tuple[str, float]]:
+    """HBM temperature, a field value (NVML_FI_DEV_MEMORY_TEMP): a device without it answers in the
+    field's own return code, which is taken as not supported (so it is not asked again)."""
+    if not hasattr(nvml, "nvmlDeviceGetFieldValues"):
+        raise nvml.NVMLError(nvml.NVML_ERROR_NOT_SUPPORTED)
+    value = nvml.nvmlDeviceGetFieldValues(h, [nvml.NVML_FI_DEV_MEMORY_TEMP])[0]
+    if value.nvmlReturn != nvml.NVML_SUCCESS or not 0 <= value.valueType < len(VALUE_MEMBERS):
+        raise nvml.NVMLError(nvml.NVML_ERROR_NOT_SUPPORTED)
+    return [("memory_temperature_celsius", float(getattr(value.value, VALUE_MEMBERS[value.valueType])))]
+
+
 READERS: tuple[tuple[str, Callable[[Any, Any], list[tuple[str, float]]]], ...] = (
     ("utilization", _utilization), ("memory", _memory), ("power", _power), ("energy", _energy),
-    ("clocks", _clocks), ("temperature", _temperature))
+    ("clocks", _clocks), ("temperature", _temperature), ("memory_temperature", _memory_temperature))
 
 
 @dataclass

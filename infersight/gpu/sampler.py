@@ -43,6 +43,7 @@ class GpuSampler:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stopped = False  # the collector is closed
         self._pause_wanted = False
         self._pause_applied = False
         self.pause_note = ""
@@ -124,6 +125,7 @@ class GpuSampler:
         self._wake.wait(seconds)
 
     def start(self) -> "GpuSampler":
+        self._stopped = False
         if self._thread is None or not self._thread.is_alive():
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name=f"gpu-sampler-{self.collector.name}",
@@ -131,10 +133,14 @@ class GpuSampler:
             self._thread.start()
         return self
 
-    def stop(self, timeout_s: float = 5.0) -> None:
+    def stop(self, timeout_s: float = 5.0, final_poll: bool = False) -> None:
         """Stop the thread (waits up to timeout_s for an in-flight poll) and close the collector.
         A poll still running after the wait keeps its collector open: closing NVML or DCGM under
-        a live call is worse than leaking a handle at exit (the thread is a daemon)."""
+        a live call is worse than leaking a handle at exit (the thread is a daemon). final_poll:
+        take one last reading first (so counters such as energy cover up to now); a sampler
+        already stopped takes none."""
+        if self._stopped:
+            return
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -143,6 +149,9 @@ class GpuSampler:
                 log.warning("GPU telemetry: %s poll still running after %.1f s; collector left open",
                             self.collector.name, timeout_s)
                 return
+        if final_poll:
+            self.poll_once()
+        self._stopped = True
         self.collector.close()
 
     # -- the reading side ---------------------------------------------------------------------

@@ -9,7 +9,8 @@ elementwise, sampling, memcpy, communication, other. The first rule that matches
                    and top-k are one unit of work), or a gating kernel by name (topk_softmax, ...)
  4. attention-*    attention kernels by name (flash, fmha, sdpa, attention, paged, ...)
  5. MoE experts    fused MoE kernels by name (fused_moe, moe_gemm, ...)
- 6. GEMM           gemm, cutlass, cublas, xmma (sm80_xmma, sm90_xmma), nvjet, matmul, gemv, conv
+ 6. GEMM           gemm, cutlass, cublas, xmma (sm80_xmma, sm90_xmma), nvjet, matmul, gemv, conv; on a
+                   CPU trace (cpu_trace.py) oneDNN / mkldnn ops and aten::mm, addmm, bmm, baddbmm, linear
  7. norm           rms_norm, layer_norm, batch_norm, ... by name (before the range rules: a
                    norm that runs inside an attention range is still a norm)
  8. MoE experts    the other kernels inside "layer.N.moe.experts" (gathers, scatters, activations)
@@ -42,7 +43,7 @@ _ROUTING = re.compile(r"topk_softmax|topk_gating|moe_align|gating_kernel|router"
 _ATTENTION = re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|attn|paged_|xformers|mha_|_mha")
 _MOE_EXPERTS = re.compile(r"fused_moe|moe_gemm|moe_mlp|expert")
 _GEMM = re.compile(r"gemm|gemv|cutlass|cublas|xmma|nvjet|matmul|wgmma|hmma|implicit_convolve|scudnn|"
-                   r"hcudnn|fprop|dgrad|wgrad|convolution")
+                   r"hcudnn|fprop|dgrad|wgrad|convolution|onednn|mkldnn|aten::(?:addmm|mm|bmm|baddbmm|linear)\b")
 _NORM = re.compile(r"(rms|layer|batch|group|instance)_?norm|welford|bn_fw|bn_bw")
 _SAMPLING = re.compile(r"softmax|topk|top_k|multinomial|argmax|sort|sampl|gumbel")
 _ELEMENTWISE = re.compile(r"elementwise|vectorized|unrolled|reduce|index|gather|scatter|copy|fill|cat|"

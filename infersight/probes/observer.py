@@ -183,6 +183,10 @@ class ProbeObserver(EngineObserver):
             stats.kv_blocks_total, stats.kv_block_size,
             stats.num_waiting, stats.num_running, stats.num_swapped, stats.num_preempted, len(stats.batch),
             len(stats.finished)))
+        self._write(RecordKind.STEP_TIMING, self._pack[RecordKind.STEP_TIMING](
+            stats.step_id, stats.start_ns, stats.end_ns, stats.schedule_ns, stats.draft_ns, stats.target_ns,
+            stats.num_decode_tokens, stats.num_prefill_tokens, stats.num_spec_tokens, stats.num_spec_accepted,
+            stats.draft_forwards, stats.spec_probe))
         if stats.batch:
             members = np.empty(len(stats.batch), self._member_dtype)
             members["step_id"] = stats.step_id

@@ -27,6 +27,7 @@ class RecordKind(enum.IntEnum):
     SPEC = 6
     PREFIX = 7
     TASK_LABEL = 8
+    STEP_TIMING = 12
     # Written by `infersight serve`, not by the engine's observer callbacks (see below).
     NETWORK = 9
     SERVED = 10
@@ -118,6 +119,13 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
     RecordKind.PREFIX: (1, [("ts_ns", "q"), ("request_id", "Q"), ("group_hash", "Q"), ("prompt_tokens", "I"),
                             ("cached_tokens", "I"), ("task_id", "H")]),
     RecordKind.TASK_LABEL: (1, [("task_id", "H"), ("label", "32s")]),
+    # -- where one step's time went, and whether it was a plain probe step (runtime.spec_probe):
+    # schedule / draft (all draft forwards, their sampling) / target forward (device time on CUDA; -1
+    # unknown); the rest of end_ns - start_ns is sampling, verification and commit.
+    RecordKind.STEP_TIMING: (1, [("step_id", "Q"), ("start_ns", "q"), ("end_ns", "q"), ("schedule_ns", "q"),
+                                 ("draft_ns", "q"), ("target_ns", "q"), ("decode_requests", "I"),
+                                 ("prefill_tokens", "I"), ("spec_tokens", "I"), ("spec_accepted", "I"),
+                                 ("draft_forwards", "H"), ("spec_probe", "B")]),
     # -- the HTTP server's records (infersight.serve), all on the engine's monotonic clock --------------
     RecordKind.NETWORK: (1, [("request_id", "Q"), ("receive_ns", "q"), ("first_byte_ns", "q"),
                              ("last_byte_ns", "q")]),

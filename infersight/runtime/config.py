@@ -27,6 +27,9 @@ class EngineConfig:
     attention_backend: prefill attention (auto: sdpa on CUDA, flash on the CPU; or naive).
     decode_attention: paged decode attention (auto: the Triton kernel on CUDA when triton is
     installed, else the torch reference).
+    spec_probe_every: with a speculative model, N >= 2 runs one in N pure-decode steps at each batch
+    size without speculation (see runtime.spec_probe), so the sidecar can time a plain step against
+    a speculative one at the same batch size; 0 never does.
     """
 
     model: str | ModelConfig = "tiny-moe"
@@ -45,6 +48,7 @@ class EngineConfig:
     max_num_batched_tokens: int = 512
     attention_backend: str = "auto"
     decode_attention: str = "auto"
+    spec_probe_every: int = 0
     model_config: ModelConfig = field(init=False)
     draft_config: ModelConfig | None = field(init=False)
 
@@ -68,6 +72,8 @@ class EngineConfig:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens", "num_speculative_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.spec_probe_every < 0 or self.spec_probe_every == 1:
+            raise ValueError(f"spec_probe_every must be 0 (off) or >= 2, got {self.spec_probe_every}")
         if self.cpu_offload_blocks < 0:
             raise ValueError(f"cpu_offload_blocks must be >= 0, got {self.cpu_offload_blocks}")
         if self.num_kv_blocks is None:

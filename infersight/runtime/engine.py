@@ -13,6 +13,7 @@ import torch
 
 from infersight.runtime.config import EngineConfig
 from infersight.runtime.errors import InvalidRequestError
+from infersight.runtime.forward_timer import ForwardTimer
 from infersight.runtime.kv_cache import KVCacheManager
 from infersight.runtime.model_runner import FeedItem, ModelRunner
 from infersight.runtime.observer import EngineObserver
@@ -20,6 +21,7 @@ from infersight.runtime.outputs import RequestOutput
 from infersight.runtime.request import Request
 from infersight.runtime.sampling import SamplingParams, probs_from_logits, sample
 from infersight.runtime.scheduler import Scheduler, ScheduledRequest
+from infersight.runtime.spec_probe import SpecProbe
 from infersight.runtime.speculative import verify
 from infersight.runtime.stats import StepStats
 from infersight.runtime.tokenizer import ByteTokenizer
@@ -64,6 +66,8 @@ class Engine:
                                 attention_backend=backend, ranges=self.ranges,
                                 decode_attention=self.decode_attention)
             self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
+        self.spec_probe = SpecProbe(config.spec_probe_every if self.draft is not None else 0)
+        self.forward_timer = ForwardTimer(config.device)
         self.expert_counts = None
         if self.observer.wants_expert_counts and cfg.is_moe:
             self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long, device=config.device)
@@ -154,16 +158,26 @@ class Engine:
         if self.expert_counts is not None:
             self.expert_counts.zero_()
         prefilling = {s.req.request_id for s in sched if s.req.in_prefill or not s.req.output_token_ids}
+        if self.spec_probe.runs_plain(sched, prefilling):
+            # A plain decode step, as an engine without a draft would run it: no drafting at all
+            # (the draft's KV catches up at the next speculative step).
+            stats.spec_probe = True
+            sched = [ScheduledRequest(s.req, s.num_new_tokens) for s in sched]
+        t_draft = time.monotonic_ns()
+        stats.schedule_ns = t_draft - start
         drafts: dict[int, list[int]] = {}
         draft_probs: dict[int, torch.Tensor] = {}
-        if self.draft is not None:
+        if self.draft is not None and not stats.spec_probe:
             with self.ranges.range("forward.draft"):
                 drafts, draft_probs = self._propose(self.draft, sched)
-        t_verify = time.monotonic_ns()
+            stats.draft_forwards = max((s.num_spec_tokens for s in sched), default=0)
+            stats.draft_ns = time.monotonic_ns() - t_draft
         forward = self._forward_name(sched, prefilling)
         stats.phase = forward.removeprefix("forward.")
         with self.ranges.range(forward):
+            self.forward_timer.start()
             logits = self.target.run(self._target_items(sched, drafts), self.expert_counts)
+            self.forward_timer.stop()
         end_forward = time.monotonic_ns()
         with self.ranges.range("sampling"):
             for s, lg in zip(sched, logits):
@@ -177,11 +191,12 @@ class Engine:
                                                    s.num_new_tokens)
                 else:
                     stats.num_decode_tokens += s.num_new_tokens
-                new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
-                                           t_verify - start, end_forward - t_verify, stats)
+                new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id), stats)
                 self.kv.commit(req)
                 if new_tokens:
                     self._emit(req, new_tokens, stats)
+        if stats.target_ns < 0:
+            stats.target_ns = self.forward_timer.elapsed_ns()
         if self.expert_counts is not None:
             self.observer.on_expert_counts(self.step_id, self.expert_counts)
 
@@ -238,12 +253,14 @@ class Engine:
         return items
 
     def _advance(self, s: ScheduledRequest, logits: torch.Tensor, drafted: list[int] | None,
-                 q: torch.Tensor | None, draft_ns: int, verify_ns: int, stats: StepStats) -> list[int]:
+                 q: torch.Tensor | None, stats: StepStats) -> list[int]:
         """Move the request's computed counters forward and return the tokens it gained."""
         req = s.req
         if s.num_spec_tokens and drafted is not None and q is not None:
             p = probs_from_logits(logits, req.params)
             result = verify(drafted, q, p, req.generator, req.params.greedy)
+            if stats.target_ns < 0:  # verify() has read the logits: the forward is over (see ForwardTimer)
+                stats.target_ns = self.forward_timer.elapsed_ns()
             base = req.num_computed
             # Target KV is valid for the fed token and the accepted drafts; the draft was fed one
             # position fewer (its last proposal was never fed back). The rest is rolled back.
@@ -254,11 +271,11 @@ class Engine:
             stats.num_spec_tokens += s.num_spec_tokens
             stats.num_spec_accepted += result.num_accepted
             self.observer.on_spec_verified(req.request_id, s.num_spec_tokens, result.num_accepted,
-                                           result.accept_mask, draft_ns, verify_ns)
+                                           result.accept_mask, stats.draft_ns, stats.target_ns)
             return result.tokens
+        # draft_computed is left alone: _propose moved it when the draft ran, and after a plain
+        # probe step the draft is one token behind, which the next _propose feeds.
         req.num_computed += s.num_new_tokens
-        if self.draft is not None:
-            req.draft_computed = max(req.draft_computed, req.num_computed)
         if not s.samples:
             return []
         return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]

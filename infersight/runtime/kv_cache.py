@@ -83,9 +83,12 @@ class KVCacheManager:
         return self.pool.can_allocate(need + hit_free)
 
     def admit(self, req: Request, hits: list[int]) -> None:
-        """Take the prefix hits: their tokens count as computed for both models."""
+        """Take the prefix hits: their tokens count as computed for both models. A preempted request
+        coming back (recompute) often finds its own blocks cached: that reuse is a RESUME_HIT, not a
+        prefix hit, so hits stay counted once per request (vLLM counted them again: #25780)."""
+        event = KVBlockEvent.RESUME_HIT if req.num_preemptions else KVBlockEvent.PREFIX_HIT
         for bid in hits:
-            self.pool.acquire_cached(bid, req.request_id)
+            self.pool.acquire_cached(bid, req.request_id, event)
         req.block_table = list(hits)
         req.num_cached_blocks = len(hits)
         req.num_computed = req.draft_computed = len(hits) * self.block_size

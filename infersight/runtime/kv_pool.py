@@ -70,19 +70,21 @@ class KVBlockPool:
                 bid = self.free_uncached.popleft()
             else:
                 bid, _ = self.free_cached.popitem(last=False)
-                self._evict(self.blocks[bid])
+                self._evict(self.blocks[bid], request_id)
             block = self.blocks[bid]
             block.ref_count = 1
             ids.append(bid)
             self.observer.on_kv_block(KVBlockEvent.ALLOCATED, bid, request_id, 0)
         return ids
 
-    def _evict(self, block: KVBlock) -> None:
+    def _evict(self, block: KVBlock, request_id: int) -> None:
+        """Drop a cached free block's content. request_id: whose allocation needed the block (the
+        eviction's blame; -1 for a reset), carried by the EVICTED event."""
         del self.by_hash[block.block_hash]
         self.evicted_hashes[block.block_hash] = None
         if len(self.evicted_hashes) > self.evicted_memory:
             self.evicted_hashes.popitem(last=False)
-        self.observer.on_kv_block(KVBlockEvent.EVICTED, block.block_id, -1, block.block_hash)
+        self.observer.on_kv_block(KVBlockEvent.EVICTED, block.block_id, request_id, block.block_hash)
         block.block_hash, block.token_ids = 0, ()
 
     def lookup(self, h: int, token_ids: Sequence[int]) -> int | None:
@@ -92,13 +94,14 @@ class KVBlockPool:
             return None
         return bid
 
-    def acquire_cached(self, bid: int, request_id: int) -> None:
-        """Reuse a block found by lookup(): a prefix hit."""
+    def acquire_cached(self, bid: int, request_id: int, event: KVBlockEvent = KVBlockEvent.PREFIX_HIT) -> None:
+        """Reuse a block found by lookup(): a prefix hit, or RESUME_HIT when a preempted request takes
+        cached KV again on re-admission (its hits were counted when it was first admitted)."""
         block = self.blocks[bid]
         if block.ref_count == 0:
             del self.free_cached[bid]
         block.ref_count += 1
-        self.observer.on_kv_block(KVBlockEvent.PREFIX_HIT, bid, request_id, block.block_hash)
+        self.observer.on_kv_block(event, bid, request_id, block.block_hash)
 
     def register(self, bid: int, h: int, token_ids: Sequence[int], request_id: int,
                  recomputed: bool = True) -> bool:
@@ -135,5 +138,5 @@ class KVBlockPool:
         """Forget every cached free block (for benchmarks and tests); blocks in use keep theirs."""
         while self.free_cached:
             bid, _ = self.free_cached.popitem(last=False)
-            self._evict(self.blocks[bid])
+            self._evict(self.blocks[bid], -1)
             self.free_uncached.append(bid)

@@ -25,10 +25,11 @@ class KVBlockEvent(enum.IntEnum):
     PREFIX_HIT = 2    # a cached block reused by a request (ref count +1)
     FREED = 3         # ref count reached 0, nothing reusable in it
     CACHED = 4        # ref count reached 0, kept for prefix reuse
-    EVICTED = 5       # a cached free block's content dropped to reuse the block
+    EVICTED = 5       # a cached free block's content dropped to reuse the block (request: the allocating one)
     OFFLOADED = 6     # copied to the CPU tier when its request was swapped out
     RELOADED = 7      # copied back from the CPU tier
     RECOMPUTED = 8    # filled again with content that had been evicted (wasted work)
+    RESUME_HIT = 9    # a cached block taken again by a preempted request on re-admission: not a prefix hit
 
 
 class EngineObserver:

@@ -24,4 +24,10 @@ class StepStats:
     batch: list[tuple[int, int]] = field(default_factory=list)  # (request_id, tokens fed this step)
     context_lens: list[int] = field(default_factory=list)  # per batch entry: its KV length after the step
     phase: str = ""                    # the target forward's: prefill, decode, mixed or verify ("" idle)
+    # Where the step's time went (ns; the rest of end_ns - start_ns is sampling, verification, commit).
+    schedule_ns: int = 0
+    draft_ns: int = 0                  # every draft forward (catch-up + one per drafted position), with sampling
+    draft_forwards: int = 0            # draft forwards that proposed tokens (the longest draft's length)
+    target_ns: int = -1                # the target forward (device time on CUDA); -1 when not known
+    spec_probe: bool = False           # a decode step the engine ran without speculation (spec_probe_every)
     finished: list[int] = field(default_factory=list)

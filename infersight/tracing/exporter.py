@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult,
 )
@@ -40,17 +40,23 @@ _KINDS = {"server": SpanKind.SERVER, "internal": SpanKind.INTERNAL, "client": Sp
 # -- ids --------------------------------------------------------------------------------------------
 class PresetTraceIds(IdGenerator):
     """Random ids, except the next root span's trace id when preset: a request without a caller's
-    traceparent still has a trace id (the engine's), and its span must carry that one."""
+    traceparent still has a trace id (the engine's), and its span must carry that one. Likewise the
+    next span id, when an engine's own request span is rebuilt here (tracing.span_join)."""
 
     def __init__(self) -> None:
         self._random = RandomIdGenerator()
         self._next_trace_id = 0
+        self._next_span_id = 0
 
     def preset_trace_id(self, trace_id: int) -> None:
         self._next_trace_id = trace_id
 
+    def preset_span_id(self, span_id: int) -> None:
+        self._next_span_id = span_id
+
     def generate_span_id(self) -> int:
-        return self._random.generate_span_id()
+        span_id, self._next_span_id = self._next_span_id, 0
+        return span_id or self._random.generate_span_id()
 
     def generate_trace_id(self) -> int:
         trace_id, self._next_trace_id = self._next_trace_id, 0
@@ -185,6 +191,7 @@ class SpanPipeline:
     provider: TracerProvider
     ids: PresetTraceIds
     counts: ExportCounts
+    processor: SpanProcessor | None = None  # the one processor, for spans forwarded as received
 
     @classmethod
     def build(cls, exporter: SpanExporter, *, batch: bool = True, max_queue_size: int | None = None,
@@ -194,9 +201,15 @@ class SpanPipeline:
         # Sampling is decided before a span is built (sampling.py); the SDK must not decide again.
         provider = TracerProvider(resource=resource or default_resource(), id_generator=ids, sampler=ALWAYS_ON)
         counting = CountingExporter(exporter, counts)
-        provider.add_span_processor(BoundedBatchSpanProcessor(counting, max_queue_size, schedule_delay_millis)
-                                    if batch else SimpleSpanProcessor(counting))
-        return cls(provider, ids, counts)
+        processor = (BoundedBatchSpanProcessor(counting, max_queue_size, schedule_delay_millis)
+                     if batch else SimpleSpanProcessor(counting))
+        provider.add_span_processor(processor)
+        return cls(provider, ids, counts, processor)
+
+    def forward(self, span: ReadableSpan) -> None:
+        """Export a finished span as it is (one received from an engine: its own resource and scope)."""
+        if self.processor is not None:
+            self.processor.on_end(span)
 
     def flush(self, timeout_millis: int = 10_000) -> bool:
         return bool(self.provider.force_flush(timeout_millis))
@@ -219,14 +232,17 @@ class SpanEmitter:
         with self._lock:
             return self._emit(desc, Context(), [])
 
-    def request(self, trace: RequestTrace, step_context: Callable[[int], SpanContext | None]) -> SpanContext:
-        """The request span and its children, under the caller's span when it sent one."""
+    def request(self, trace: RequestTrace, step_context: Callable[[int], SpanContext | None],
+                span_id: int = 0) -> SpanContext:
+        """The request span and its children, under the caller's span when it sent one. span_id:
+        the request span's id when it must keep one (an engine's own span, joined), else 0."""
         links = []
         for step_id, tokens in trace.root.step_links:
             ctx = step_context(step_id)
             if ctx is not None:
                 links.append(Link(ctx, {"infersight.step.tokens": tokens}))
         with self._lock:
+            self.pipeline.ids.preset_span_id(span_id)
             if trace.parent_span_id:
                 state = TraceState.from_header([trace.trace_state]) if trace.trace_state else None
                 parent = SpanContext(trace.trace_id, trace.parent_span_id, is_remote=True,

@@ -5,10 +5,12 @@
                                         │
                sampling.decide ──> spans.request_trace ──> SpanEmitter ──> batch queue ──> OTLP
 
-Rows come from AgentState, so they carry the agent's slow_cause and gpu_seconds, and a served
-request's row already waited there for its NETWORK record. A row then waits here until the steps
+Rows come from AgentState, so they carry the agent's slow_cause and cost (engine_seconds, energy_j),
+and a served request's row already waited there for its NETWORK record (and for its energy). A row then waits here until the steps
 it ran in have been read (the step a request finishes in is written just after its FINISHED event),
 at most STEP_WAIT_S. Step spans are exported once, the first time a kept request links to them.
+With an OTLP receiver on (receiver.py), a ready row then waits in span_join.SpanJoin for the
+engine's own request span and comes back to export_row joined with it (or alone, after the wait).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from infersight.exporters import catalogue as C
 from infersight.tracing.buffers import RING_SHIFT, TraceBuffers
 from infersight.tracing.exporter import ExportCounts, SpanEmitter, SpanPipeline, otlp_span_exporter
 from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
+from infersight.tracing.span_join import EngineRequestSpan, SpanJoin, adopt, enrich
 from infersight.tracing.spans import RequestInputs, kernel_attributes, request_trace, step_span
 
 if TYPE_CHECKING:
@@ -55,6 +58,9 @@ class TracingHook:
         self.kernels_for_request: Callable[[int], Mapping[str, Any] | None] | None = None
         #: (start_ns, end_ns) -> GPU telemetry covering that step; set by the agent when it samples a GPU.
         self.gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None
+        #: Set when the agent receives an engine's own request spans (tracing.receiver): ready rows then
+        #: wait there for their span and come back through export_row, joined with it or alone.
+        self.span_join: SpanJoin | None = None
 
     @classmethod
     def from_config(cls, config: "AgentConfig", state: "AgentState") -> "TracingHook":
@@ -94,14 +100,24 @@ class TracingHook:
         for row, events, added in self._rows:
             ring = int(row["request_id"]) >> RING_SHIFT
             if force or now - added >= STEP_WAIT_S or self.buffers.step_end.get(ring, -1) >= int(row["finish_ns"]):
-                self._export(row, events, ring)
+                if self.span_join is not None:
+                    self.span_join.add_row(row, events, ring)
+                else:
+                    self.export_row(row, events, ring)
             else:
                 waiting.append((row, events, added))
         self._rows = waiting
+        if self.span_join is not None:
+            self.span_join.process(force)
         self._sync_mirror()
 
-    def _export(self, row: dict[str, Any], events: pd.DataFrame, ring: int) -> None:
+    def export_row(self, row: dict[str, Any], events: pd.DataFrame, ring: int,
+                   engine: EngineRequestSpan | None = None) -> None:
+        """Build (sample, export) one finished row's spans. engine: the engine's own request span for
+        this row (span_join), whose ids the request span keeps."""
         served, spec, reloads, steps = self.buffers.take(int(row["request_id"]))
+        if engine is not None:
+            row, served = adopt(engine, row, served)
         operation = served.operation if served is not None else "text_completion"
         try:
             if self.metrics is not None:
@@ -113,13 +129,16 @@ class TracingHook:
 
             trace = request_trace(RequestInputs(row, events, served, spec, reloads, steps), to_wall, self.model,
                                   self.ratio, self.export_content)
+            if engine is not None:
+                enrich(engine, trace)
             if not trace.decision.keep:
                 self.sampled_out += 1
                 return
             kernels = self.kernels_for_request(int(row["request_id"])) if self.kernels_for_request else None
             if kernels:  # a capture covered some of this request's steps
                 trace.root.attributes.update(kernel_attributes(kernels))
-            self.emitter.request(trace, lambda step_id: self._step_context(step_id, to_wall))
+            self.emitter.request(trace, lambda step_id: self._step_context(step_id, to_wall),
+                                 engine.span_id if engine is not None else 0)
             self.kept += 1
         except Exception:  # noqa: BLE001 -- a bad row must not stop the agent's ingest loop
             log.exception("could not build spans for request %s", row.get("request_id"))

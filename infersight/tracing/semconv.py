@@ -58,9 +58,10 @@ USER_ID = "user.id"
 LANGFUSE_COMPLETION_START = "langfuse.observation.completion_start_time"
 # -- ours ---------------------------------------------------------------------------------------------
 IS = "infersight."
-#: request_table columns copied as infersight.<column> (seconds keep their _s suffix).
-ROW_SECONDS = ("ttft_s", "queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s",
-               "itl_mean_s", "gpu_seconds")
+#: Row columns copied as infersight.<column> (units keep their suffix: _s seconds, _j joules). The
+#: GPU figures (energy_j, gpu_sm_active_s, gpu_kernel_s) are left out where no GPU measured them.
+ROW_MEASURES = ("ttft_s", "queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s",
+                "itl_mean_s", "engine_seconds", "energy_j", "gpu_sm_active_s", "gpu_kernel_s")
 
 
 def iso8601(wall_ns: int) -> str:
@@ -144,10 +145,11 @@ def content(operation: str, texts: Mapping[str, str]) -> Attributes:
 
 
 def ours(row: Mapping[str, Any], accepted: int, proposed: int) -> Attributes:
-    """infersight.*: the decomposition, cost, preemptions, speculation and slow cause."""
+    """infersight.*: the decomposition, cost (engine time; energy and GPU time where a GPU measured them),
+    preemptions, speculation and slow cause."""
     out: Attributes = {IS + "request_id": int(row["request_id"]), IS + "task": str(row["task"]),
                        IS + "preemptions": int(row["num_preemptions"])}
-    for col in ROW_SECONDS:
+    for col in ROW_MEASURES:
         if _finite(row.get(col)):
             out[IS + col] = float(row[col])
     if proposed > 0:

@@ -88,9 +88,10 @@ class ServedInfo:
 
 @dataclass
 class RequestInputs:
-    """Everything one request's spans are built from. row: a request_table row plus gpu_seconds and
-    slow_cause; events: its request_events; spec: (accepted, proposed) draft tokens; reload_ns: its
-    KV reload times; steps: (step id, tokens) of the steps it took part in."""
+    """Everything one request's spans are built from. row: a request_table row plus its cost
+    (engine_seconds, energy_j, ...) and slow_cause; events: its request_events; spec: (accepted,
+    proposed) draft tokens; reload_ns: its KV reload times; steps: (step id, tokens) of the steps
+    it took part in."""
 
     row: Mapping[str, Any]
     events: pd.DataFrame

@@ -69,6 +69,10 @@ class VllmServerConfig:
     served_model_name: str | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    # The server's working directory. None: ours. A repository root holding a stale in-tree
+    # `infersight.egg-info` shadows the installed entry points (python -m puts the cwd first on
+    # sys.path), so vLLM would not see infersight's plugins: tests pass a neutral directory.
+    cwd: str | None = None
 
     def command(self, python: Path) -> list[str]:
         cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
@@ -128,7 +132,7 @@ class VllmServer:
         cmd = self.config.command(vllm_python())
         self._log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env=self.config.environment(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+                                     start_new_session=True, cwd=self.config.cwd)
         return self
 
     def wait_ready(self, timeout_s: float = 600) -> "VllmServer":

@@ -65,22 +65,27 @@ def test_every_request_finished_and_matches_the_engine(run) -> None:
     assert s["requests"] == s["requests_seen"] == len(work.prompts)
 
 
-def test_decomposition_parts_sum_to_e2e(run) -> None:
+def test_decomposition_matches_the_engines_own_times(run) -> None:
+    """Each part against the engine's Request.times (not the probe records the agent read): queue =
+    first scheduled - arrival; stall = the sum of [preempted, resumed) (a request runs to its finish, so
+    every preemption has its resumption); e2e and TTFT from arrival."""
     work, agent, _ = run
     for r in _rows(agent):
-        parts = [r[p] for p in PARTS]
-        assert all(p >= 0 for p in parts), r
-        assert abs(sum(parts) - r["e2e_s"]) <= 1e-9, r
+        assert all(r[p] >= 0 for p in PARTS), r
         assert r["network_s"] == 0.0  # no network frame: the engine's clock only
         times = work.engine.requests[r["request_id"]].times
         assert round(r["e2e_s"] * 1e9) == times.finish_ns - times.arrival_ns
         assert round(r["ttft_s"] * 1e9) == times.first_token_ns - times.arrival_ns
+        assert round(r["queue_s"] * 1e9) == times.first_scheduled_ns - times.arrival_ns
+        assert len(times.resumptions) == len(times.preemptions) == r["num_preemptions"]
+        stall_ns = sum(back - ns for (ns, _), back in zip(times.preemptions, times.resumptions))
+        assert round(r["preemption_stall_s"] * 1e9) == stall_ns
     # Preempted requests carry their stall in the preemption part, not in prefill or decode.
     stalled = [r for r in _rows(agent) if r["num_preemptions"]]
     assert stalled and all(r["preemption_stall_s"] > 0 for r in stalled)
 
 
-def test_gpu_seconds_add_up_to_step_time(run) -> None:
+def test_engine_seconds_add_up_to_step_time(run) -> None:
     work, agent, _ = run
     rows = _rows(agent)
     # Independently from the engine's StepStats: each step's duration split by tokens fed.
@@ -94,13 +99,27 @@ def test_gpu_seconds_add_up_to_step_time(run) -> None:
         total = sum(n for _, n in st.batch)
         for rid, n in st.batch:
             expected[rid] += dur * n / total / 1e9
-    assert sum(r["gpu_seconds"] for r in rows) == pytest.approx(worked_ns / 1e9, rel=1e-12, abs=1e-9)
+    assert sum(r["engine_seconds"] for r in rows) == pytest.approx(worked_ns / 1e9, rel=1e-12, abs=1e-9)
     for r in rows:  # largest-remainder rounding: at most 1 ns per step off the proportional share
-        assert r["gpu_seconds"] == pytest.approx(expected[r["request_id"]], abs=len(work.steps) * 1e-9)
-    by_task = report.summary(agent.state)["cost"]["gpu_seconds_by_task"]
+        assert r["engine_seconds"] == pytest.approx(expected[r["request_id"]], abs=len(work.steps) * 1e-9)
+    by_task = report.summary(agent.state)["cost"]["engine_seconds_by_task"]
     assert sum(by_task.values()) == pytest.approx(worked_ns / 1e9, abs=1e-9)
     for task in ("code", "json"):
-        assert by_task[task] == pytest.approx(sum(r["gpu_seconds"] for r in rows if r["task"] == task), abs=1e-12)
+        assert by_task[task] == pytest.approx(sum(r["engine_seconds"] for r in rows if r["task"] == task),
+                                              abs=1e-12)
+
+
+def test_a_cpu_run_reports_no_gpu_figure(run) -> None:
+    """No GPU here: every GPU figure is absent (NaN, null in the API), not 0, and the summary says
+    once why there is no energy."""
+    _, agent, path = run
+    for r in _rows(agent):
+        assert all(math.isnan(r[k]) for k in ("energy_j", "gpu_sm_active_s", "gpu_kernel_s")), r
+    cost = report.summary(agent.state)["cost"]
+    assert cost["energy_j_by_task"] == {} and cost["energy"]["measured"] is False
+    assert cost["energy"]["status"].startswith("energy not measured: no GPU energy counter was read (GPU telemetry")
+    table = pq.read_table(path).to_pandas()
+    assert table[["energy_j", "gpu_sm_active_s", "gpu_kernel_s"]].isna().all().all()
 
 
 def test_counters_match_the_engine(run) -> None:
@@ -125,7 +144,6 @@ def test_parquet_one_row_per_request(run) -> None:
     df = table.to_pandas()
     assert sorted(df["request_id"]) == sorted(work.prompts)
     assert df["request_id"].is_unique
-    assert ((df[PARTS].sum(axis=1) - df["e2e_s"]).abs() <= 1e-9).all()
     by_id = {r["request_id"]: r for r in _rows(agent)}
     for r in df.to_dict("records"):
         mine = by_id[r["request_id"]]
@@ -228,7 +246,7 @@ def test_slowest_api(run, api) -> None:
     assert resp.status_code == 200
     got = resp.json()["requests"]
     assert [r["e2e_s"] for r in got] == sorted((r["e2e_s"] for r in _rows(agent)), reverse=True)[:3]
-    assert all(set(r) == set(report.REQUEST_FIELDS) for r in got)
+    assert all(set(r) == set(report.REQUEST_FIELDS) | {"slow_detail"} for r in got)  # the cause in numbers
     everything = httpx.get(f"{api}/api/v1/requests").json()["requests"]  # default 10: all six
     assert len(everything) == len(_rows(agent))
 

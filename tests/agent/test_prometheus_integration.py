@@ -19,7 +19,9 @@ JOB = "infersight"
 #: Catalogue metrics this workload legitimately leaves without a series (asserted absent, so this
 #: list stays true). Everything else in the catalogue must have data.
 NO_DATA = {
-    C.ENERGY.name: "nothing feeds it: attributing joules needs a GPU power sampler, and this is a CPU run",
+    C.ENERGY.name: "fed from the GPU's total-energy counter, and a CPU run has none (checked on a GPU host by "
+                   "benchmarks/energy_check.py)",
+    C.ENERGY_IDLE.name: "the same counter's energy between steps",
     C.HOT_EXPERT_TOKENS.name: "only exposed when layers x experts (2 x 4 here) exceeds max_expert_series (512)",
     # A CPU machine has no GPU telemetry source (the agent's status line says so).
     # (The error counter is present: the none collector reports zero errors.)
@@ -123,7 +125,9 @@ def test_prometheus_agrees_with_json_api_and_engine(scraped) -> None:
                        ("spec", "num_spec_tokens")):
         assert v(f'infersight_step_tokens_total{{kind="{kind}"}}') == sum(getattr(s, attr) for s in work.steps)
     worked = sum(s.end_ns - s.start_ns for s in work.steps if s.batch) / 1e9
-    assert v("sum(infersight_gpu_seconds_total)") == pytest.approx(worked, abs=1e-6)
+    assert v("sum(infersight_request_engine_seconds_total)") == pytest.approx(worked, abs=1e-6)
+    # A CPU run reads no GPU energy counter: the energy families have no series at all (not 0).
+    assert prom.query("infersight_energy_joules_total") == prom.query("infersight_energy_idle_joules_total") == []
     assert v("sum(infersight_kv_blocks)") == 16 == summary["kv"]["blocks_total"]
     assert v("infersight_kv_cache_usage_ratio") == 0.0 == summary["kv"]["blocks_in_use"]  # all done
     assert v("infersight_requests_running") == v("infersight_requests_waiting") == 0

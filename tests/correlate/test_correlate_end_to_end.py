@@ -81,7 +81,7 @@ def test_cost_shares_cover_each_step(run) -> None:
     _, f = run
     shares = step_cost_shares(f.steps, f.batch)
     duration = (f.steps.set_index("step_id")["end_ns"] - f.steps.set_index("step_id")["start_ns"])
-    got = shares.assign(ns=(shares.gpu_seconds * 1e9).round().astype("int64")).groupby("step_id")["ns"].sum()
+    got = shares.assign(ns=(shares.engine_seconds * 1e9).round().astype("int64")).groupby("step_id")["ns"].sum()
     assert (got == duration.reindex(got.index)).all()
     assert shares.groupby("step_id")["share"].sum().to_numpy() == pytest.approx(1.0)
 
@@ -118,21 +118,24 @@ def test_block_states_replay_matches_pool(run) -> None:
 
 
 def test_analyses_leave_their_inputs_unchanged(run) -> None:
-    from infersight.correlate import cost, kv, moe, prefix, requests, speculation
+    from infersight.correlate import (
+        cost, kv, moe, prefix, requests, slow_causes, slow_rule, spec_advice, spec_speedup, speculation,
+    )
 
     _, f = run
     before = {name: getattr(f, name).copy(deep=True) for name in
-              ("request_events", "steps", "batch", "kv_events", "moe", "spec", "prefix")}
+              ("request_events", "steps", "batch", "kv_events", "moe", "spec", "prefix", "step_timing")}
     table = requests.request_table(f.request_events)
     before_table = table.copy(deep=True)
     requests.inter_token_latencies(f.request_events)
-    requests.attribute_slow(table, 0.0, f.steps, f.batch, f.spec, f.kv_events)
-    requests.attribute_slow(table, 0.0, steps=f.steps)
+    features = slow_causes.slow_features(table, f.request_events, f.steps, f.batch, f.spec, f.kv_events)
+    verdicts, window = slow_rule.judge_slow(features, pd.DataFrame(), slow_rule.SlowRule(quantile=0.5, min_requests=1))
+    slow_causes.attribute_slow(features[verdicts["slow"].to_numpy()], window)
     moe.layer_imbalance(f.moe), moe.top_pairs(f.moe, 3)
     kv.transition_counts(f.kv_events), kv.block_states(f.kv_events, NUM_KV_BLOCKS), kv.block_lifetimes(f.kv_events)
     prefix.prefix_hit_rates(f.prefix), prefix.top_prefix_groups(f.prefix, 3)
     by_task, by_pos = speculation.acceptance_by_task(f.spec), speculation.acceptance_by_position(f.spec)
-    speculation.recommendations(by_task, by_pos)
+    spec_advice.recommendations(spec_speedup.speedup_by_task(f.spec, f.step_timing), by_pos)
     shares = cost.step_cost_shares(f.steps, f.batch)
     cost.cost_by_task(shares, table), cost.cost_by_request(shares)
     for name, frame in before.items():

@@ -35,7 +35,7 @@ def test_transition_counts_lists_every_event() -> None:
     # allocated: b0 b1 b2 (r1) + b3 + b1 again + b4 + b5 = 7; prefix_hit: b0 twice + b5 = 3;
     # cached: b1 b0 b4 b5 = 4.
     assert transition_counts(EVENTS) == {"allocated": 7, "prefix_hit": 3, "freed": 2, "cached": 4, "evicted": 1,
-                                         "offloaded": 2, "reloaded": 1, "recomputed": 1}
+                                         "offloaded": 2, "reloaded": 1, "recomputed": 1, "resume_hit": 0}
     assert transition_counts(EVENTS.iloc[:0]) == {name: 0 for name in transition_counts(EVENTS)}
 
 

@@ -1,4 +1,4 @@
-"""request_table / inter_token_latencies / attribute_slow on hand-built event frames.
+"""request_table / inter_token_latencies on hand-built event frames.
 
 Times are written in ms (x MS ns) so the arithmetic in the comments stays readable."""
 from __future__ import annotations
@@ -8,9 +8,7 @@ import pandas as pd
 import pytest
 
 from infersight.correlate.frames import REQUEST_COLUMNS
-from infersight.correlate.requests import (
-    REQUEST_TABLE_COLUMNS, SLOW_COLUMNS, attribute_slow, inter_token_latencies, request_table, rolling_p99,
-)
+from infersight.correlate.requests import REQUEST_TABLE_COLUMNS, inter_token_latencies, request_table
 
 MS = 1_000_000
 S_PER_MS = 1e-3
@@ -116,68 +114,3 @@ def test_inter_token_latencies_weights_by_tokens() -> None:
     assert list(itl.itl_s) == pytest.approx([x * S_PER_MS for x in (50, 50, 100, 40 / 3, 40 / 3, 40 / 3, 20)])
     empty = inter_token_latencies(_empty(REQUEST_COLUMNS))
     assert empty.empty and empty.dtypes.equals(itl.dtypes)
-
-
-def test_rolling_p99() -> None:
-    v = np.arange(1, 101, dtype=float)
-    assert rolling_p99(v) == pytest.approx(99.01)          # rank 0.99 * 99 = 98.01 -> 99 + 0.01
-    assert rolling_p99(v, window=10) == pytest.approx(99.91)  # 91..100: rank 8.91 -> 99 + 0.91
-    assert np.isnan(rolling_p99(np.array([])))
-
-
-def _requests() -> pd.DataFrame:
-    cols = ["request_id", "prompt_tokens", "num_preemptions", "queue_s", "prefill_s", "preemption_stall_s",
-            "decode_s", "network_s"]
-    rows = [
-        (0, 10, 2, 0.1, 0.2, 0.3, 0.4, 0.0),   # stall 0.3 >= 25% of 1.0 -> preemption
-        (1, 10, 1, 0.3, 0.0, 0.1, 0.6, 0.0),   # reloaded blocks -> kv_reload
-        (2, 10, 0, 0.6, 0.2, 0.0, 0.2, 0.0),   # queue largest
-        (3, 1000, 0, 0.1, 0.7, 0.0, 0.2, 0.0),  # prefill largest, 1000 > p90 109 -> long_prompt
-        (4, 10, 0, 0.1, 0.2, 0.0, 0.7, 0.0),   # accept 2/10 -> speculation_rejections
-        (5, 10, 0, 0.1, 0.2, 0.0, 0.7, 0.0),   # accept 8/10, steps mean 60 > median 10 -> batch_interference
-        (6, 10, 0, 0.1, 0.2, 0.0, 0.7, 0.0),   # steps mean 3 < 10 -> unattributed
-        (7, 10, 0, 0.01, 0.01, 0.0, 0.03, 0.0),  # e2e 0.05 < threshold: not reported
-        (8, 10, 0, 0.1, 0.2, 0.0, 0.1, 0.6),   # network largest
-        (9, 10, 0, 0.1, 0.7, 0.0, 0.2, 0.0),   # prefill largest, short prompt, step mean 80 -> batch_interference
-    ]
-    df = pd.DataFrame(rows, columns=cols)
-    df["e2e_s"] = df[["queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s"]].sum(axis=1)
-    return df
-
-
-def test_attribute_slow_rules_in_order() -> None:
-    # p90 of prompt_tokens [10 x 9, 1000]: rank 0.9 * 9 = 8.1 -> 10 + 0.1 * 990 = 109.
-    # Step totals from batch: s1 50+30=80, s2 40, s3 2, s4 3+1=4, s5 10 -> median 10.
-    batch = pd.DataFrame({"step_id": [1, 1, 2, 3, 4, 4, 5], "request_id": [5, 9, 5, 6, 6, 0, 4],
-                          "num_tokens": [50, 30, 40, 2, 3, 1, 10]})
-    spec = pd.DataFrame({"request_id": [4, 4, 5], "proposed": [5, 5, 10], "accepted": [1, 1, 8]})
-    kv = pd.DataFrame({"ts_ns": [1, 2, 3], "event": ["reloaded", "reloaded", "allocated"],
-                       "block_id": [3, 4, 5], "request_id": [1, 1, 2], "block_hash": [0, 0, 0]})
-    out = attribute_slow(_requests(), 0.5, batch=batch, spec=spec, kv_events=kv)
-    assert list(out.columns) == SLOW_COLUMNS
-    assert dict(zip(out.request_id, out.slow_cause)) == {
-        0: "preemption", 1: "kv_reload", 2: "queue_wait", 3: "long_prompt", 4: "speculation_rejections",
-        5: "batch_interference", 6: "unattributed", 8: "network", 9: "batch_interference"}
-    detail = dict(zip(out.request_id, out.detail))
-    assert detail[0] == "stalled 0.300 s of 1.000 s e2e (30%) over 2 preemption(s)"
-    assert detail[1].startswith("2 KV block(s) reloaded")
-    assert detail[3] == "prefill took 0.700 s of 1.000 s e2e for 1000 prompt tokens (p90 109)"
-    assert detail[4] == "accepted 2 of 10 draft tokens (20%); decode took 0.700 s of 1.000 s e2e"
-    # r5 steps s1 (80) and s2 (40): mean 60.
-    assert detail[5] == "decode took 0.700 s of 1.000 s e2e in steps averaging 60.0 batch tokens (median step 10.0)"
-
-
-def test_attribute_slow_without_data_and_from_steps_only() -> None:
-    req = _requests()
-    # Without kv/spec/batch: r1 (decode largest) has nothing left to check -> unattributed.
-    out = attribute_slow(req, 0.5)
-    assert dict(zip(out.request_id, out.slow_cause))[1] == "unattributed"
-    none = attribute_slow(req, 10.0)
-    assert none.empty and list(none.columns) == SLOW_COLUMNS and none.dtypes.equals(out.dtypes)
-    # Steps only: membership by time overlap with [first_scheduled_ns, finish_ns].
-    one = req[req.request_id == 6].assign(first_scheduled_ns=100, finish_ns=200)
-    steps = pd.DataFrame({"step_id": [1, 2, 3], "start_ns": [90, 150, 300], "end_ns": [110, 160, 310],
-                          "prefill_tokens": [30, 0, 1], "decode_tokens": [2, 4, 0], "spec_tokens": [0, 4, 0]})
-    # Step tokens 32, 8, 1 -> median 8; r6 overlaps s1, s2 -> mean 20 > 8.
-    out = attribute_slow(one, 0.5, steps=steps)
-    assert list(out.slow_cause) == ["batch_interference"]

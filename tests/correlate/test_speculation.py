@@ -1,4 +1,5 @@
-"""acceptance_by_task / acceptance_by_position / recommendations / expected_tokens_per_step."""
+"""acceptance_by_task / acceptance_by_position / expected_tokens_per_step (the speedup and the advice:
+test_spec_speedup.py, test_spec_advice.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,9 +7,7 @@ import pandas as pd
 import pytest
 
 from infersight.correlate.frames import SPEC_COLUMNS
-from infersight.correlate.speculation import (
-    acceptance_by_position, acceptance_by_task, expected_tokens_per_step, recommendations,
-)
+from infersight.correlate.speculation import acceptance_by_position, acceptance_by_task, expected_tokens_per_step
 
 # (task, proposed, accepted, accept_mask, draft_ns, verify_ns)
 ROWS = [
@@ -34,22 +33,18 @@ def test_expected_tokens_per_step() -> None:
 def test_acceptance_by_task() -> None:
     t = acceptance_by_task(SPEC).set_index("task")
     assert list(t.reset_index().columns) == ["task", "verifications", "proposed", "accepted", "accept_rate",
-                                             "mean_accepted_length", "gamma", "cost_ratio", "predicted_speedup"]
+                                             "mean_accepted_length", "gamma"]
     assert list(t.index) == ["chat", "code", "qa"]
-    # code: proposed 14, accepted 6 -> alpha 3/7; tau = mean(4, 3, 1, 2) = 2.5; gamma 14/4 = 3.5;
-    # c = (40*3 + 20) / (4*100*3 + 2*80) = 140 / 1360; S = 2.5 / (3.5 * 140/1360 + 1) = 3400 / 1850.
+    # code: proposed 14, accepted 6 -> alpha 3/7; tau = mean(4, 3, 1, 2) = 2.5; gamma 14/4 = 3.5.
     code = t.loc["code"]
     assert (code.verifications, code.proposed, code.accepted) == (4, 14, 6)
-    assert [code.accept_rate, code.mean_accepted_length, code.gamma, code.cost_ratio, code.predicted_speedup] == \
-        pytest.approx([3 / 7, 2.5, 3.5, 140 / 1360, 3400 / 1850])
-    # chat (alpha 1): tau 4 = expected_tokens_per_step(1, 3); c = 60 / 600 = 0.1; S = 4 / 1.3.
+    assert [code.accept_rate, code.mean_accepted_length, code.gamma] == pytest.approx([3 / 7, 2.5, 3.5])
+    # chat (alpha 1): tau 4 = expected_tokens_per_step(1, 3).
     chat = t.loc["chat"]
-    assert [chat.accept_rate, chat.mean_accepted_length, chat.gamma, chat.cost_ratio, chat.predicted_speedup] == \
-        pytest.approx([1.0, 4.0, 3.0, 0.1, 4 / 1.3])
-    # qa: alpha 1/8; tau (1 + 2) / 2 = 1.5; gamma 4; c = 600 / 800 = 0.75; S = 1.5 / 4 = 0.375.
+    assert [chat.accept_rate, chat.mean_accepted_length, chat.gamma] == pytest.approx([1.0, 4.0, 3.0])
+    # qa: alpha 1/8; tau (1 + 2) / 2 = 1.5; gamma 4.
     qa = t.loc["qa"]
-    assert [qa.accept_rate, qa.mean_accepted_length, qa.cost_ratio, qa.predicted_speedup] == \
-        pytest.approx([0.125, 1.5, 0.75, 0.375])
+    assert [qa.accept_rate, qa.mean_accepted_length, qa.gamma] == pytest.approx([0.125, 1.5, 4.0])
 
 
 def test_acceptance_by_position() -> None:
@@ -64,21 +59,9 @@ def test_acceptance_by_position() -> None:
     assert list(chat.position) == [0, 1, 2] and list(chat.accept_rate) == [1.0, 1.0, 1.0]
 
 
-def test_recommendations() -> None:
-    recs = recommendations(acceptance_by_task(SPEC), acceptance_by_position(SPEC))
-    assert [(r["task"], r["action"]) for r in recs] == [
-        ("chat", "increase_gamma"),        # alpha 1 >= 0.8, S 3.08 > 1
-        ("code", "decrease_gamma"),        # S 1.84, alpha 0.43; position 3 accepted 0% < 25%
-        ("qa", "disable_speculation")]     # S 0.375 < 1
-    assert recs[2]["reason"].startswith("predicted speedup 0.38 < 1")
-    # Without positions, code gets no advice.
-    assert [r["task"] for r in recommendations(acceptance_by_task(SPEC))] == ["chat", "qa"]
-
-
 def test_empty_spec() -> None:
     empty = SPEC.iloc[:0]
     t = acceptance_by_task(empty)
     assert t.empty and t.dtypes.equals(acceptance_by_task(SPEC).dtypes)
     p = acceptance_by_position(empty)
     assert p.empty and p.dtypes.equals(acceptance_by_position(SPEC).dtypes)
-    assert recommendations(t, p) == []

@@ -14,14 +14,14 @@ from grafana_foundation_sdk.models.dashboard import Dashboard, Panel, RowPanel
 from grafana_foundation_sdk.models.prometheus import Dataquery
 
 from infersight.cli import main
-from infersight.dashboards.grafana import build_dashboards, engine, gpu, kernels, overview, to_json
+from infersight.dashboards.grafana import build_dashboards, engine, gpu, overview, to_json
 from infersight.dashboards.grafana.provisioning import ProvisioningConfig
 from infersight.exporters import catalogue as C
 
 GRAFANA_DIR = Path(__file__).resolve().parents[2] / "infersight" / "dashboards" / "grafana"
 #: PromQL words that look like metric names in an expression but are not.
 PROMQL_WORDS = {"sum", "by", "rate", "increase", "histogram_quantile", "clamp_min", "le", "max", "label_values",
-                "e", "inf"}
+                "e", "inf", "topk", "or"}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_dashboards_round_trip_through_the_sdk_models(written: Path) -> None:
     """The SDK's load path: register the panel and query plugins, then Dashboard.from_json."""
     register_default_plugins()
     boards = _boards(written)
-    assert set(boards) == {overview.UID, engine.UID, gpu.UID, kernels.UID}
+    assert set(boards) == {overview.UID, engine.UID, gpu.UID}
     for uid, data in boards.items():
         model = Dashboard.from_json(data)
         assert json.loads(json.dumps(model, cls=JSONEncoder)) == data, uid
@@ -62,7 +62,7 @@ def test_generation_is_deterministic() -> None:
 
 def test_every_query_names_only_catalogue_metrics(written: Path) -> None:
     known = set()
-    for spec in (*C.CATALOGUE, *gpu.gpu_metrics(), *kernels.kernel_metrics()):
+    for spec in C.CATALOGUE:
         known |= {spec.sample, spec.name + "_bucket", spec.name + "_sum", spec.name + "_count"}
     exprs = [t["expr"] for b in _boards(written).values() for p in _panels(b) for t in p.get("targets", [])]
     assert len(exprs) > 40
@@ -103,16 +103,14 @@ def test_latency_panels_ask_for_exemplars() -> None:
         assert panel["targets"] and all(t["exemplar"] for t in panel["targets"]), title
 
 
-def test_gpu_and_kernel_rows_follow_the_catalogue() -> None:
+def test_gpu_panels_follow_the_catalogue() -> None:
+    """One panel per unit group of the GPU block, and every GPU metric queried by one of them."""
     gpu_board = json.loads(to_json(build_dashboards()[gpu.UID]))
     titles = {p["title"] for p in gpu_board["panels"]}
-    if gpu.gpu_metrics():
-        assert {"GPU activity", "GPU power", "GPU memory"} <= titles
-    else:
-        assert "No GPU metrics yet" in titles
-    kernel_board = json.loads(to_json(build_dashboards()[kernels.UID]))
-    if not kernels.kernel_metrics():
-        assert [p["type"] for p in kernel_board["panels"]] == ["row", "text"]
+    assert {"GPU activity", "GPU power", "GPU memory", gpu.ENERGY_TITLE, gpu.ENERGY_PER_TOKEN_TITLE} <= titles
+    exprs = " ".join(t["expr"] for p in _panels(gpu_board) for t in p.get("targets", []))
+    assert all(spec.sample in exprs for spec in C.GPU_METRICS)
+    assert all(p["type"] != "text" for b in build_dashboards().values() for p in _panels(json.loads(to_json(b))))
 
 
 def test_bad_options_are_value_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,6 +31,7 @@ class FakeGpuState:
     sm_mhz: int = 0
     mem_mhz: int = 0
     temp_c: int = 0
+    mem_temp_c: int | None = None  # None: the device answers NOT_SUPPORTED for the memory temperature field
     gpm_supported: bool = True
     gpm_values: dict[int, float] = field(default_factory=dict)  # GPM metric id -> percent or MiB/s
     not_supported: set[str] = field(default_factory=set)        # NVML function names that fail
@@ -68,6 +69,8 @@ class FakeNvml:
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
     NVML_TEMPERATURE_GPU = 0
+    NVML_FI_DEV_MEMORY_TEMP = 82
+    NVML_VALUE_TYPE_UNSIGNED_INT = 1
     NVML_GPM_METRICS_GET_VERSION = 1
     # Same ids as pynvml's NVML_GPM_METRIC_* constants.
     NVML_GPM_METRIC_GRAPHICS_UTIL = 1
@@ -146,6 +149,20 @@ class FakeNvml:
         self._call("nvmlDeviceGetTemperature", dev)
         assert sensor == self.NVML_TEMPERATURE_GPU
         return dev.temp_c
+
+    def nvmlDeviceGetFieldValues(self, dev: FakeGpuState, field_ids: list[int]) -> list[SimpleNamespace]:
+        """c_nvmlFieldValue_t per field: each carries its own return code and a typed value union."""
+        self._call("nvmlDeviceGetFieldValues", dev)
+        out = []
+        for field_id in field_ids:
+            if field_id == self.NVML_FI_DEV_MEMORY_TEMP and dev.mem_temp_c is not None:
+                out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=self.NVML_SUCCESS,
+                                           valueType=self.NVML_VALUE_TYPE_UNSIGNED_INT,
+                                           value=SimpleNamespace(uiVal=dev.mem_temp_c)))
+            else:
+                out.append(SimpleNamespace(fieldId=field_id, nvmlReturn=self.NVML_ERROR_NOT_SUPPORTED, valueType=0,
+                                           value=SimpleNamespace(dVal=0.0)))
+        return out
 
     def nvmlDeviceGetComputeRunningProcesses(self, dev: FakeGpuState) -> list[Any]:
         raise AssertionError("the collector must never list processes")

@@ -130,3 +130,16 @@ def test_paused_gpm_takes_no_sample_and_restarts_its_window_on_resume() -> None:
     clock.ns += 100 * MS
     assert values(c.poll())["sm_active_ratio"] == pytest.approx(0.88)
     c.close()
+
+
+def test_memory_temperature_is_a_field_value_and_skipped_once_where_unsupported() -> None:
+    nvml, clock = FakeNvml([h200(mem_temp_c=48), h200("GPU-h200-1")]), Clock(1_000 * MS)
+    c = NvmlCollector(nvml, gpm=False, clock=clock)
+    samples = c.poll()
+    assert values(samples, 0)["memory_temperature_celsius"] == 48.0  # the uint member of the value union
+    assert "memory_temperature_celsius" not in values(samples, 1)  # its field answered NOT_SUPPORTED
+    calls = nvml.calls["nvmlDeviceGetFieldValues"]
+    c.poll()
+    assert nvml.calls["nvmlDeviceGetFieldValues"] == calls + 1  # asked again on GPU 0 only
+    assert "not supported: memory_temperature" in c.status_line()
+    c.close()

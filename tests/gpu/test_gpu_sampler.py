@@ -148,3 +148,14 @@ def test_a_collector_that_cannot_pause_is_named_in_the_note() -> None:
         sampler.poll_once()  # never raises: the capture goes on
     assert "dcgmi profile --pause" in plain.pause_note
     assert failing.pause_note == "could not pause profiling metrics: host engine refused"
+
+
+def test_stop_takes_a_final_reading_once_and_a_second_stop_does_nothing() -> None:
+    collector = Scripted([[s("energy_joules", 1.0, 0)], [s("energy_joules", 2.0, 0)]])
+    sampler = GpuSampler(collector, interval_s=60)
+    sampler.poll_once()
+    sampler.stop(final_poll=True)
+    assert collector.polls == 2 and collector.closed == 1
+    assert [x.value for x in sampler.recent()] == [1.0, 2.0]
+    sampler.stop(final_poll=True)  # already stopped: no poll on a closed collector, no second close
+    assert collector.polls == 2 and collector.closed == 1

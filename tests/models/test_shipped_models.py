@@ -17,6 +17,9 @@ pytestmark = pytest.mark.skipif(shipped_weights("tiny-moe") is None or shipped_w
 
 # Documented in infersight/models/README.md (measured with the demo workload, seed 0).
 BANDS = {"code": (0.35, 0.80), "json": (0.45, 0.90), "chat": (0.35, 0.80), "creative": (0.0, 0.20)}
+#: sha256 of the shipped files, recorded when they were trained (commit 72ea45a).
+SHA256 = {"tiny-moe": "cb50590171092f2330e50d8225d8322d7a971b96b7764d9c2e3ad0e385f3b4e6",
+          "tiny-draft": "cb185fe5731504f1d7977601a309c844d51cb13dfae069df327c0cbb59ce8505"}
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +38,13 @@ def test_greedy_text_is_deterministic_and_learned(single_thread):
     assert first.token_ids == second.token_ids
     # A model that learned the json task closes the string it was given and keeps to JSON syntax.
     assert '"' in first.text and any(c in first.text for c in ",:}")
-    digest = hashlib.sha256(shipped_weights("tiny-moe").read_bytes()).hexdigest()
-    assert len(digest) == 64
+
+
+def test_shipped_files_are_the_recorded_ones() -> None:
+    """The bytes that the model card's numbers were measured on: a retrained or corrupted file fails
+    here, and its new digest is recorded with the new numbers (sha256sum infersight/models/*.safetensors)."""
+    for name, digest in SHA256.items():
+        assert hashlib.sha256(shipped_weights(name).read_bytes()).hexdigest() == digest, name
 
 
 def test_speculative_acceptance_by_task_is_in_band_and_ordered(single_thread):

@@ -23,7 +23,7 @@ from infersight.runtime.tokenizer import ByteTokenizer
 
 E = KVBlockEvent
 ALLOC, HIT, FREED, CACHED, EVICT = E.ALLOCATED, E.PREFIX_HIT, E.FREED, E.CACHED, E.EVICTED
-OFFL, RELOAD, RECOMP = E.OFFLOADED, E.RELOADED, E.RECOMPUTED
+OFFL, RELOAD, RECOMP, RESUME = E.OFFLOADED, E.RELOADED, E.RECOMPUTED, E.RESUME_HIT
 
 
 def _model(max_seq_len: int = 64, name: str = "kv-test-tiny") -> ModelConfig:
@@ -99,7 +99,7 @@ def test_prefix_hit_then_eviction_then_recompute_exact_events() -> None:
     c_prompt = [100 + (i % 50) for i in range(57)]
     c = _run_alone(engine, c_prompt, 1)
     c_table = list(range(4, 16)) + [2, 3]
-    assert rec.take() == ([(ALLOC, bid, c) for bid in c_table] + [(EVICT, 1, -1), (ALLOC, 1, c)]
+    assert rec.take() == ([(ALLOC, bid, c) for bid in c_table] + [(EVICT, 1, c), (ALLOC, 1, c)]
                           + [(FREED, 1, c)] + [(CACHED, bid, c) for bid in reversed(c_table)])
     # free_uncached [1], free_cached [0, 3, 2, 15, 14, ..., 4]
 
@@ -109,7 +109,7 @@ def test_prefix_hit_then_eviction_then_recompute_exact_events() -> None:
     # block content, whose hash was evicted: RECOMPUTED on block 1. Release: 3 FREED (position 8
     # only), 1 CACHED, 0 CACHED.
     d = _run_alone(engine, prompt, 1)
-    assert rec.take() == [(HIT, 0, d), (ALLOC, 1, d), (EVICT, 3, -1), (ALLOC, 3, d),
+    assert rec.take() == [(HIT, 0, d), (ALLOC, 1, d), (EVICT, 3, d), (ALLOC, 3, d),
                           (RECOMP, 1, d), (FREED, 3, d), (CACHED, 1, d), (CACHED, 0, d)]
     assert engine.get_output(d).num_cached_tokens == 4
 
@@ -152,7 +152,7 @@ def _two_requests_in_four_blocks(cpu_offload_blocks: int) -> tuple[Engine, Recor
 #         tail-first: 3 FREED (positions 8-9, not full), 1 CACHED, 0 CACHED.
 #         free_uncached [3], free_cached [2, 1, 0].
 R0, R1 = 0, 1
-STEP5_TAIL = [(EVICT, 3, -1), (ALLOC, 3, R0)]
+STEP5_TAIL = [(EVICT, 3, R0), (ALLOC, 3, R0)]  # r0's allocation evicted r1's block
 STEP6 = [(FREED, 3, R0), (CACHED, 1, R0), (CACHED, 0, R0)]
 
 
@@ -174,8 +174,8 @@ def test_preemption_by_swap_offloads_then_reloads() -> None:
     # evicted); RELOADED in table order 3, 2; then a 3rd block for position 8: 1 (evicted).
     # The reloaded content was copied, not recomputed: no RECOMPUTED although its hashes were
     # evicted while it was swapped out.
-    assert steps[6] == [(ALLOC, 3, R1), (EVICT, 2, -1), (ALLOC, 2, R1), (RELOAD, 3, R1), (RELOAD, 2, R1),
-                        (EVICT, 1, -1), (ALLOC, 1, R1)]
+    assert steps[6] == [(ALLOC, 3, R1), (EVICT, 2, R1), (ALLOC, 2, R1), (RELOAD, 3, R1), (RELOAD, 2, R1),
+                        (EVICT, 1, R1), (ALLOC, 1, R1)]
     # step 8: r1's 6th token; table [3, 2, 1]: 1 FREED, 2 CACHED, 3 CACHED.
     assert steps[7] == [(FREED, 1, R1), (CACHED, 2, R1), (CACHED, 3, R1)]
     assert engine.requests[R1].num_preemptions == 1
@@ -194,10 +194,11 @@ def test_preemption_by_recompute_refills_evicted_content() -> None:
     # step 6: r1 (9 tokens) could hit block 2 (its first block, still cached) but needs
     # 1 + ceil(9/4) - 1 = 3 free blocks; only 2 is free while r0 runs. Not admitted.
     assert steps[5] == STEP6
-    # step 7: r1 admitted: hit on 2; 2 more blocks: 3 (uncached), then 1 (the oldest cached
-    # once 2 was taken; evicted). Recomputing positions 4-8 fills block 3 with r1's second block,
+    # step 7: r1 re-admitted: it takes its own cached block 2 again (RESUME_HIT: not a prefix hit,
+    # r1 had none when first admitted); 2 more blocks: 3 (uncached), then 1 (the oldest cached once 2
+    # was taken; evicted, by r1). Recomputing positions 4-8 fills block 3 with r1's second block,
     # whose hash was evicted in step 5: RECOMPUTED 3.
-    assert steps[6] == [(HIT, 2, R1), (ALLOC, 3, R1), (EVICT, 1, -1), (ALLOC, 1, R1), (RECOMP, 3, R1)]
+    assert steps[6] == [(RESUME, 2, R1), (ALLOC, 3, R1), (EVICT, 1, R1), (ALLOC, 1, R1), (RECOMP, 3, R1)]
     # step 8: r1 finishes; table [2, 3, 1]: 1 FREED, 3 CACHED, 2 CACHED.
     assert steps[7] == [(FREED, 1, R1), (CACHED, 3, R1), (CACHED, 2, R1)]
     assert [r for _, r in engine.requests[R1].times.preemptions] == ["recompute"]

@@ -192,9 +192,9 @@ def test_exact_eviction_order_and_recompute() -> None:
     assert [(ev, bid) for ev, bid, _, _ in events] == [
         (E.ALLOCATED, 4), (E.EVICTED, 2), (E.ALLOCATED, 2), (E.EVICTED, 0), (E.ALLOCATED, 0),
         (E.EVICTED, 1), (E.ALLOCATED, 1)]
-    # EVICTED carries the dropped hash and no request.
+    # EVICTED carries the dropped hash and the request whose allocation evicted it (the blame): 1.
     assert [(bid, rid, hh) for ev, bid, rid, hh in events if ev is E.EVICTED] == [
-        (2, -1, hashes[2]), (0, -1, hashes[0]), (1, -1, hashes[1])]
+        (2, 1, hashes[2]), (0, 1, hashes[0]), (1, 1, hashes[1])]
     # Evicted blocks forget their content; only 3 is still findable.
     assert all(pool.blocks[b].block_hash == 0 and pool.blocks[b].token_ids == () for b in (2, 0, 1))
     assert pool.by_hash == {hashes[3]: 3}

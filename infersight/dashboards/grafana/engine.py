@@ -12,6 +12,8 @@ from infersight.exporters import catalogue as C
 
 UID = "infersight-engine"
 LAYER_VAR = "layer"
+#: Bars in the hottest-pairs panel (the agent's top_hot_pairs default).
+HOT_PAIRS = 10
 
 
 def _layer_variable(kit: PanelKit) -> QueryVariable:
@@ -28,9 +30,14 @@ def _moe(d: Dashboard, kit: PanelKit) -> Dashboard:
         Query(promql.summed(C.MOE_IMBALANCE, by="layer", stat="max_over_mean"), "layer {{layer}} max/mean"),
         Query(promql.summed(C.MOE_IMBALANCE, by="layer", stat="cv"), "layer {{layer}} cv")],
         unit="short", width=HALF, description=C.MOE_IMBALANCE.help + " 1.0 max/mean is perfectly even."))
+    # Under the agent's series cap every (layer, expert) pair is its own series: take the top ones;
+    # above it the agent exports only the hottest pairs, as a gauge of their own.
+    hottest = (f"topk({HOT_PAIRS}, {promql.summed(C.EXPERT_TOKENS, by='layer, expert', layer='[0-9]+')}) or "
+               f"{promql.summed(C.HOT_EXPERT_TOKENS, by='layer, expert')}")
     d = d.with_panel(kit.bars("Hottest (layer, expert) pairs", [
-        Query(promql.summed(C.HOT_EXPERT_TOKENS, by="layer, expert"), "layer {{layer}} expert {{expert}}",
-              instant=True)], width=HALF, description=C.HOT_EXPERT_TOKENS.help))
+        Query(hottest, "layer {{layer}} expert {{expert}}", instant=True)], width=HALF,
+        description=f"Tokens routed so far to the {HOT_PAIRS} hottest (layer, expert) pairs. "
+                    + C.HOT_EXPERT_TOKENS.help))
     # Full width, repeated per selected layer: Grafana splits the row among up to 4 copies.
     load = promql.rate(C.EXPERT_TOKENS, by="expert", **{LAYER_VAR: f"${LAYER_VAR}"})
     d = d.with_panel(kit.heatmap(f"Expert load, layer ${LAYER_VAR}", [Query(load, "expert {{expert}}")],

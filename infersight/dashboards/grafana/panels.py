@@ -1,5 +1,5 @@
 """Panel constructors shared by every dashboard: one Prometheus datasource for all targets, and
-a handful of panel shapes (time series, stacked, heatmap, bars, stat, note).
+a handful of panel shapes (time series, stacked, heatmap, bars, stat).
 
 Dashboards describe *what* to plot as `Query` values; this module decides *how* it is drawn, so
 every dashboard looks alike and the test can walk the targets of every panel uniformly.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from grafana_foundation_sdk.builders import bargauge, heatmap, stat, text, timeseries
+from grafana_foundation_sdk.builders import bargauge, heatmap, stat, timeseries
 from grafana_foundation_sdk.builders.common import HideSeriesConfig, ReduceDataOptions, StackingConfig, VizLegendOptions
 from grafana_foundation_sdk.builders.dashboard import Dashboard, DashboardLink, Row
 from grafana_foundation_sdk.builders.heatmap import HeatmapColorOptions, RowsHeatmapOptions
@@ -20,7 +20,6 @@ from grafana_foundation_sdk.models.common import (
 from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, DashboardLinkType, DataSourceRef
 from grafana_foundation_sdk.models.heatmap import HeatmapColorMode
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
-from grafana_foundation_sdk.models.text import TextMode
 
 from infersight.dashboards.settings import DEFAULT_DATASOURCE_UID
 
@@ -117,11 +116,6 @@ class PanelKit:
         panel = (stat.Panel().title(title).description(description).unit(unit).span(width).height(4)
                  .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
         return self._targets(panel, queries)
-
-    @staticmethod
-    def note(title: str, markdown: str, width: int = FULL, height: int = 4) -> text.Panel:
-        """A text panel: no query, says something a reader should know."""
-        return text.Panel().title(title).mode(TextMode.MARKDOWN).content(markdown).span(width).height(height)
 
     @staticmethod
     def row(title: str) -> Row:

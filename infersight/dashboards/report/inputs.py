@@ -30,6 +30,7 @@ from infersight.correlate import frames as F
 FRAME_COLUMNS: dict[str, dict[str, str]] = {
     "request_events": F.REQUEST_COLUMNS, "steps": F.STEP_COLUMNS, "batch": F.BATCH_COLUMNS,
     "kv_events": F.KV_COLUMNS, "moe": F.MOE_COLUMNS, "spec": F.SPEC_COLUMNS, "prefix": F.PREFIX_COLUMNS,
+    "step_timing": F.STEP_TIMING_COLUMNS,
 }
 GPU_SAMPLE_FILES = ("events/gpu.parquet", "gpu_samples.parquet")
 GPU_SAMPLE_COLUMNS = {"ts_ns": "int64", "gpu": "int64", "field": "object", "value": "float64"}

@@ -1,0 +1,251 @@
+"""EnergyMeter: the agent's running account of GPU energy (and SM activity) over the engine's steps.
+
+The GPU sampler reads the total-energy counter (NVML nvmlDeviceGetTotalEnergyConsumption, DCGM
+field 156, dcgm-exporter DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION; all in joules once collected) every
+interval, not every step. The meter keeps those readings and, once a reading after a step's end
+has come, measures the step's window on the interpolated counter (correlate.energy) and splits
+it over the step's requests by token share (correlate.cost). Time it has accounted for ends at
+`cursor_ns`; what accrued between steps is idle energy:
+
+    first reading ........ step ... gap ... step ......... cursor_ns ..... newest reading
+    |<-- requests_uj (in steps) + idle_uj (gaps) == counter(cursor) - counter(first) -->|
+
+The SM-active integral (GPM or DCGM SM activity x time, summed over GPUs) is split the same way
+where its readings cover a step; without them a request's figure is NaN. Finished requests wait
+(AgentState asks `ready`) until the account has passed their finish, at most `wait_s`.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from infersight.correlate import cost
+from infersight.correlate import energy as E
+from infersight.gpu.samples import GpuSample
+
+ENERGY_FIELD = "energy_joules"
+SM_FIELD = "sm_active_ratio"
+#: Bounds on what waits for readings (steps) or for its request to finish (open shares).
+MAX_PENDING_STEPS = 20_000
+MAX_OPEN_REQUESTS = 50_000
+#: With no step waiting, idle time is accounted up to this long before now: a step that already ran
+#: may not have been read from its ring yet, and its window must not have been counted as idle.
+IDLE_LAG_NS = 2_000_000_000
+
+
+def _frame(rows: list[tuple[int, int, float]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["ts_ns", "gpu", "value"])
+
+
+def _last_at_or_before(counter: pd.DataFrame, ts_ns: int) -> pd.DataFrame:
+    """The readings still needed once time before ts_ns is accounted: per GPU, from its last reading
+    at or before ts_ns on."""
+    if counter.empty:
+        return counter
+    floor = counter[counter["ts_ns"] <= ts_ns].groupby("gpu")["ts_ns"].max()
+    keep = counter["ts_ns"] >= counter["gpu"].map(floor).fillna(np.iinfo(np.int64).min)
+    return counter[keep].reset_index(drop=True)
+
+
+class EnergyMeter:
+    """gpus: the GPUs whose energy is the engine's (() = every GPU with an energy counter)."""
+
+    def __init__(self, gpus: tuple[int, ...] = (), wait_s: float = 5.0,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.wanted = set(gpus)
+        self.wait_ns = int(wait_s * 1e9)
+        self._clock = clock
+        self.gpus: tuple[int, ...] = ()  # fixed by the first energy readings
+        self.energy = pd.DataFrame(columns=list(E.COUNTER_COLUMNS)).astype(E.COUNTER_COLUMNS)  # uJ
+        self.sm = self.energy.copy()  # ns of SM activity
+        self._newest: dict[tuple[str, int], int] = {}  # (field, gpu) -> newest reading taken in
+        self._sm_last: dict[int, tuple[int, int]] = {}  # gpu -> (ts_ns, value) the SM integral stands at
+        self.from_ns: int | None = None
+        self.from_uj = 0  # the counter, summed over the GPUs, at from_ns
+        self.cursor_ns: int | None = None
+        self.requests_uj = 0  # energy of steps, all given to their requests
+        self.idle_uj = 0
+        self.steps_measured = 0
+        self.steps_dropped = 0  # waited past MAX_PENDING_STEPS: their energy went to idle
+        self.rows_timed_out = 0
+        # Steps (and their batch rows) not yet covered by a reading. Plain frames, not EventFrames:
+        # building one makes every stream's empty frame, which costs more than this whole meter's poll.
+        self.pending_steps = pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step_id", "start_ns", "end_ns")})
+        self.pending_batch = pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step_id", "request_id", "num_tokens")})
+        self.open: dict[int, list[float]] = {}  # request id -> [energy uJ, SM-active ns] so far (NaN: none)
+        self._held: dict[int, int] = {}  # request id -> when its row was first held (monotonic ns)
+        self.closed = False
+
+    @property
+    def active(self) -> bool:
+        """Whether an energy counter has been read (never, on a CPU-only host)."""
+        return self.cursor_ns is not None
+
+    # -- readings ---------------------------------------------------------------------------------
+    def add_samples(self, samples: Iterable[GpuSample]) -> None:
+        """Take in the readings not seen before (whole-GPU energy and SM activity only)."""
+        new: dict[str, list[tuple[int, int, float]]] = {ENERGY_FIELD: [], SM_FIELD: []}
+        for s in samples:
+            if s.field not in new or s.instance or (self.wanted and s.gpu not in self.wanted):
+                continue
+            key = (s.field, s.gpu)
+            if s.ts_ns > self._newest.get(key, -1):
+                new[s.field].append((s.ts_ns, s.gpu, s.value))
+        for field, rows in new.items():
+            for ts, gpu, _ in rows:
+                self._newest[(field, gpu)] = max(ts, self._newest.get((field, gpu), -1))
+        if new[ENERGY_FIELD]:
+            rows = _frame(new[ENERGY_FIELD])
+            rows = rows.assign(value=np.rint(rows["value"].to_numpy(np.float64) * 1e6)).astype(E.COUNTER_COLUMNS)
+            if not self.gpus:
+                self.gpus = tuple(sorted(rows["gpu"].unique().tolist()))
+            rows = rows[rows["gpu"].isin(self.gpus)]
+            self.energy = pd.concat([self.energy, rows], ignore_index=True)
+            if self.cursor_ns is None and set(self.energy["gpu"]) >= set(self.gpus):
+                # Every GPU has a reading from here on: the account starts.
+                self.from_ns = self.cursor_ns = int(self.energy.groupby("gpu")["ts_ns"].min().max())
+                self.from_uj = int(E.counter_at(self.energy, np.array([self.from_ns]))[0])
+        if new[SM_FIELD] and self.active:
+            gauge = _frame(new[SM_FIELD])
+            gauge = gauge[gauge["gpu"].isin(self.gpus)]
+            integral = E.integrate_gauge(gauge, 1.0, self._sm_last)
+            for gpu, ts, value in integral.groupby("gpu").tail(1)[["gpu", "ts_ns", "value"]].itertuples(index=False):
+                self._sm_last[int(gpu)] = (int(ts), int(value))
+            self.sm = pd.concat([self.sm, integral], ignore_index=True)
+
+    def _covered_ns(self, field: str) -> int:
+        """Up to when every GPU has a reading of the field (-1: some GPU has none)."""
+        return min((self._newest.get((field, g), -1) for g in self.gpus), default=-1)
+
+    # -- steps --------------------------------------------------------------------------------------
+    def add_steps(self, steps: pd.DataFrame, batch: pd.DataFrame) -> None:
+        """Queue complete steps (all their batch rows) for measuring; ignored until the account starts."""
+        if not self.active or steps.empty:
+            return
+        new_batch = batch[batch["step_id"].isin(steps["step_id"])][list(self.pending_batch.columns)]
+        steps = pd.concat([self.pending_steps, steps[list(self.pending_steps.columns)]], ignore_index=True)
+        batch = pd.concat([self.pending_batch, new_batch], ignore_index=True)
+        if len(steps) > MAX_PENDING_STEPS:  # readings stopped coming: the oldest steps go unmeasured
+            self.steps_dropped += len(steps) - MAX_PENDING_STEPS
+            steps = steps.iloc[-MAX_PENDING_STEPS:].reset_index(drop=True)
+            batch = batch[batch["step_id"].isin(steps["step_id"])].reset_index(drop=True)
+        self.pending_steps, self.pending_batch = steps, batch
+
+    def attribute(self) -> int:
+        """Measure the queued steps that a reading now covers; returns the idle uJ newly accounted
+        (gaps between them, and steps that ran no request)."""
+        covered = self._covered_ns(ENERGY_FIELD)
+        steps = self.pending_steps
+        if self.cursor_ns is None or covered < 0:
+            return 0
+        if steps.empty:
+            return self._idle_until(min(covered, self._clock() - IDLE_LAG_NS))
+        ready = steps[steps["end_ns"].to_numpy(np.int64) <= covered]
+        if ready.empty:
+            return 0
+        start, to_ns = self.cursor_ns, max(self.cursor_ns, int(ready["end_ns"].max()))
+        windows, idle = E.step_values(ready, self.energy, start, to_ns)
+        measured = windows[["step_id"]].assign(energy_uj=windows["value"].astype(np.float64),
+                                               gpu_sm_active_ns=np.nan)
+        sm_covered = self._covered_ns(SM_FIELD)
+        if sm_covered >= 0 and self.sm["ts_ns"].min() <= start:
+            sm_windows, _ = E.step_values(ready, self.sm, start, to_ns)
+            measured["gpu_sm_active_ns"] = np.where(sm_windows["end_ns"] <= sm_covered,
+                                                    sm_windows["value"].astype(np.float64), np.nan)
+        done = self.pending_batch["step_id"].isin(ready["step_id"])
+        batch = self.pending_batch[done].reset_index(drop=True)
+        per_step = measured.set_index("step_id")
+        energy_uj = cost.split_by_tokens(batch, per_step["energy_uj"])
+        sm_ns = cost.split_by_tokens(batch, per_step["gpu_sm_active_ns"])
+        for rid, e, s in zip(batch["request_id"].tolist(), energy_uj.tolist(), sm_ns.tolist()):
+            acc = self.open.setdefault(int(rid), [0.0, float("nan")])
+            acc[0] += e
+            if s == s:  # not NaN
+                acc[1] = s if acc[1] != acc[1] else acc[1] + s
+        shared = int(np.nansum(energy_uj))
+        idle += int(windows["value"].sum()) - shared  # steps that ran nobody
+        self.requests_uj += shared
+        self.idle_uj += idle
+        self.steps_measured += len(windows)
+        self.cursor_ns = to_ns
+        self.pending_steps = steps[~steps["step_id"].isin(ready["step_id"])].reset_index(drop=True)
+        self.pending_batch = self.pending_batch[~done].reset_index(drop=True)
+        self.energy, self.sm = _last_at_or_before(self.energy, to_ns), _last_at_or_before(self.sm, to_ns)
+        while len(self.open) > MAX_OPEN_REQUESTS:  # requests that never finish
+            del self.open[next(iter(self.open))]
+        return idle
+
+    def _idle_until(self, ts_ns: int) -> int:
+        """Count [cursor, ts_ns] as idle (no step ran in it); returns the uJ added."""
+        if self.cursor_ns is None or ts_ns <= self.cursor_ns:
+            return 0
+        ends = E.counter_at(self.energy, np.array([self.cursor_ns, ts_ns]))
+        self.idle_uj += int(ends[1] - ends[0])
+        self.cursor_ns = ts_ns
+        self.energy, self.sm = _last_at_or_before(self.energy, ts_ns), _last_at_or_before(self.sm, ts_ns)
+        return int(ends[1] - ends[0])
+
+    # -- requests -----------------------------------------------------------------------------------
+    def ready(self, request_ids: list[int], finish_ns: list[int]) -> list[int]:
+        """The finished requests whose energy is complete: the account has passed their finish, or
+        it cannot (no energy counter, readings stale for wait_s, the meter closed), or they waited
+        wait_s. The others are held; ask again later."""
+        newest = max((ts for (f, _), ts in self._newest.items() if f == ENERGY_FIELD), default=-1)
+        now = self._clock()
+        if self.cursor_ns is None or self.closed or now - newest > self.wait_ns:
+            for rid in request_ids:
+                self._held.pop(rid, None)
+            return list(request_ids)
+        out = []
+        for rid, fin in zip(request_ids, finish_ns):
+            since = self._held.setdefault(rid, now)
+            if fin <= self.cursor_ns or now - since >= self.wait_ns:
+                self.rows_timed_out += fin > self.cursor_ns
+                self._held.pop(rid)
+                out.append(rid)
+        return out
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
+    def take(self, request_id: int) -> tuple[float, float]:
+        """(energy_j, gpu_sm_active_s) of a finished request; NaN where nothing was measured."""
+        acc = self.open.pop(int(request_id), None)
+        if acc is None:
+            return float("nan"), float("nan")
+        return acc[0] / 1e6, acc[1] / 1e9
+
+    def forget(self, request_ids: Iterable[int]) -> None:
+        for rid in request_ids:
+            self.open.pop(int(rid), None)
+            self._held.pop(int(rid), None)
+
+    def close(self) -> int:
+        """No more readings: measure what is covered, count the tail up to the newest reading as
+        idle, and hold no more rows. Returns the idle uJ added."""
+        idle = self.attribute()
+        idle += self._idle_until(self._covered_ns(ENERGY_FIELD))
+        self.closed = True
+        return idle
+
+    def describe(self, gpu_status: str = "") -> dict[str, object]:
+        """The account so far, for the summary (joules and seconds), with how it was obtained in one
+        sentence (`status`); gpu_status: the sampler's status line, named when there is no energy."""
+        if self.cursor_ns is None or self.from_ns is None:
+            return {"measured": False, "status": "energy not measured: no GPU energy counter was read"
+                    + (f" ({gpu_status})" if gpu_status else "") + "; energy_j is null for every request"}
+        # Read off the counter itself, not summed from the parts: the two agree exactly (conservation).
+        delta_uj = int(E.counter_at(self.energy, np.array([self.cursor_ns]))[0]) - self.from_uj
+        status = (f"measured: the total-energy counter of GPU(s) {', '.join(map(str, self.gpus))}, read at the "
+                  "sampler's interval and interpolated linearly at each step's start and end; each step's energy "
+                  "is split over its requests by token share, energy between steps is idle_j")
+        return {"measured": True, "status": status, "gpus": list(self.gpus),
+                "window_s": (self.cursor_ns - self.from_ns) / 1e9,
+                "counter_delta_j": delta_uj / 1e6,
+                "requests_j": self.requests_uj / 1e6, "idle_j": self.idle_uj / 1e6,
+                "steps_measured": self.steps_measured, "steps_unmeasured": self.steps_dropped,
+                "rows_released_before_measured": self.rows_timed_out}

@@ -1,0 +1,81 @@
+"""One engine fed at a fixed batch size, with each request's decode tokens and decode time.
+
+The requests go in with at most `batch` in flight; once the list is used up, fillers (the same
+requests again, not measured) keep the batch full until every listed request has finished, and
+are then aborted. So every measured request decodes beside batch - 1 others, with or without
+speculation: the batch size does not drift with how fast requests finish.
+
+A request's decode time is the sum of the durations (StepStats.start_ns .. end_ns, the engine's
+own clock) of the steps it took part in after the step that gave it its first token; its decode
+tokens are its output tokens less the first. Several engines stepped in turn in one process
+each count only their own steps.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+from infersight.runtime import Engine, SamplingParams
+from infersight.workload import WorkloadRequest
+
+
+@dataclass
+class DecodeTally:
+    """Decode tokens and decode ns summed over the measured requests of one task."""
+
+    tokens: int = 0
+    ns: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.ns * 1e9 if self.ns else float("nan")
+
+
+class FixedBatchRun:
+    """Drive `engine` through `requests` at `batch` in flight; step() until it returns False."""
+
+    def __init__(self, engine: Engine, requests: Sequence[WorkloadRequest], batch: int) -> None:
+        self.engine = engine
+        self.batch = batch
+        self._queue = list(requests)
+        self._fillers = itertools.cycle(requests)
+        self.in_flight: dict[int, WorkloadRequest | None] = {}  # request id -> listed request (None: filler)
+        self.decode_ns: dict[int, int] = defaultdict(int)
+        self.tally: dict[str, DecodeTally] = defaultdict(DecodeTally)
+        self.remaining = len(self._queue)
+
+    def _admit(self) -> None:
+        while len(self.in_flight) < self.batch:
+            listed = self._queue.pop(0) if self._queue else None
+            r = listed if listed is not None else next(self._fillers)
+            params = SamplingParams(temperature=0.0, max_tokens=r.max_tokens, ignore_eos=True, task=r.task)
+            self.in_flight[self.engine.add_request(r.prompt, params)] = listed
+
+    def step(self) -> bool:
+        """One engine step; False (and no step) once every listed request has finished."""
+        if not self.remaining:
+            return False
+        self._admit()
+        decoding = {rid for rid in self.in_flight if self.engine.requests[rid].output_token_ids}
+        stats = self.engine.step()
+        for rid, _ in stats.batch:
+            if rid in decoding:
+                self.decode_ns[rid] += stats.end_ns - stats.start_ns
+        for rid in stats.finished:
+            listed = self.in_flight.pop(rid)
+            out = self.engine.release(rid)
+            ns = self.decode_ns.pop(rid, 0)
+            if listed is not None:
+                t = self.tally[listed.task]
+                t.tokens += len(out.token_ids) - 1
+                t.ns += ns
+                self.remaining -= 1
+        if not self.remaining:
+            for rid in list(self.in_flight):  # only fillers are left
+                self.engine.abort_request(rid)
+                self.engine.release(rid)
+                self.decode_ns.pop(rid, None)
+            self.in_flight.clear()
+        return True

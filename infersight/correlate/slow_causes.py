@@ -1,0 +1,254 @@
+"""Why a slow request was slow: the part of it that exceeds the typical request the most.
+
+slow_features() adds to request_table() rows what the causes are measured on (FEATURE_DTYPES);
+typical_request() takes medians over a window of such rows (slow_rule.judge_slow's window of recent
+finished requests); attribute_slow() names, for each slow request, the cause whose excess over the
+typical request is largest, in seconds:
+
+  queue_wait              queue_s - typical queue_s
+  long_prompt             only for a prompt far longer than typical (uncached tokens >= 2x the median and
+                          LONG_PROMPT_EXTRA_TOKENS more):
+                          its prefill excess (prefill_s - typical), at most the extra tokens priced at the
+                          typical prefill seconds per token
+  preemption              preempted with recompute: stall + the re-prefill after it (recompute_s) - typical stall
+  kv_reload               preempted by swap only: its stall (waiting for its KV to come back from the CPU
+                          tier) - typical stall
+  batch_interference      its decode steps that ran beside other requests' prefill chunks, each minus its own
+                          clean decode step (the typical clean step when it had none)
+  speculation_rejections  decode time lost to fewer tokens per verification (tau) than typical:
+                          decode_s * (1 - tau / typical tau)
+  long_output             only for an output far longer than typical (>= 2x the median): decode_s - typical
+  network                 network_s - typical network_s
+
+batch_interference and speculation_rejections are capped at the request's per-token decode excess,
+decode_s - (output_tokens - 1) * typical decode seconds per token: a slowdown every request had is
+typical, not a cause. The winner must explain at least EXPLAINED_SHARE of how much slower than
+typical the request is on the metric it was judged on (e2e; ttft or itl under an SLO), else the
+request is `unattributed`. Under a TTFT SLO only the causes before the first token compete, under an
+ITL SLO only those inside decode. When the typical request itself is over the SLO (an overload), the
+queue, stall and network parts are measured from zero instead of from the typical request.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+NS = 1e9
+FEATURE_DTYPES = {
+    "uncached_tokens": "int64",            # prompt_tokens - cached_tokens: what prefill computed
+    "recompute_preemptions": "int64", "swap_preemptions": "int64",
+    "recompute_s": "float64",              # prefill chunks after its first recompute preemption
+    "reloaded_blocks": "int64",            # KV blocks copied back from the CPU tier
+    "spec_verifications": "int64", "spec_accepted": "int64",
+    "decode_clean_steps": "int64", "decode_clean_s": "float64",                    # decode steps, no prefill beside
+    "decode_beside_prefill_steps": "int64", "decode_beside_prefill_s": "float64",  # beside others' prefill chunks
+}
+SLOW_DTYPES = {"request_id": "int64", "slow_cause": "object", "detail": "object", "excess_s": "float64"}
+SLOW_COLUMNS = list(SLOW_DTYPES)
+#: A prompt (output) this many times the typical length counts as long.
+LONG_FACTOR = 2.0
+#: ...and a prompt this many tokens longer than typical: a few tokens more, twice a tiny typical
+#: (most of it cached), fit in the same single prefill step and explain nothing.
+LONG_PROMPT_EXTRA_TOKENS = 128
+#: The winning cause must explain at least this share of the request's excess over typical.
+EXPLAINED_SHARE = 0.25
+CAUSES = ("queue_wait", "long_prompt", "preemption", "kv_reload", "batch_interference", "speculation_rejections",
+          "long_output", "network")
+#: The causes that can make each judged metric slow.
+CANDIDATES = {"e2e": CAUSES,
+              "ttft": ("queue_wait", "long_prompt", "preemption", "kv_reload", "network"),
+              "itl": ("batch_interference", "speculation_rejections", "preemption", "kv_reload")}
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _per_request(values: pd.Series, ids: pd.Index, fill: float | int = 0) -> np.ndarray:
+    return values.reindex(ids, fill_value=fill).to_numpy()
+
+
+def slow_features(rows: pd.DataFrame, request_events: pd.DataFrame, steps: pd.DataFrame | None = None,
+                  batch: pd.DataFrame | None = None, spec: pd.DataFrame | None = None,
+                  kv_events: pd.DataFrame | None = None) -> pd.DataFrame:
+    """rows (request_table()) plus the FEATURE_DTYPES columns, from the requests' events (PREEMPTED
+    reasons, PREFILL_CHUNK), the `spec` frame (verifications with proposed > 0), `kv_events`
+    (reloaded) and `steps` + `batch` (which steps each request decoded in, and whether prefill
+    tokens ran beside it; a request's own re-prefill steps are not decode steps). A frame not given
+    leaves its columns 0. Inputs are not changed."""
+    ids = pd.Index(rows["request_id"].to_numpy(np.int64))
+    out = rows.copy()
+    out["uncached_tokens"] = (rows["prompt_tokens"] - rows["cached_tokens"]).clip(lower=0).to_numpy(np.int64)
+    ev = request_events[request_events["request_id"].isin(ids)]
+    pre = ev[ev["event"] == "PREEMPTED"]
+    recompute = pre[pre["reason"] == "recompute"]
+    out["recompute_preemptions"] = _per_request(recompute.groupby("request_id").size(), ids)
+    out["swap_preemptions"] = _per_request(pre[pre["reason"] == "swap"].groupby("request_id").size(), ids)
+    chunks = ev[ev["event"] == "PREFILL_CHUNK"]
+    first_recompute = recompute.groupby("request_id")["ts_ns"].min().astype(np.int64)
+    since = first_recompute.reindex(chunks["request_id"], fill_value=_INT64_MAX).to_numpy(np.int64)
+    redo = chunks[chunks["ts_ns"].to_numpy(np.int64) >= since]
+    redo_ns = (redo["end_ns"] - redo["ts_ns"]).clip(lower=0).groupby(redo["request_id"]).sum()
+    out["recompute_s"] = _per_request(redo_ns, ids) / NS
+    reloads = pd.Series(dtype="int64")
+    if kv_events is not None and not kv_events.empty:
+        rel = kv_events[kv_events["event"] == "reloaded"]
+        reloads = rel.groupby("request_id").size()
+    out["reloaded_blocks"] = _per_request(reloads, ids)
+    verifs, accepted = pd.Series(dtype="int64"), pd.Series(dtype="int64")
+    if spec is not None and not spec.empty:
+        proposed = spec[(spec["proposed"] > 0) & spec["request_id"].isin(ids)]
+        verifs, accepted = proposed.groupby("request_id").size(), proposed.groupby("request_id")["accepted"].sum()
+    out["spec_verifications"] = _per_request(verifs, ids)
+    out["spec_accepted"] = _per_request(accepted, ids)
+    for key, value in _decode_steps(rows, chunks, steps, batch).items():
+        out[key] = value
+    return out.astype(FEATURE_DTYPES)
+
+
+def _decode_steps(rows: pd.DataFrame, chunks: pd.DataFrame, steps: pd.DataFrame | None,
+                  batch: pd.DataFrame | None) -> dict[str, np.ndarray]:
+    """Per request: decode steps (a batch row at or after its first token, not one of its own prefill
+    chunks) with and without prefill tokens in the same step, and their summed durations."""
+    ids = pd.Index(rows["request_id"].to_numpy(np.int64))
+    zeros = {"decode_clean_steps": np.zeros(len(ids), np.int64), "decode_clean_s": np.zeros(len(ids)),
+             "decode_beside_prefill_steps": np.zeros(len(ids), np.int64),
+             "decode_beside_prefill_s": np.zeros(len(ids))}
+    if steps is None or batch is None or steps.empty or batch.empty:
+        return zeros
+    cols = ["step_id", "start_ns", "end_ns", "prefill_tokens"]
+    b = batch[batch["request_id"].isin(ids)][["step_id", "request_id"]].merge(
+        steps[cols].drop_duplicates("step_id"), on="step_id")
+    if b.empty:
+        return zeros
+    by_id = rows.set_index("request_id")
+    first = by_id["first_token_ns"].astype(np.int64).reindex(b["request_id"]).to_numpy(np.int64)
+    finish = by_id["finish_ns"].astype(np.int64).reindex(b["request_id"]).to_numpy(np.int64)
+    start = b["start_ns"].to_numpy(np.int64)
+    own = pd.MultiIndex.from_arrays([b["request_id"], b["start_ns"]]).isin(
+        pd.MultiIndex.from_arrays([chunks["request_id"], chunks["ts_ns"]]))
+    decode = (first >= 0) & (start >= first) & (start <= finish) & ~own
+    beside = decode & (b["prefill_tokens"].to_numpy(np.int64) > 0)
+    clean = decode & ~beside
+    dur = (b["end_ns"].to_numpy(np.int64) - start).clip(min=0) / NS
+    rid = b["request_id"].to_numpy(np.int64)
+
+    def total(mask: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        return pd.Series(weights[mask]).groupby(rid[mask]).sum().reindex(ids, fill_value=0).to_numpy()
+
+    ones = np.ones(len(b), np.int64)
+    return {"decode_clean_steps": total(clean, ones), "decode_clean_s": total(clean, dur),
+            "decode_beside_prefill_steps": total(beside, ones), "decode_beside_prefill_s": total(beside, dur)}
+
+
+def _median(values: np.ndarray) -> float:
+    values = np.asarray(values, np.float64)
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if len(values) else float("nan")
+
+
+def _ratio(num: pd.Series, den: pd.Series) -> np.ndarray:
+    den = den.to_numpy(np.float64)
+    return np.divide(num.to_numpy(np.float64), den, out=np.full(len(den), np.nan), where=den > 0)
+
+
+def typical_request(window: pd.DataFrame) -> dict[str, float]:
+    """Medians over the window (slow_features rows): the request_table parts and ttft_s, itl_mean_s,
+    e2e_s, uncached_tokens, output_tokens; prefill_s_per_token (per uncached token), decode_s_per_token
+    (decode_s / (output_tokens - 1)), tau (tokens per verification, requests that speculated) and
+    decode_step_s (clean decode step). NaN where no row has the data."""
+    out = {c: _median(window[c].to_numpy()) for c in
+           ("queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s", "ttft_s", "itl_mean_s",
+            "uncached_tokens", "output_tokens")}
+    out["prefill_s_per_token"] = _median(_ratio(window["prefill_s"], window["uncached_tokens"]))
+    out["decode_s_per_token"] = _median(_ratio(window["decode_s"], window["output_tokens"] - 1))
+    verifs = window["spec_verifications"]
+    out["tau"] = _median(_ratio(window["spec_accepted"] + verifs, verifs))
+    out["decode_step_s"] = _median(_ratio(window["decode_clean_s"], window["decode_clean_steps"]))
+    return out
+
+
+def _excesses(r: object, typ: dict[str, float], from_zero: bool) -> dict[str, tuple[float, str]]:
+    """cause -> (excess seconds, detail) for one slow_features row."""
+    g = lambda name: float(getattr(r, name))  # noqa: E731
+    base = (lambda key: 0.0) if from_zero else (lambda key: np.nan_to_num(typ[key]))
+    out: dict[str, tuple[float, str]] = {}
+    queue = g("queue_s")
+    out["queue_wait"] = (queue - base("queue_s"), f"waited {queue:.3f} s before first being scheduled "
+                                                  f"(typical {typ['queue_s']:.3f} s)")
+    uncached, prefill = g("uncached_tokens"), g("prefill_s")
+    long_p = (uncached >= LONG_FACTOR * typ["uncached_tokens"]
+              and uncached >= typ["uncached_tokens"] + LONG_PROMPT_EXTRA_TOKENS)
+    priced = (uncached - typ["uncached_tokens"]) * typ["prefill_s_per_token"]
+    out["long_prompt"] = (min(prefill - typ["prefill_s"], priced) if long_p and np.isfinite(priced) else 0.0,
+                          f"{uncached:.0f} prompt tokens to compute (typical {typ['uncached_tokens']:.0f}): prefill "
+                          f"{prefill:.3f} s (typical {typ['prefill_s']:.3f} s)")
+    stall, n_rc, n_swap = g("preemption_stall_s"), int(g("recompute_preemptions")), int(g("swap_preemptions"))
+    stall_excess = stall - base("preemption_stall_s")
+    out["preemption"] = (stall_excess + g("recompute_s") if n_rc else 0.0,
+                         f"preempted {n_rc + n_swap}x ({n_rc} with recompute): stalled {stall:.3f} s, then "
+                         f"recomputed its KV for {g('recompute_s'):.3f} s")
+    out["kv_reload"] = (stall_excess if n_swap and not n_rc else 0.0,
+                        f"preempted {n_swap}x by swap: waited {stall:.3f} s for its KV "
+                        f"({int(g('reloaded_blocks'))} block(s) reloaded) to come back from the CPU tier")
+    out_tokens, decode = g("output_tokens"), g("decode_s")
+    per_token_excess = decode - max(0.0, out_tokens - 1) * np.nan_to_num(typ["decode_s_per_token"])
+    steps_beside, beside_s = g("decode_beside_prefill_steps"), g("decode_beside_prefill_s")
+    n_clean = g("decode_clean_steps")
+    clean_step = g("decode_clean_s") / n_clean if n_clean else typ["decode_step_s"]
+    interference = beside_s - steps_beside * clean_step if steps_beside and np.isfinite(clean_step) else 0.0
+    out["batch_interference"] = (min(interference, per_token_excess),
+                                 f"{steps_beside:.0f} of its {steps_beside + n_clean:.0f} decode steps ran beside "
+                                 f"prefill chunks, {1e3 * beside_s / max(steps_beside, 1):.1f} ms each against "
+                                 f"{1e3 * np.nan_to_num(clean_step):.1f} ms")
+    verifs = g("spec_verifications")
+    tau = (g("spec_accepted") + verifs) / verifs if verifs else float("nan")
+    lost = decode * (1 - tau / typ["tau"]) if verifs and np.isfinite(typ["tau"]) and tau < typ["tau"] else 0.0
+    out["speculation_rejections"] = (min(lost, per_token_excess),
+                                     f"{tau:.2f} tokens per verification (typical {typ['tau']:.2f}): "
+                                     f"{g('spec_accepted'):.0f} draft tokens accepted in {verifs:.0f} steps")
+    long_o = out_tokens >= LONG_FACTOR * typ["output_tokens"] and out_tokens > typ["output_tokens"]
+    out["long_output"] = (decode - typ["decode_s"] if long_o else 0.0,
+                          f"{out_tokens:.0f} output tokens (typical {typ['output_tokens']:.0f}): decode "
+                          f"{decode:.3f} s (typical {typ['decode_s']:.3f} s)")
+    net = g("network_s")
+    out["network"] = (net - base("network_s"), f"spent {net:.3f} s in the network (typical {typ['network_s']:.3f} s)")
+    return {k: (float(np.nan_to_num(v, nan=0.0)), d) for k, (v, d) in out.items()}
+
+
+def _gap(r: object, metric: str, typ: dict[str, float]) -> float:
+    """How much slower than typical the request is on the metric it was judged on, in seconds."""
+    if metric == "ttft":
+        return float(r.ttft_s) - typ["ttft_s"]  # type: ignore[attr-defined]
+    if metric == "itl":
+        return (float(r.itl_mean_s) - typ["itl_mean_s"]) * max(1, int(r.output_tokens) - 1)  # type: ignore[attr-defined]
+    return float(r.e2e_s) - typ["e2e_s"]  # type: ignore[attr-defined]
+
+
+def attribute_slow(slow: pd.DataFrame, window: pd.DataFrame) -> pd.DataFrame:
+    """The cause of each slow request. slow: slow_features() rows of the slow requests, optionally
+    with judge_slow's `metric` (default e2e) and `threshold_s` (an SLO: see the module docstring);
+    window: slow_features() rows of recent requests, the typical request's population.
+
+    Columns request_id, slow_cause (one of CAUSES or unattributed), detail (a sentence with the
+    numbers), excess_s (the cause's excess over the typical request; for unattributed the largest
+    one found). Inputs are not changed."""
+    if slow.empty:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SLOW_DTYPES.items()})
+    typ = typical_request(window if not window.empty else slow)
+    causes, details, amounts = [], [], []
+    for r in slow.itertuples(index=False):
+        metric = str(getattr(r, "metric", "e2e"))
+        threshold = float(getattr(r, "threshold_s", np.nan))
+        from_zero = bool(np.isfinite(threshold) and typ.get(f"{'itl_mean' if metric == 'itl' else metric}_s",
+                                                            np.nan) > threshold)
+        ex = _excesses(r, typ, from_zero)
+        best = max(CANDIDATES.get(metric, CAUSES), key=lambda c: ex[c][0])  # ties: the first in CAUSES order
+        amount, gap = ex[best][0], _gap(r, metric, typ)
+        gap_text = f"{gap:+.3f} s over the typical {metric}" if np.isfinite(gap) else f"no typical {metric}"
+        if amount > 0 and (from_zero or not np.isfinite(gap) or amount >= EXPLAINED_SHARE * gap):
+            causes.append(best)
+            details.append(f"{ex[best][1]}; {amount:.3f} s of its {gap_text}")
+        else:
+            causes.append("unattributed")
+            details.append(f"no part explains its {gap_text} (largest: {best.replace('_', ' ')}, {amount:.3f} s)")
+        amounts.append(amount)
+    return pd.DataFrame({"request_id": slow["request_id"].to_numpy(np.int64), "slow_cause": causes,
+                         "detail": details, "excess_s": amounts}).astype(SLOW_DTYPES)

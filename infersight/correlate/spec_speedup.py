@@ -1,0 +1,213 @@
+"""Speculative decoding's speedup per task, predicted from what each part of a step measurably costs.
+
+Inputs: the `spec` frame (one row per verification) and the `step_timing` frame (one row per
+step; spec_probe marks the plain decode steps an engine ran on purpose, runtime.spec_probe).
+Each verification is joined to the step it happened in: ts_ns within [start_ns, end_ns] of a
+speculative step of the same engine (request and step ids share their bits above ENGINE_ID_SHIFT,
+which is how the agent keeps several engines apart). Per batch size b (requests decoding):
+
+    Ts(b)  median time of a speculative pure-decode step (every request decoding)
+    Tp(b)  median time of a plain probe step                 (interpolated between probed sizes)
+    X(b)   median (speculative step - its draft phase) - Tp(b): the verify and sampling extra
+
+Per task, over its joined verifications (tokens = accepted + 1 each):
+
+    spec time   sum over pure-decode verifications of Ts(b), plus the own time of every step
+                that ran prefill chunks beside the verification (a "mixed" step)
+    plain time  sum of tokens x Tp(b) (each token one plain step at its batch size), where for a
+                mixed step one of them costs max(step - draft phase - X(b), Tp(b)) instead: a
+                plain engine runs the same prefill chunks, only its decode steps multiply
+    predicted_speedup = plain time / spec time    (decode tokens/s with speculation / without)
+
+With pure-decode steps only that is (tau / Ts) / (1 / Tp): tokens per speculative step over
+its time, against one token per plain step over its time. speedup_low .. speedup_high is an
+approximate 95% interval from the sampling error of the medians (1.2533 x 1.4826 MAD / sqrt(n),
+the MAD relative to the median pooled over batch sizes) and of tau. model_speedup is the textbook
+figure (Leviathan et al., 2023) tau / (gamma c + 1), c = draft time per drafted token / plain
+target forward, both measured; it leaves out the verify and sampling extra, so it is a model.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from infersight.correlate.speculation import acceptance_by_task
+
+#: Request and step ids carry their engine (ring) index above this bit (agent.ingest.RING_ID_SHIFT).
+ENGINE_ID_SHIFT = 48
+
+SPEEDUP_COLUMNS = {
+    "task": "object", "verifications": "int64", "proposed": "int64", "accepted": "int64",
+    "accept_rate": "float64", "mean_accepted_length": "float64", "gamma": "float64",
+    "timed_verifications": "int64", "mixed_verifications": "int64", "probe_steps": "int64",
+    "spec_steps": "int64", "mean_batch": "float64", "spec_step_ms": "float64", "plain_step_ms": "float64",
+    "draft_ms_per_token": "float64", "verify_ms": "float64", "plain_forward_ms": "float64",
+    "verify_extra_ms": "float64", "predicted_speedup": "float64", "speedup_low": "float64",
+    "speedup_high": "float64", "model_speedup": "float64", "basis": "object",
+}
+COST_COLUMNS = {"engine": "int64", "batch": "int64", "probe_steps": "int64", "spec_steps": "int64",
+                "plain_step_ns": "float64", "plain_forward_ns": "float64", "spec_step_ns": "float64",
+                "draft_ns_per_forward": "float64", "verify_ns": "float64", "verify_extra_ns": "float64",
+                "plain_rel_mad": "float64", "spec_rel_mad": "float64"}
+#: basis values: how predicted_speedup was obtained
+MEASURED = "measured"               # probe and speculative steps at the task's batch sizes
+NO_PROBES = "no_plain_probe_steps"  # step timings but no plain step to compare with (spec_probe_every = 0)
+NO_TIMING = "no_step_timing"        # verifications only (an engine that does not time its steps)
+
+
+def _empty(columns: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
+
+
+def _rel_mad(x: pd.Series) -> float:
+    """Median absolute deviation relative to the median; NaN below two samples."""
+    if len(x) < 2:
+        return float("nan")
+    med = float(x.median())
+    return float((x - med).abs().median() / med) if med > 0 else float("nan")
+
+
+def _pure_decode(t: pd.DataFrame) -> pd.Series:
+    return (t["prefill_tokens"] == 0) & (t["decode_requests"] > 0)
+
+
+def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
+    """One row per (engine, batch) with a pure-decode step: probe_steps and spec_steps (sample
+    counts) and the medians Tp (plain_step_ns), the plain target forward, Ts (spec_step_ns),
+    draft time per draft forward, the verify forward, and X (verify_extra_ns). NaN where that
+    kind of step was not seen at that batch size."""
+    t = step_timing[_pure_decode(step_timing) & (step_timing["spec_probe"] | (step_timing["spec_tokens"] > 0))]
+    if t.empty:
+        return _empty(COST_COLUMNS)
+    t = t.assign(engine=t["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT, batch=t["decode_requests"],
+                 dur=t["end_ns"] - t["start_ns"], less_draft=t["end_ns"] - t["start_ns"] - t["draft_ns"],
+                 target=t["target_ns"].where(t["target_ns"] >= 0),
+                 per_forward=t["draft_ns"] / t["draft_forwards"].where(t["draft_forwards"] > 0))
+    probe, spec = t[t["spec_probe"]], t[~t["spec_probe"]]
+    keys = ["engine", "batch"]
+    plain = probe.groupby(keys).agg(probe_steps=("dur", "size"), plain_step_ns=("dur", "median"),
+                                    plain_forward_ns=("target", "median"), plain_rel_mad=("dur", _rel_mad))
+    sp = spec.groupby(keys).agg(spec_steps=("dur", "size"), spec_step_ns=("dur", "median"),
+                                spec_rel_mad=("dur", _rel_mad),
+                                draft_ns_per_forward=("per_forward", "median"), verify_ns=("target", "median"),
+                                less_draft=("less_draft", "median"))
+    out = plain.join(sp, how="outer").reset_index().reindex(columns=[*COST_COLUMNS, "less_draft"])
+    out[["probe_steps", "spec_steps"]] = out[["probe_steps", "spec_steps"]].fillna(0)
+    out["verify_extra_ns"] = out["less_draft"] - out["plain_step_ns"]
+    return out[list(COST_COLUMNS)].astype(COST_COLUMNS)
+
+
+def _at_batch(costs: pd.DataFrame, engine: np.ndarray, batch: np.ndarray, column: str) -> np.ndarray:
+    """costs[column] at each (engine, batch): linear between the nearest batch sizes that have it,
+    the nearest one beyond them; NaN for an engine without any."""
+    out = np.full(len(batch), np.nan)
+    for eng, grp in costs[costs[column].notna()].groupby("engine"):
+        sel = engine == eng
+        g = grp.sort_values("batch")
+        out[sel] = np.interp(batch[sel], g["batch"].to_numpy(np.float64), g[column].to_numpy(np.float64))
+    return out
+
+
+def join_steps(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
+    """spec rows that fall in a timed speculative step, with that step's engine, batch (requests
+    decoding), pure (no prefill chunk beside), dur_ns and draft_ns."""
+    steps = step_timing[~step_timing["spec_probe"]]
+    if spec.empty or steps.empty:
+        return spec.iloc[:0].assign(engine=np.int64(0), batch=np.int64(0), pure=False, dur_ns=np.int64(0),
+                                    step_draft_ns=np.int64(0))
+    left = spec.assign(engine=spec["request_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT).sort_values("ts_ns")
+    right = pd.DataFrame({
+        "engine": steps["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT, "start_ns": steps["start_ns"],
+        "end_ns": steps["end_ns"], "batch": steps["decode_requests"], "pure": steps["prefill_tokens"] == 0,
+        "dur_ns": steps["end_ns"] - steps["start_ns"], "step_draft_ns": steps["draft_ns"]}).sort_values("start_ns")
+    joined = pd.merge_asof(left, right, left_on="ts_ns", right_on="start_ns", by="engine", direction="backward")
+    joined = joined[joined["end_ns"].notna() & (joined["ts_ns"] <= joined["end_ns"])]
+    return joined.drop(columns=["start_ns", "end_ns"]).astype(
+        {"batch": "int64", "pure": "bool", "dur_ns": "int64", "step_draft_ns": "int64"})
+
+
+def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
+    """One row per task, sorted by task (columns SPEEDUP_COLUMNS): acceptance (verifications,
+    proposed, accepted, accept_rate, mean_accepted_length = tau, gamma = mean proposed); the
+    sample counts (timed_verifications joined to a step, mixed_verifications among them,
+    probe_steps and spec_steps at the task's batch sizes); the parts in ms, averaged over its
+    pure-decode verifications (spec_step_ms Ts, plain_step_ms Tp, draft_ms_per_token,
+    verify_ms, plain_forward_ms, verify_extra_ms X); predicted_speedup and model_speedup as in
+    the module docstring; basis (MEASURED, NO_PROBES or NO_TIMING; NaN speedups unless MEASURED)."""
+    if spec.empty:
+        return _empty(SPEEDUP_COLUMNS)
+    acc = acceptance_by_task(spec).set_index("task")
+    costs = step_costs(step_timing)
+    j = join_steps(spec, step_timing)
+    eng, b = j["engine"].to_numpy(np.int64), j["batch"].to_numpy(np.float64)
+    cols = {c: _at_batch(costs, eng, b, c) for c in ("plain_step_ns", "spec_step_ns", "verify_extra_ns",
+                                                      "draft_ns_per_forward", "verify_ns", "plain_forward_ns",
+                                                      "probe_steps", "spec_steps")}
+    # Relative standard error of a median of n samples, the spread pooled over batch sizes.
+    spread = {k: 1.2533 * 1.4826 * costs[f"{k}_rel_mad"].median() for k in ("plain", "spec")}
+    cols["se_plain"] = spread["plain"] / np.sqrt(np.where(cols["probe_steps"] > 0, cols["probe_steps"], np.nan))
+    cols["se_spec"] = spread["spec"] / np.sqrt(np.where(cols["spec_steps"] > 0, cols["spec_steps"], np.nan))
+    j = j.assign(_tokens=j["accepted"] + 1, **{"_" + c: v for c, v in cols.items()})
+    rows = []
+    for task in acc.index:
+        g = j[j["task"] == task]
+        pure, mixed = g[g["pure"]], g[~g["pure"]]
+        tp = pure["_plain_step_ns"].mean()
+        spec_time = pure["_spec_step_ns"].sum() + mixed["dur_ns"].sum()
+        mixed_plain = np.maximum(mixed["dur_ns"] - mixed["step_draft_ns"] - mixed["_verify_extra_ns"],
+                                 mixed["_plain_step_ns"])
+        plain_time = (g["_tokens"] * g["_plain_step_ns"]).sum() + (mixed_plain - mixed["_plain_step_ns"]).sum()
+        batches = set(zip(pure["engine"], pure["batch"]))
+        at = costs.loc[np.array([k in batches for k in zip(costs["engine"], costs["batch"])], dtype=bool)]
+        basis = NO_TIMING if step_timing.empty else MEASURED if np.isfinite(tp) and spec_time > 0 else NO_PROBES
+        tau, gamma = acc.at[task, "mean_accepted_length"], acc.at[task, "gamma"]
+        c = pure["_draft_ns_per_forward"].mean() / pure["_plain_forward_ns"].mean()
+        speedup = plain_time / spec_time if basis == MEASURED else np.nan
+        # The same few medians serve every verification at a batch size: their errors add, not average out.
+        sigma = np.sqrt(pure["_se_plain"].mean() ** 2 + pure["_se_spec"].mean() ** 2
+                        + (g["_tokens"].std() / np.sqrt(len(g)) / g["_tokens"].mean()) ** 2)
+        rows.append({
+            "task": task, "timed_verifications": len(g), "mixed_verifications": len(mixed),
+            "probe_steps": int(at["probe_steps"].sum()), "spec_steps": int(at["spec_steps"].sum()),
+            "mean_batch": pure["batch"].mean(), "spec_step_ms": pure["_spec_step_ns"].mean() / 1e6,
+            "plain_step_ms": tp / 1e6, "draft_ms_per_token": pure["_draft_ns_per_forward"].mean() / 1e6,
+            "verify_ms": pure["_verify_ns"].mean() / 1e6, "plain_forward_ms": pure["_plain_forward_ns"].mean() / 1e6,
+            "verify_extra_ms": pure["_verify_extra_ns"].mean() / 1e6,
+            "predicted_speedup": speedup, "speedup_low": speedup * np.exp(-2 * sigma),
+            "speedup_high": speedup * np.exp(2 * sigma),
+            "model_speedup": tau / (gamma * c + 1.0) if basis == MEASURED else np.nan, "basis": basis})
+    out = acc.reset_index().merge(pd.DataFrame(rows), on="task")
+    return out[list(SPEEDUP_COLUMNS)].astype(SPEEDUP_COLUMNS)
+
+
+def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
+    """speedup_by_task as JSON-ready dicts keyed by task, each saying how its figures were obtained."""
+    out: dict[str, dict[str, object]] = {}
+    for r in by_task.itertuples(index=False):
+        if r.basis == MEASURED:
+            how = (f"measured: {r.mean_accepted_length:.2f} tokens per verification (mean of {r.verifications}) over "
+                   f"the median speculative pure-decode step ({r.spec_steps} steps), against 1 token per plain probe "
+                   f"step (median of {r.probe_steps}) at the same batch sizes (mean {r.mean_batch:.1f}); "
+                   f"{r.mixed_verifications} verifications in steps with prefill chunks count at those steps' own "
+                   f"time, less their draft phase and verify extra for the plain side; the interval is ~95% "
+                   f"from the spread of the step times and of tau")
+        elif r.basis == NO_PROBES:
+            how = ("not measured: no plain decode step at this task's batch sizes to compare with "
+                   "(run the engine with spec_probe_every, e.g. 16)")
+        else:
+            how = "not measured: the engine does not time its steps (acceptance only)"
+        out[str(r.task)] = {
+            "accept_rate": r.accept_rate, "mean_accepted_length": r.mean_accepted_length, "gamma": r.gamma,
+            "predicted_speedup": r.predicted_speedup, "speedup_interval": [r.speedup_low, r.speedup_high],
+            "basis": r.basis, "how": how,
+            "parts_ms": {"spec_step": r.spec_step_ms, "plain_step": r.plain_step_ms,
+                         "draft_per_token": r.draft_ms_per_token, "verify_forward": r.verify_ms,
+                         "plain_forward": r.plain_forward_ms, "verify_extra": r.verify_extra_ms},
+            "samples": {"verifications": r.verifications, "timed_verifications": r.timed_verifications,
+                        "mixed_verifications": r.mixed_verifications, "spec_steps": r.spec_steps,
+                        "probe_steps": r.probe_steps},
+            "model_speedup": r.model_speedup,
+            "model": "tau / (gamma * c + 1), c = draft time per token / plain target forward (Leviathan et al.): "
+                     "a model that leaves out the verify and sampling extra",
+        }
+    return out

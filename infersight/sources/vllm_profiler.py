@@ -1,0 +1,278 @@
+"""Captures on a vLLM server through its profiler endpoints (`--vllm-url` with `--vllm-profiler-dir`).
+
+vLLM started with `--profiler-config '{"profiler": "torch", "torch_profiler_dir": DIR,
+"torch_profiler_with_stack": false}'` serves POST /start_profile and /stop_profile. Keep stacks off:
+with them a handful of requests gave 6-14 MB traces and /stop_profile took up to 51 s; without, a
+20-step trace is tens of KiB. (`"ignore_frontend": true` also skips the API server's own trace,
+which this module does not read.) One capture, on its own thread (the agent's loop never waits):
+
+  1. list DIR's traces; read vLLM's step count (the scraper: vllm:iteration_tokens_total's count)
+  2. POST /start_profile {"profile_prefix": "infersight-<id>-<random>", "max_iterations": N}: since
+     vLLM 0.3x the worker's profiler stops itself after N engine steps, so the window is exactly N
+     steps even though step 3 counts them late (the counter moves when outputs reach the API server)
+  3. wait until the count has grown by N, at most `step_wait_s` (an idle server takes no steps:
+     the capture then covers the steps that came)
+  4. POST /stop_profile: ends vLLM's session (and writes the trace when vLLM has not yet)
+  5. wait, at most `trace_wait_s`, for the worker's trace: a new `*.pt.trace.json[.gz]` in DIR, not
+     the API server's `*async_llm*` one, rank 0 first, ours by prefix when vLLM names it so, and
+     readable (torch writes the gzip in place, so a half-written file is retried)
+  6. analyse it (`analyze_vllm_trace`): the same report `infersight analyze` builds, over the GPU
+     kernels or, on a CPU build, the CPU ops (kernels.cpu_trace)
+
+vLLM's worker wraps each profiled step in a record_function range named
+`execute_context_<C>(<T>)_generation_<G>(<U>)` (C context requests with T tokens, G generation
+requests with U tokens). The analysis keeps those ranges and adds, around each, the ranges our
+report reads phases from: `step` > `forward.<phase>` with phase prefill (C > 0, G = 0), decode
+(C = 0, G > 0), mixed (both) or empty (neither).
+
+Failures (vLLM refused or did not answer, no trace in time, a trace that does not parse) end the
+capture as "failed" with {"error": why} as its analysis, are counted in capture_failures{reason}
+and logged in one line each.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from infersight.agent.capture import CaptureOutcome, CaptureRefused
+from infersight.exporters import catalogue as C
+from infersight.kernels.cpu_trace import cpu_report, has_device_activity, parse_cpu_ops
+from infersight.kernels.frames import TraceError
+from infersight.kernels.kineto import parse_kineto, read_json_document
+from infersight.kernels.report import build_report
+
+log = logging.getLogger("infersight.agent")
+TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
+_STEP_RANGE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+)\(.*\)$")
+_RANK = re.compile(r"rank(\d+)")
+LARGE_TRACE_BYTES = 5 << 20
+
+
+@dataclass(frozen=True)
+class VllmProfilerConfig:
+    """base_url: vLLM's server; profiler_dir: its torch_profiler_dir as this host sees it."""
+
+    base_url: str
+    profiler_dir: str
+    step_wait_s: float = 60.0
+    trace_wait_s: float = 60.0
+    poll_s: float = 0.25
+    http_timeout_s: float = 30.0
+
+
+def step_phase(name: str) -> str | None:
+    """The phase of one of vLLM's step ranges (see the module docstring); None for other names."""
+    m = _STEP_RANGE.match(name)
+    if m is None:
+        return None
+    context, generation = int(m.group(1)), int(m.group(2))
+    return {(True, False): "prefill", (False, True): "decode", (True, True): "mixed"}.get(
+        (context > 0, generation > 0), "empty")
+
+
+def with_step_ranges(doc: Any) -> tuple[Any, int]:
+    """(a copy of the Kineto document with `step` and `forward.<phase>` ranges around each of vLLM's
+    step ranges, the number of step ranges). The input is not modified."""
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        return doc, 0
+    out, steps = [], 0
+    for e in events:
+        phase = step_phase(str(e.get("name", ""))) if isinstance(e, dict) and e.get("cat") == "user_annotation" \
+            and e.get("ph") == "X" else None
+        if phase is not None:
+            steps += 1
+            base = {k: e[k] for k in ("ph", "cat", "pid", "tid", "ts", "dur") if k in e}
+            out += [{**base, "name": "step"}, {**base, "name": f"forward.{phase}"}]  # same span, outermost first
+        out.append(e)
+    return ({**doc, "traceEvents": out} if isinstance(doc, dict) else out), steps
+
+
+def analyze_vllm_trace(path: str) -> dict[str, Any]:
+    """The report of one vLLM worker trace (TraceError when it cannot be read), plus `steps`: how
+    many of vLLM's step ranges it holds."""
+    doc, steps = with_step_ranges(read_json_document(path))
+    if has_device_activity(doc):
+        report = build_report(parse_kineto(doc, path))
+    else:
+        report = cpu_report(parse_cpu_ops(doc, path))
+    report["steps"] = steps
+    return report
+
+
+def trace_files(directory: Path) -> dict[str, int]:
+    """Worker trace files in `directory` (not the API server's async_llm ones): name -> size."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return {}
+    return {e.name: e.stat().st_size for e in entries
+            if e.is_file() and e.name.endswith(TRACE_SUFFIXES) and "async_llm" not in e.name}
+
+
+def pick_worker_trace(names: list[str], prefix: str) -> str | None:
+    """Of new worker trace names, ours by prefix when any is, and rank 0 (the lowest rank) first."""
+    ours = [n for n in names if n.startswith(prefix + "_")] or names
+
+    def rank(name: str) -> tuple[int, str]:
+        m = _RANK.search(name)
+        return (int(m.group(1)) if m else 1 << 30, name)
+
+    return min(ours, key=rank) if ours else None
+
+
+class VllmProfilerTarget:
+    """A CaptureTarget (agent.capture) over vLLM's profiler endpoints. steps: vLLM's step count now
+    (None when unknown), from the metrics scraper."""
+
+    tools = ("torch",)
+
+    def __init__(self, config: VllmProfilerConfig, steps: Callable[[], float | None]) -> None:
+        self.config = config
+        self.name = f"vllm:{config.base_url.rstrip('/')}"
+        self.steps = steps
+        self._lock = threading.Lock()
+        self._outcome: CaptureOutcome | None = None
+        self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._failures: dict[str, int] = {}
+
+    # -- the CaptureTarget protocol ------------------------------------------------------------------
+    def start(self, capture_id: int, steps: int) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            raise CaptureRefused(409, "a vLLM capture is still finishing; one at a time")
+        self._outcome = None
+        self._thread = threading.Thread(target=self._run, args=(capture_id, steps), daemon=True,
+                                        name=f"infersight-vllm-capture-{capture_id}")
+        self._thread.start()
+
+    def poll(self) -> CaptureOutcome | None:
+        with self._lock:
+            outcome, self._outcome = self._outcome, None
+        return outcome
+
+    def close(self) -> None:
+        self._closing.set()  # a capture in flight stops waiting, calls /stop_profile and ends
+        if self._thread is not None:
+            self._thread.join(timeout=self.config.http_timeout_s)
+
+    def collector(self) -> Collector:
+        return _FailureCounts(self)
+
+    def failures(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._failures)
+
+    # -- one capture ---------------------------------------------------------------------------------
+    def _post(self, path: str, body: dict[str, Any] | None, timeout_s: float) -> None:
+        data = json.dumps(body).encode() if body is not None else b""
+        req = urllib.request.Request(self.config.base_url.rstrip("/") + path, data=data, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout_s):  # noqa: S310 (the operator's URL)
+            pass
+
+    def _wait(self, seconds: float) -> bool:
+        """Sleep one poll interval (or less); False once the agent is closing."""
+        return not self._closing.wait(max(0.0, min(self.config.poll_s, seconds)))
+
+    def _run(self, capture_id: int, steps: int) -> None:
+        try:
+            self._capture(capture_id, steps)
+        except Exception as exc:  # noqa: BLE001 (a bug here must end the capture, not wedge every later one)
+            self._fail("unreadable", f"the capture could not be analysed ({type(exc).__name__}: {exc})", {})
+
+    def _capture(self, capture_id: int, steps: int) -> None:
+        cfg = self.config
+        directory = Path(cfg.profiler_dir)
+        prefix = f"infersight-{capture_id}-{secrets.token_hex(4)}"  # unique across agents and restarts
+        before = set(trace_files(directory))
+        start_count = self.steps()
+        info: dict[str, Any] = {"steps_requested": steps, "profile_prefix": prefix}
+        try:
+            self._post("/start_profile", {"profile_prefix": prefix, "max_iterations": steps}, cfg.http_timeout_s)
+        except (urllib.error.URLError, OSError) as exc:
+            return self._fail("profiler_http", f"{cfg.base_url}/start_profile failed ({exc}): was vLLM started "
+                              "with --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": ...}'?",
+                              info)
+        started = time.monotonic()
+        deadline = started + cfg.step_wait_s
+        counted = 0.0
+        while time.monotonic() < deadline:
+            now_count = self.steps()
+            if start_count is None:
+                start_count = now_count
+            elif now_count is not None:
+                counted = now_count - start_count
+            if counted >= steps or not self._wait(deadline - time.monotonic()):
+                break
+        info.update(steps_counted=int(counted), window_s=round(time.monotonic() - started, 3))
+        try:
+            self._post("/stop_profile", None, max(cfg.http_timeout_s, cfg.trace_wait_s))
+        except (urllib.error.URLError, OSError) as exc:
+            return self._fail("profiler_http", f"{cfg.base_url}/stop_profile failed ({exc})", info)
+        self._pick_up(directory, before, prefix, info)
+
+    def _pick_up(self, directory: Path, before: set[str], prefix: str, info: dict[str, Any]) -> None:
+        """Wait for the new worker trace to be complete, then analyse it (steps 5 and 6)."""
+        deadline = time.monotonic() + self.config.trace_wait_s
+        sizes: dict[str, int] = {}
+        failed_at: dict[str, int] = {}  # name -> the size at which it did not parse
+        last_error = ""
+        while True:
+            now = trace_files(directory)
+            name = pick_worker_trace(sorted(set(now) - before), prefix)
+            if name is not None and sizes.get(name) == now[name] != failed_at.get(name):  # unchanged: try it
+                path = str(directory / name)
+                try:
+                    report = analyze_vllm_trace(path)
+                except TraceError as exc:
+                    last_error, failed_at[name] = str(exc), now[name]  # tried again only if it grows
+                else:
+                    info["trace_bytes"] = now[name]
+                    if now[name] > LARGE_TRACE_BYTES:
+                        info["note"] = "a large trace: start vLLM with torch_profiler_with_stack false"
+                    report["capture"] = info
+                    return self._finish(CaptureOutcome("done", path, report))
+            sizes = now
+            if time.monotonic() >= deadline or not self._wait(deadline - time.monotonic()):
+                break
+        if last_error:
+            return self._fail("unreadable", f"the worker trace did not parse: {last_error}", info)
+        return self._fail("no_trace", f"no worker trace (*.pt.trace.json.gz) appeared in {directory} within "
+                          f"{self.config.trace_wait_s:g} s after /stop_profile: is it vLLM's torch_profiler_dir "
+                          "as this host sees it?", info)
+
+    def _fail(self, reason: str, message: str, info: dict[str, Any]) -> None:
+        log.warning("vLLM capture failed (%s): %s", reason, message)
+        with self._lock:
+            self._failures[reason] = self._failures.get(reason, 0) + 1
+        self._finish(CaptureOutcome("failed", "", {"error": message, "reason": reason, "capture": info}))
+
+    def _finish(self, outcome: CaptureOutcome) -> None:
+        with self._lock:
+            self._outcome = outcome
+
+
+class _FailureCounts(Collector):
+    def __init__(self, target: VllmProfilerTarget) -> None:
+        self.target = target
+
+    def collect(self) -> Iterator[Metric]:
+        fam = CounterMetricFamily(C.CAPTURE_FAILURES.name, C.CAPTURE_FAILURES.help,
+                                  labels=list(C.CAPTURE_FAILURES.labels))
+        for reason, n in sorted(self.target.failures().items()):
+            fam.add_metric([reason], n)
+        yield fam

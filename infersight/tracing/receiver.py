@@ -1,0 +1,293 @@
+"""The agent's OTLP trace receiver: an engine (vLLM: `--otlp-traces-endpoint`) sends its spans here.
+
+    OTLP/HTTP  POST /v1/traces (application/x-protobuf or application/json; gzip ok) ─┐
+    OTLP/gRPC  opentelemetry.proto.collector.trace.v1.TraceService/Export             ─┴─> decode
+                                                                              ─> SpanJoin.add_spans
+
+Each listener binds 127.0.0.1 unless told otherwise, on its own port (not the agent's /metrics
+port). A bad body never costs more than its answer and a count: one that does not parse gets
+HTTP 400 with a google.rpc.Status body (gRPC: INVALID_ARGUMENT), one over max_body_bytes 413
+(RESOURCE_EXHAUSTED), a media type we do not read 415; spans with invalid ids are refused one by
+one through OTLP's partial success. Bad bodies are logged at most once a second per reason, with
+the count so far. Which spans are joined and which forwarded is span_join.py's business.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import uvicorn
+from google.protobuf import json_format
+from opentelemetry.sdk.trace import ReadableSpan
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from infersight.exporters import catalogue as C
+from infersight.tracing import otlp_decode as D
+from infersight.tracing.span_join import JoinCounts, SpanJoin
+
+if TYPE_CHECKING:
+    from infersight.agent.config import AgentConfig
+    from infersight.tracing.hook import TracingHook
+
+log = logging.getLogger("infersight.tracing")
+MAX_BODY_BYTES = 4 << 20  # the OpenTelemetry Collector's default gRPC message limit
+GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+MEDIA_TYPES = {"application/x-protobuf": D.PROTOBUF, "application/protobuf": D.PROTOBUF, "application/json": D.JSON}
+#: Span attribute keys that hold prompt or completion text (dropped unless content export is on).
+CONTENT_PREFIXES = ("input.", "output.", "llm.input_messages", "llm.output_messages", "llm.prompts",
+                    "gen_ai.prompt", "gen_ai.completion", "gen_ai.input.messages", "gen_ai.output.messages",
+                    "gen_ai.system_instructions")
+TRANSPORTS = ("http", "grpc")
+REASONS = ("malformed", "too_large", "unsupported_media_type")
+
+
+class ReceiverConfigError(ValueError):
+    """A receiver address that cannot be bound (the agent turns it into its ConfigError)."""
+
+
+def not_content(key: str) -> bool:
+    return not key.startswith(CONTENT_PREFIXES)
+
+
+def parse_hostport(value: str) -> tuple[str, int]:
+    """"HOST:PORT" (":PORT" means 127.0.0.1; IPv6 in brackets)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ReceiverConfigError(f"an OTLP receiver address must be HOST:PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@dataclass
+class ReceiverCounts:
+    """Spans accepted, spans refused inside good bodies, and bodies refused, by transport."""
+
+    spans: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRANSPORTS, 0))
+    spans_rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRANSPORTS, 0))
+    bodies_rejected: dict[tuple[str, str], int] = field(
+        default_factory=lambda: {(t, r): 0 for t in TRANSPORTS for r in REASONS})
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+
+class OtlpReceiver:
+    """The listeners (either may be off), bound when built so a busy port fails at startup."""
+
+    def __init__(self, sink: Callable[[list[ReadableSpan]], None], http: tuple[str, int] | None = None,
+                 grpc_address: tuple[str, int] | None = None, export_content: bool = False,
+                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.sink, self.max_body_bytes = sink, max_body_bytes
+        self.keep = None if export_content else not_content
+        self.counts = ReceiverCounts()
+        self.join_counts: JoinCounts | None = None  # shown beside ours on /metrics (set by attach)
+        self._logged: dict[str, float] = {}
+        self.http_port = self.grpc_port = None
+        self._sock = self._server = self._thread = self._grpc = None
+        if http is not None:
+            self._sock = _bind(*http)
+            self.http_port = self._sock.getsockname()[1]
+            self._server = uvicorn.Server(uvicorn.Config(self.app(), log_level="warning", access_log=False))
+        if grpc_address is not None:
+            self._grpc, self.grpc_port = self._grpc_server(*grpc_address)
+
+    @classmethod
+    def attach(cls, config: "AgentConfig", hook: "TracingHook") -> "OtlpReceiver":
+        """The receiver of `config`, its spans joined with `hook`'s rows (hook.span_join is set here)."""
+        from infersight.tracing.vllm_spans import vllm_request_span
+
+        join = SpanJoin(hook.pipeline.forward, hook.export_row, vllm_request_span, config.otlp_join_wait_s)
+        hook.span_join = join
+        http = parse_hostport(config.otlp_receiver) if config.otlp_receiver else None
+        grpc_address = parse_hostport(config.otlp_receiver_grpc) if config.otlp_receiver_grpc else None
+        receiver = cls(join.add_spans, http, grpc_address, config.export_content)
+        receiver.join_counts = join.counts
+        return receiver
+
+    # -- the one path every body takes ------------------------------------------------------------------
+    def export(self, body: bytes | None, media_type: str, transport: str, encoding: str = "") -> D.DecodedSpans:
+        """Decode one export request (None: a body already known to be too large) and hand its spans
+        on; a bad body raises OtlpDecodeError (BodyTooLarge when too large), counted and logged."""
+        try:
+            if body is None or len(body) > self.max_body_bytes:
+                raise D.BodyTooLarge(f"body over the {self.max_body_bytes} byte limit")
+            body = D.inflate(body, encoding, self.max_body_bytes)
+            decoded = D.decode_spans(D.parse_request(body, media_type), self.keep)
+        except D.OtlpDecodeError as exc:
+            self.reject(transport, "too_large" if isinstance(exc, D.BodyTooLarge) else "malformed", str(exc))
+            raise
+        with self.counts.lock:
+            self.counts.spans[transport] += len(decoded.spans)
+            self.counts.spans_rejected[transport] += decoded.rejected
+        if decoded.rejected:
+            self._log_once("invalid_span", f"OTLP {transport}: {decoded.error_message}")
+        if decoded.spans:
+            try:
+                self.sink(decoded.spans)
+            except Exception as exc:  # noqa: BLE001 -- a bug of ours must not turn into the sender's retries
+                log.error("OTLP %s: %d received spans could not be handed on: %s: %s", transport,
+                          len(decoded.spans), type(exc).__name__, exc)
+        return decoded
+
+    def reject(self, transport: str, reason: str, message: str) -> None:
+        with self.counts.lock:
+            self.counts.bodies_rejected[(transport, reason)] += 1
+            n = self.counts.bodies_rejected[(transport, reason)]
+        self._log_once(reason, f"OTLP {transport} body refused ({reason}, {n} so far): {message[:200]}")
+
+    def _log_once(self, reason: str, line: str) -> None:
+        now = time.monotonic()
+        if now - self._logged.get(reason, -1e9) >= 1.0:  # a flood of bad bodies costs one line a second
+            self._logged[reason] = now
+            log.warning("%s", line)
+
+    # -- OTLP/HTTP ------------------------------------------------------------------------------------------
+    def app(self) -> Starlette:
+        async def traces(request: Request) -> Response:
+            media = MEDIA_TYPES.get(request.headers.get("content-type", "").split(";")[0].strip().lower())
+            if media is None:
+                self.reject("http", "unsupported_media_type", request.headers.get("content-type", "(none)"))
+                return _http_error(415, "use application/x-protobuf or application/json", D.PROTOBUF)
+            body = await _read_limited(request, self.max_body_bytes)
+            try:
+                decoded = self.export(body, media, "http", request.headers.get("content-encoding", ""))
+            except D.BodyTooLarge as exc:
+                return _http_error(413, str(exc), media)
+            except D.OtlpDecodeError as exc:
+                return _http_error(400, str(exc), media)
+            response = decoded.response()
+            if media == D.JSON:
+                return Response(json_format.MessageToJson(response, indent=None), media_type=D.JSON)
+            return Response(response.SerializeToString(), media_type=D.PROTOBUF)
+
+        return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+
+    # -- OTLP/gRPC ------------------------------------------------------------------------------------------
+    def _grpc_server(self, host: str, port: int) -> tuple[object, int]:
+        try:
+            import grpc
+            from concurrent import futures
+        except ImportError:
+            raise ReceiverConfigError("the OTLP gRPC receiver needs grpcio: pip install 'infersight[grpc]'") from None
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        def export(body: bytes, context: "grpc.ServicerContext") -> ExportTraceServiceResponse:
+            try:
+                return self.export(body, D.PROTOBUF, "grpc").response()
+            except D.BodyTooLarge as exc:
+                context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
+                context.set_details(str(exc))
+            except D.OtlpDecodeError as exc:
+                context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
+                context.set_details(str(exc))
+            return ExportTraceServiceResponse()
+
+        # Bodies up to twice our limit reach the handler, so the ones over it are counted there; beyond
+        # that gRPC itself refuses them (RESOURCE_EXHAUSTED, uncounted). No SO_REUSEPORT: a busy port fails.
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="infersight-otlp-grpc"),
+                             options=[("grpc.so_reuseport", 0),
+                                      ("grpc.max_receive_message_length", 2 * self.max_body_bytes)])
+        handler = grpc.unary_unary_rpc_method_handler(  # raw bytes in: we parse, so we count what does not
+            export, request_deserializer=None, response_serializer=ExportTraceServiceResponse.SerializeToString)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(GRPC_SERVICE, {"Export": handler}),))
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError:
+            bound = 0
+        if not bound:
+            raise ReceiverConfigError(f"cannot listen for OTLP/gRPC on {address} (in use?); "
+                                      "pick another with --otlp-receiver-grpc HOST:PORT")
+        return server, bound
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._server is not None:
+            self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True,
+                                            name="infersight-otlp-http")
+            self._thread.start()
+            deadline = time.monotonic() + 10
+            while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.01)  # serving before start() returns: the engine may send at once
+            log.info("receiving OTLP/HTTP traces on http://%s:%d/v1/traces", *self._sock.getsockname()[:2])
+        if self._grpc is not None:
+            self._grpc.start()
+            log.info("receiving OTLP/gRPC traces on port %d", self.grpc_port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._thread is not None:
+                self._thread.join(timeout=5)
+            self._sock.close()
+        if self._grpc is not None:
+            self._grpc.stop(grace=1).wait(5)
+
+    def collector(self) -> Collector:
+        return _ReceiverCollector(self)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    try:  # (create_server sets SO_REUSEADDR on POSIX, never SO_REUSEPORT: a busy port fails here)
+        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as exc:
+        busy = " (in use)" if exc.errno == errno.EADDRINUSE else f": {exc.strerror}"
+        raise ReceiverConfigError(f"cannot listen for OTLP/HTTP on {host}:{port}{busy}; "
+                                  "pick another with --otlp-receiver HOST:PORT") from None
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to be over `limit` (never read beyond it)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _http_error(status: int, message: str, media: str) -> Response:
+    if media == D.JSON:
+        return Response(json.dumps({"code": 3, "message": message}), status, media_type=D.JSON)
+    return Response(D.bad_request_status(message), status, media_type=D.PROTOBUF)
+
+
+class _ReceiverCollector(Collector):
+    """The receiver's and the join's counters on the agent's /metrics (OTLP_RECEIVER_METRICS)."""
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self.receiver = receiver
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self.receiver.counts
+        with counts.lock:
+            spans, rejected, bodies = dict(counts.spans), dict(counts.spans_rejected), dict(counts.bodies_rejected)
+        for spec, values in ((C.OTLP_RECEIVER_SPANS, spans), (C.OTLP_RECEIVER_SPANS_REJECTED, rejected)):
+            fam = CounterMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+            for transport, n in sorted(values.items()):
+                fam.add_metric([transport], n)
+            yield fam
+        fam = CounterMetricFamily(C.OTLP_RECEIVER_BODIES_REJECTED.name, C.OTLP_RECEIVER_BODIES_REJECTED.help,
+                                  labels=list(C.OTLP_RECEIVER_BODIES_REJECTED.labels))
+        for (transport, reason), n in sorted(bodies.items()):
+            fam.add_metric([transport, reason], n)
+        yield fam
+        join = self.receiver.join_counts or JoinCounts()
+        yield CounterMetricFamily(C.OTLP_REQUEST_SPANS_JOINED.name, C.OTLP_REQUEST_SPANS_JOINED.help, value=join.joined)
+        fam = CounterMetricFamily(C.OTLP_REQUEST_SPANS_UNJOINED.name, C.OTLP_REQUEST_SPANS_UNJOINED.help,
+                                  labels=list(C.OTLP_REQUEST_SPANS_UNJOINED.labels))
+        fam.add_metric(["span"], join.span_alone)
+        fam.add_metric(["row"], join.row_alone)
+        yield fam

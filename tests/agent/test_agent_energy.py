@@ -1,0 +1,127 @@
+"""Energy per request through the whole agent: a real tiny engine, the agent's GPU sampler over the
+real NvmlCollector and a fake pynvml whose energy counter the test advances between polls. Each
+request's joules are checked against a naive reference built from the engine's own StepStats and
+the readings the sampler took; the per-request joules plus idle equal the counter's rise exactly."""
+from __future__ import annotations
+
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from agent_workload import make_engine, run_workload, unique_ring
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
+
+from infersight.agent import report  # noqa: E402
+from infersight.agent.config import AgentConfig  # noqa: E402
+from infersight.agent.service import Agent  # noqa: E402
+from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402
+
+#: The fake GPU draws between 250 and 450 W, changing with every reading.
+WATTS = (250, 450, 320, 400, 290)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The workload with a GPU reading every third engine step (coarser than steps, as in life)."""
+    ring, out = unique_ring("energy"), tmp_path_factory.mktemp("energy")
+    gpu = FakeGpuState(uuid="GPU-fake-0", energy_mj=7_000_000_000)
+    last = [time.monotonic_ns(), 0]  # when the counter last moved, readings so far
+
+    def read_gpu() -> None:
+        """Advance the counter by this interval's power (W x ns = nJ; / 1e6 -> mJ), then read it."""
+        now = time.monotonic_ns()
+        gpu.energy_mj += (now - last[0]) * WATTS[last[1] % len(WATTS)] // 1_000_000
+        last[0], last[1] = now, last[1] + 1
+        agent.gpu.poll_once()
+
+    engine, probe = make_engine(ring)
+    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(out)),
+                  gpu_collector=NvmlCollector(FakeNvml([gpu]), gpm=False))
+    polls = [0]
+
+    def poll() -> None:
+        polls[0] += 1
+        if polls[0] % 3 == 0:
+            read_gpu()
+        agent.poll_once()
+
+    try:
+        read_gpu()  # the account starts before the first step
+        work = run_workload(engine, poll)
+        gpu.energy_mj += 1234  # the last reading is the sampler's final one, at close
+        agent.close()  # the sampler's final reading, then every held row
+        yield work, agent, out
+    finally:
+        agent.close()
+        probe.close()
+
+
+def _energy_readings(agent: Agent) -> list[tuple[int, int]]:
+    return [(s.ts_ns, round(s.value * 1e6)) for s in agent.gpu.recent() if s.field == "energy_joules"]
+
+
+def _counter(readings: list[tuple[int, int]], t: int) -> int:
+    for (t0, e0), (t1, e1) in zip(readings, readings[1:]):
+        if t0 <= t <= t1:
+            return round(e0 + Fraction(e1 - e0) * (t - t0) / (t1 - t0))
+    raise AssertionError(f"{t} is outside the readings")
+
+
+def _shares(amount: int, batch: list[tuple[int, int]]) -> dict[int, int]:
+    total = sum(n for _, n in batch)
+    exact = [(r, Fraction(amount * n, total)) for r, n in batch]
+    parts = {r: int(x) for r, x in exact}
+    for r, _ in sorted(exact, key=lambda rx: -(rx[1] - int(rx[1])))[:amount - sum(parts.values())]:
+        parts[r] += 1
+    return parts
+
+
+def test_each_request_gets_its_naive_joules(run) -> None:
+    work, agent, out = run
+    readings = _energy_readings(agent)
+    assert len(readings) >= 5
+    expected: dict[int, int] = {}
+    for st in work.steps:  # the engine's own record of each step: window and members
+        if st.batch:
+            amount = _counter(readings, st.end_ns) - _counter(readings, st.start_ns)
+            for rid, uj in _shares(amount, st.batch).items():
+                expected[rid] = expected.get(rid, 0) + uj
+    rows = {r["request_id"]: r for r in agent.state.finished}
+    assert sorted(rows) == sorted(expected) == sorted(work.prompts)
+    for rid, uj in expected.items():
+        assert round(rows[rid]["energy_j"] * 1e6) == uj, rid
+    parquet = pq.read_table(out / "requests.parquet").to_pandas().set_index("request_id")
+    assert all(round(parquet.loc[rid, "energy_j"] * 1e6) == uj for rid, uj in expected.items())
+
+
+def test_requests_plus_idle_is_the_counters_rise_exactly(run) -> None:
+    _, agent, _ = run
+    readings = _energy_readings(agent)
+    meter = agent.state.energy
+    assert meter.requests_uj + meter.idle_uj == readings[-1][1] - readings[0][1]
+    assert meter.requests_uj == round(sum(r["energy_j"] * 1e6 for r in agent.state.finished))
+    energy = report.summary(agent.state)["cost"]["energy"]
+    assert energy["measured"] and energy["gpus"] == [0] and energy["status"].startswith("measured: ")
+    assert energy["requests_j"] + energy["idle_j"] == pytest.approx(energy["counter_delta_j"], abs=1e-9)
+    assert energy["counter_delta_j"] == (readings[-1][1] - readings[0][1]) / 1e6
+
+
+def test_energy_metrics_are_fed(run) -> None:
+    work, agent, _ = run
+    families = {f.name: f for f in text_string_to_metric_families(generate_latest(agent.registry).decode())}
+    by_task = {s.labels["task"]: s.value for s in families["infersight_energy_joules"].samples
+               if s.name.endswith("_total")}
+    rows = list(agent.state.finished)
+    for task in ("code", "json"):
+        assert by_task[task] == pytest.approx(sum(r["energy_j"] for r in rows if r["task"] == task), rel=1e-12)
+    idle = [s.value for s in families["infersight_energy_idle_joules"].samples if s.name.endswith("_total")]
+    assert idle == [pytest.approx(agent.state.energy.idle_uj / 1e6, rel=1e-12)]
+    # No GPM on this fake: the SM-active figure is absent, not 0.
+    assert all(r["gpu_sm_active_s"] != r["gpu_sm_active_s"] for r in rows)

@@ -1,0 +1,138 @@
+"""spec_speedup: the step costs, the join of verifications to steps, and the speedup per task, on
+tiny hand-built frames whose expected values are worked out by hand in the comments."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from infersight.correlate.frames import SPEC_COLUMNS, STEP_TIMING_COLUMNS
+from infersight.correlate.spec_speedup import (
+    ENGINE_ID_SHIFT, MEASURED, NO_PROBES, NO_TIMING, join_steps, speedup_by_task, step_costs, summary_by_task,
+)
+
+E1 = 1 << ENGINE_ID_SHIFT  # ids of a second engine, as the agent offsets them
+
+
+def _steps(rows: list[tuple]) -> pd.DataFrame:
+    """rows: (step_id, start_ns, duration, draft_ns, target_ns, decode_requests, prefill_tokens, probe)."""
+    return pd.DataFrame([{
+        "step_id": sid, "start_ns": start, "end_ns": start + dur, "schedule_ns": 1, "draft_ns": draft,
+        "target_ns": target, "decode_requests": b, "prefill_tokens": prefill, "spec_tokens": 0 if probe else 4 * b,
+        "spec_accepted": 0, "draft_forwards": 0 if probe else 4, "spec_probe": probe}
+        for sid, start, dur, draft, target, b, prefill, probe in rows]).astype(STEP_TIMING_COLUMNS)
+
+
+def _spec(rows: list[tuple]) -> pd.DataFrame:
+    """rows: (ts_ns, request_id, task, accepted); 4 proposed each."""
+    return pd.DataFrame([{"ts_ns": ts, "request_id": rid, "task": task, "proposed": 4, "accepted": acc,
+                          "accept_mask": np.uint64((1 << acc) - 1), "draft_ns": 0, "verify_ns": 0}
+                         for ts, rid, task, acc in rows]).astype(SPEC_COLUMNS)
+
+
+# Batch size 2. Probe steps: 100, 120, 110 ns (median Tp = 110), target 90, 100, 95 (median 95).
+# Speculative steps: 300, 320, 310 (median Ts = 310), draft 160 (4 forwards: 40 each), target 120;
+# step less draft 140, 160, 150 -> median 150, so the verify extra X = 150 - 110 = 40.
+STEPS = _steps([
+    (1, 0, 100, 0, 90, 2, 0, True), (2, 1000, 300, 160, 120, 2, 0, False), (3, 2000, 120, 0, 100, 2, 0, True),
+    (4, 3000, 320, 160, 120, 2, 0, False), (5, 4000, 110, 0, 95, 2, 0, True), (6, 5000, 310, 160, 120, 2, 0, False),
+])
+# code: accepted 3, 1, 2, 2 in steps 2 and 4 (tokens 4, 2, 3, 3: tau 3); qa: 0, 0 in step 6 (tau 1).
+SPEC = _spec([(1100, 1, "code", 3), (1200, 2, "code", 1), (3100, 1, "code", 2), (3200, 2, "code", 2),
+              (5100, 3, "qa", 0), (5200, 4, "qa", 0)])
+
+
+def test_step_costs_are_medians_per_batch_size() -> None:
+    c = step_costs(STEPS)
+    assert len(c) == 1
+    row = c.iloc[0]
+    assert (row.engine, row.batch, row.probe_steps, row.spec_steps) == (0, 2, 3, 3)
+    assert [row.plain_step_ns, row.plain_forward_ns, row.spec_step_ns, row.draft_ns_per_forward, row.verify_ns,
+            row.verify_extra_ns] == [110, 95, 310, 40, 120, 40]
+    assert row.plain_rel_mad == pytest.approx(10 / 110) and row.spec_rel_mad == pytest.approx(10 / 310)
+
+
+def test_pure_decode_speedup_is_tau_times_plain_over_spec_step() -> None:
+    t = speedup_by_task(SPEC, STEPS).set_index("task")
+    code, qa = t.loc["code"], t.loc["qa"]
+    assert code.basis == MEASURED and code.timed_verifications == 4 and code.mixed_verifications == 0
+    # (tau / Ts) / (1 / Tp) = 3 * 110 / 310
+    assert code.predicted_speedup == pytest.approx(330 / 310)
+    assert qa.predicted_speedup == pytest.approx(110 / 310)
+    assert [code.spec_step_ms, code.plain_step_ms, code.draft_ms_per_token, code.verify_ms, code.plain_forward_ms,
+            code.verify_extra_ms] == pytest.approx([310e-6, 110e-6, 40e-6, 120e-6, 95e-6, 40e-6])
+    # model: tau / (gamma c + 1), c = 40 / 95, gamma 4
+    assert code.model_speedup == pytest.approx(3 / (4 * 40 / 95 + 1))
+    # interval: exp(+-2 sigma), sigma from the median's error of both step kinds (3 samples each) and tau's
+    se = 1.2533 * 1.4826 / math.sqrt(3)
+    sigma = math.sqrt((se * 10 / 110) ** 2 + (se * 10 / 310) ** 2 + (np.std([4, 2, 3, 3], ddof=1) / 2 / 3) ** 2)
+    assert [code.speedup_low, code.speedup_high] == pytest.approx(
+        [330 / 310 * math.exp(-2 * sigma), 330 / 310 * math.exp(2 * sigma)])
+    assert (code.probe_steps, code.spec_steps, code.mean_batch) == (3, 3, 2.0)
+
+
+def test_a_mixed_step_counts_once_on_both_sides() -> None:
+    # Step 7 ran a 50-token prefill chunk beside two decodes: 500 ns, 200 of them drafting.
+    steps = pd.concat([STEPS, _steps([(7, 6000, 500, 200, 300, 2, 50, False)])], ignore_index=True)
+    spec = pd.concat([SPEC, _spec([(6100, 1, "code", 3)])], ignore_index=True)
+    code = speedup_by_task(spec, steps).set_index("task").loc["code"]
+    assert code.mixed_verifications == 1
+    # tokens 12 + 4 = 16; plain: (16 - 1) x 110 + max(500 - 200 - 40, 110); spec: 4 x 310 + 500
+    assert code.predicted_speedup == pytest.approx((15 * 110 + 260) / (4 * 310 + 500))
+    # the mixed step is no pure-decode sample: the medians are unchanged
+    assert code.spec_step_ms == pytest.approx(310e-6)
+
+
+def test_plain_step_time_is_interpolated_between_probed_batch_sizes() -> None:
+    steps = _steps([(1, 0, 100, 0, 90, 2, 0, True), (2, 1000, 200, 0, 180, 4, 0, True),
+                    (3, 2000, 450, 200, 200, 3, 0, False)])
+    spec = _spec([(2100, 1, "code", 2), (2200, 2, "code", 2), (2300, 3, "code", 2)])
+    code = speedup_by_task(spec, steps).set_index("task").loc["code"]
+    # Tp(3) = 150 (halfway between 100 at 2 and 200 at 4); tau 3; Ts 450
+    assert code.plain_step_ms == pytest.approx(150e-6)
+    assert code.predicted_speedup == pytest.approx(3 * 150 / 450)
+    assert code.probe_steps == 0  # no probe at exactly 3: the figure leans on its neighbours
+
+
+def test_join_keeps_engines_apart_and_drops_what_no_step_holds() -> None:
+    # Engine 1 runs at the same time as engine 0 with slower steps.
+    other = _steps([(E1 + 1, 0, 200, 0, 190, 2, 0, True), (E1 + 2, 1000, 900, 400, 300, 2, 0, False)])
+    steps = pd.concat([STEPS, other], ignore_index=True)
+    spec = pd.concat([SPEC, _spec([(1150, E1 + 7, "code", 0), (9999, 5, "code", 1)])], ignore_index=True)
+    j = join_steps(spec, steps)
+    assert len(j) == 7  # ts 9999 falls in no step
+    assert j.set_index("request_id").loc[E1 + 7, "dur_ns"] == 900
+    assert set(j.loc[j["request_id"] < E1, "dur_ns"]) == {300, 320, 310}
+    t = speedup_by_task(spec, steps).set_index("task")
+    # code: engine 0 tokens 4 + 2 + 3 + 3 at Tp 110 / Ts 310; engine 1 one token at Tp 200 / Ts 900
+    assert t.loc["code", "predicted_speedup"] == pytest.approx((12 * 110 + 1 * 200) / (4 * 310 + 900) * 1.0)
+    assert t.loc["code", "verifications"] == 6 and t.loc["code", "timed_verifications"] == 5
+
+
+def test_without_probes_or_timings_nothing_is_predicted() -> None:
+    no_probes = speedup_by_task(SPEC, STEPS[~STEPS["spec_probe"]]).set_index("task")
+    assert set(no_probes["basis"]) == {NO_PROBES} and no_probes["predicted_speedup"].isna().all()
+    no_timing = speedup_by_task(SPEC, STEPS.iloc[:0])
+    assert set(no_timing["basis"]) == {NO_TIMING} and no_timing["model_speedup"].isna().all()
+    assert list(no_timing["mean_accepted_length"]) == [3.0, 1.0]  # acceptance is still there
+    assert speedup_by_task(SPEC.iloc[:0], STEPS).empty
+
+
+def test_summary_says_how_each_figure_was_obtained() -> None:
+    s = summary_by_task(speedup_by_task(SPEC, STEPS))
+    code = s["code"]
+    assert code["basis"] == MEASURED and code["how"].startswith("measured: 3.00 tokens per verification (mean of 4)")
+    assert code["samples"] == {"verifications": 4, "timed_verifications": 4, "mixed_verifications": 0,
+                               "spec_steps": 3, "probe_steps": 3}
+    assert code["parts_ms"]["plain_step"] == pytest.approx(110e-6)
+    assert code["model_speedup"] == pytest.approx(3 / (4 * 40 / 95 + 1)) and code["model"].startswith("tau /")
+    assert summary_by_task(speedup_by_task(SPEC, STEPS.iloc[:0]))["qa"]["how"].startswith("not measured")
+
+
+def test_inputs_are_not_changed() -> None:
+    spec, steps = SPEC.copy(deep=True), STEPS.copy(deep=True)
+    speedup_by_task(SPEC, STEPS)
+    pd.testing.assert_frame_equal(SPEC, spec)
+    pd.testing.assert_frame_equal(STEPS, steps)

@@ -1,0 +1,121 @@
+"""The control path that runs a counted share of decode steps without speculation
+(EngineConfig.spec_probe_every), and the STEP_TIMING records that carry the step's parts.
+
+The expected probe steps are derived from the STEP_TIMING stream itself by the stated rule (the
+1st, (N+1)th ... pure-decode step with drafts at each batch size), and checked against what the
+other streams say happened in those steps (no verification, one token per request)."""
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+
+import pytest
+import torch
+from testkit import one_torch_thread, unique_ring
+
+from infersight.correlate.frames import EventFrames, update_labels
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.probes.records import record_registry
+from infersight.probes.ring import RingConsumer
+from infersight.runtime import Engine, EngineConfig, ModelConfig, SamplingParams
+
+EVERY = 3
+TARGET = ModelConfig("sp-moe", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, n_experts=4, top_k=2,
+                     max_seq_len=96)
+DRAFT = ModelConfig("sp-draft", d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32, max_seq_len=96)
+PROMPTS = ["hello world, hello world", "abc", "the quick brown fox", "0123456789"]
+MAX_TOKENS = [24, 10, 17, 30]  # requests finish at different steps: the batch size changes
+
+
+def _run(config: EngineConfig, observer: ProbeObserver | None = None) -> tuple[list[list[int]], list]:
+    engine = Engine(config, observer)
+    ids = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, task="code"))
+           for p, n in zip(PROMPTS, MAX_TOKENS)]
+    stats = []
+    while engine.has_unfinished():
+        stats.append(engine.step())
+    return [engine.get_output(i).token_ids for i in ids], stats
+
+
+@pytest.fixture(scope="module")
+def probed() -> tuple[list[list[int]], list, EventFrames]:
+    name = unique_ring("spec-probe")
+    obs = ProbeObserver(ProbeConfig(ring_name=name, nvtx=False))
+    consumer = RingConsumer.attach(name, record_registry())
+    try:
+        with one_torch_thread():
+            config = EngineConfig(TARGET, speculative_model=DRAFT, num_speculative_tokens=3, spec_probe_every=EVERY,
+                                  block_size=8, num_kv_blocks=64)
+            tokens, stats = _run(config, obs)
+        records = consumer.read()
+        assert consumer.dropped_seen == 0
+        return tokens, stats, EventFrames.from_records(records, update_labels({}, records))
+    finally:
+        consumer.close()
+        obs.close()
+
+
+def test_the_stated_share_of_decode_steps_runs_plain(probed) -> None:
+    _, _, f = probed
+    t = f.step_timing.sort_values("step_id")
+    eligible = t[(t["prefill_tokens"] == 0) & (t["decode_requests"] > 0) & (t["spec_probe"] | (t["spec_tokens"] > 0))]
+    seen: Counter[int] = Counter()
+    expected = []
+    for b in eligible["decode_requests"]:
+        expected.append(seen[b] % EVERY == 0)
+        seen[b] += 1
+    assert eligible["spec_probe"].tolist() == expected
+    assert not t.loc[~t.index.isin(eligible.index), "spec_probe"].any()
+    assert len(seen) >= 3 and max(seen.values()) > EVERY  # several batch sizes, some seen more than N times
+    per_b = eligible.groupby("decode_requests")["spec_probe"].agg(["sum", "size"])
+    assert (per_b["sum"] == [math.ceil(n / EVERY) for n in per_b["size"]]).all()
+
+
+def test_probe_steps_are_plain_decode_steps(probed) -> None:
+    _, _, f = probed
+    probes = f.step_timing[f.step_timing["spec_probe"]]
+    assert len(probes) > 0
+    assert (probes["spec_tokens"] == 0).all() and (probes["draft_ns"] == 0).all()
+    assert (probes["draft_forwards"] == 0).all() and (probes["target_ns"] > 0).all()
+    tokens = f.request_events[f.request_events["event"] == "TOKENS"]
+    for p in probes.itertuples(index=False):
+        assert not f.spec["ts_ns"].between(p.start_ns, p.end_ns).any()  # nothing verified
+        emitted = tokens[tokens["ts_ns"].between(p.start_ns, p.end_ns)]
+        assert len(emitted) == p.decode_requests and (emitted["value0"] == 1).all()  # one token each
+
+
+def test_timings_reach_the_records(probed) -> None:
+    _, stats, f = probed
+    t = f.step_timing.set_index("step_id")
+    assert len(t) == len(stats)
+    for s in stats:
+        r = t.loc[s.step_id]
+        assert (r.start_ns, r.end_ns, r.schedule_ns, r.draft_ns, r.target_ns, r.decode_requests, r.prefill_tokens,
+                r.spec_tokens, r.spec_accepted, r.draft_forwards, r.spec_probe) == (
+            s.start_ns, s.end_ns, s.schedule_ns, s.draft_ns, s.target_ns, s.num_decode_tokens, s.num_prefill_tokens,
+            s.num_spec_tokens, s.num_spec_accepted, s.draft_forwards, s.spec_probe)
+        assert 0 <= r.schedule_ns + r.draft_ns + r.target_ns <= r.end_ns - r.start_ns
+    # Each verification carries its step's draft phase and target forward.
+    spec_steps = t[t["spec_tokens"] > 0].reset_index()
+    by_step = defaultdict(list)
+    for v in f.spec.itertuples(index=False):
+        (step,) = spec_steps[(spec_steps["start_ns"] <= v.ts_ns) & (v.ts_ns <= spec_steps["end_ns"])].itertuples()
+        by_step[step.step_id].append(v)
+        assert (v.draft_ns, v.verify_ns) == (step.draft_ns, step.target_ns)
+    assert sum(len(v) for v in by_step.values()) == len(f.spec) > 0
+    assert (spec_steps["draft_forwards"] == 3).any()
+
+
+def test_greedy_tokens_do_not_change_with_probes(probed) -> None:
+    tokens, _, _ = probed
+    with one_torch_thread():
+        plain, _ = _run(EngineConfig(TARGET, block_size=8, num_kv_blocks=64))
+    assert tokens == plain
+
+
+def test_spec_probe_every_is_validated() -> None:
+    for bad in (1, -2):
+        with pytest.raises(ValueError, match="spec_probe_every"):
+            EngineConfig(TARGET, spec_probe_every=bad)
+    assert torch.get_num_threads() >= 1

@@ -1,0 +1,224 @@
+"""A real vLLM (tiny Llama, CPU) with our stat-logger plugin and middleware, the real agent beside it
+as a subprocess, and a workload that exercises what the numbers are about: shared prompt prefixes
+(prefix cache), ngram speculation, and a KV cache small enough that requests get preempted.
+
+Expected values come from vLLM's own /metrics, read by the test; the agent's come from its /metrics
+and JSON API. Client-side times are the test's own clock. One vLLM server for the whole module."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from testkit import free_port
+
+from infersight.vllm.ids import join_key, key_for_vllm_id
+from infersight.vllm.launch import REPO_ROOT, VllmServer, VllmServerConfig
+
+MODEL = "tiny-llama"
+SYSTEM = ["You are a code assistant. def return import class self lambda for while " * 3,
+          "Answer in json only. key value json print the cache block token " * 3,
+          "Chat with the user kindly. the model decode prefill batch queue kernel " * 3]
+TASKS = ["code", "json", "chat"]
+N_COMPLETIONS = 30
+MAX_TOKENS = 48
+BLOCK_SIZE = 32
+
+
+@dataclass
+class Sent:
+    task: str
+    trace_id: int        # sent as the traceparent's trace id when traced
+    traced: bool
+    keys: list[int]      # the engine requests of this call, by join key
+    client_e2e_s: float  # the test's clock: before sending to after the last byte
+    status: int
+
+
+def get(url: str, timeout: float = 10) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (our own servers)
+        return resp.read()
+
+
+def post(url: str, body: dict, headers: dict[str, str]) -> tuple[int, str, float]:
+    """(status, response id, client e2e seconds); streamed responses are read to the end."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"content-type": "application/json", **headers})
+    t0 = time.monotonic()
+    rid = ""
+    with urllib.request.urlopen(req, timeout=180) as resp:  # noqa: S310
+        if body.get("stream"):
+            for line in resp:
+                if not rid and line.startswith(b"data: {"):
+                    rid = json.loads(line[6:])["id"]
+        else:
+            rid = json.loads(resp.read())["id"]
+        return resp.status, rid, time.monotonic() - t0
+
+
+def send(base: str, i: int) -> Sent:
+    """Request i of the workload: completions behind three shared system prompts (half streamed),
+    every third with the caller's traceparent; the last ones are chat, one completion carries a
+    list of two prompts and one its caller's X-Request-Id."""
+    task = TASKS[i % 3]
+    trace_id = (0x1000 + i) << 64 | 0xABCDEF
+    headers = {"x-infersight-task": task}
+    traced = i % 3 == 0 or i >= N_COMPLETIONS
+    if traced:
+        headers["traceparent"] = f"00-{trace_id:032x}-{0x51 + i:016x}-01"
+    common = {"model": MODEL, "max_tokens": MAX_TOKENS, "temperature": 0.0, "ignore_eos": True,
+              "stream": i % 2 == 0}
+    if i >= N_COMPLETIONS:
+        body = {**common, "messages": [{"role": "user", "content": SYSTEM[2] + f" question {i} " * 8}]}
+        status, rid, e2e = post(base + "/v1/chat/completions", body, headers)
+        return Sent(task, trace_id, traced, [key_for_vllm_id(rid)], e2e, status)
+    prompt = SYSTEM[i % 3] + f" item {i} " * (4 + i % 7)
+    if i == 1:
+        status, rid, e2e = post(base + "/v1/completions", {**common, "prompt": [prompt, prompt + " again"]}, headers)
+        base_id = rid.removeprefix("cmpl-")  # the middleware's id: hex without dashes
+        return Sent(task, trace_id, traced, [join_key(base_id, 0), join_key(base_id, 1)], e2e, status)
+    if i == 2:  # the caller names the request (dashes and a trailing number: only the engine id is unambiguous)
+        status, rid, e2e = post(base + "/v1/completions", {**common, "prompt": prompt},
+                                {**headers, "X-Request-Id": "caller-id-2"})
+        assert rid == "cmpl-caller-id-2"
+        return Sent(task, trace_id, traced, [join_key("caller-id-2", 0)], e2e, status)
+    status, rid, e2e = post(base + "/v1/completions", {**common, "prompt": prompt}, headers)
+    return Sent(task, trace_id, traced, [key_for_vllm_id(rid)], e2e, status)
+
+
+def totals(exposition: str) -> dict[str, float]:
+    """Sample name (with the label set for per-position counters) -> value summed over other labels."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        for s in family.samples:
+            name = s.name + (f"[{s.labels['position']}]" if "position" in s.labels else "")
+            out[name] = out.get(name, 0.0) + s.value
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    logs = tmp_path_factory.mktemp("vllm-agreement")
+    port, agent_port = free_port(), free_port()
+    config = VllmServerConfig(model=str(tiny_llama), port=port, served_model_name=MODEL, block_size=BLOCK_SIZE,
+                              kv_cache_memory_bytes=8 << 20,
+                              middleware=["infersight.vllm.middleware.InfersightMiddleware"],
+                              ngram_speculative_tokens=3, env={"INFERSIGHT_TASK_LABELS": ",".join(TASKS)})
+    server = VllmServer(config, logs / "vllm.log").start()
+    agent_log = open(logs / "agent.log", "wb")
+    agent = None
+    try:
+        # The ring is named after the API-server process, which is the process we started; the
+        # agent starts beside vLLM's warm-up and retries until the plugin has created the ring.
+        ring = f"infersight-vllm-{server.proc.pid}"
+        agent = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen",
+                                  f"127.0.0.1:{agent_port}", "--poll-interval", "0.05"], cwd=REPO_ROOT,
+                                 stdout=agent_log, stderr=subprocess.STDOUT)
+        server.wait_ready(timeout_s=400)
+        with ThreadPoolExecutor(24) as pool:
+            sent = list(pool.map(lambda i: send(server.url, i), range(N_COMPLETIONS + 4)))
+        engine_requests = sum(len(s.keys) for s in sent)
+        agent_url = f"http://127.0.0.1:{agent_port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(get(agent_url + "/api/v1/summary"))["requests"] >= engine_requests:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        yield {"sent": sent, "engine_requests": engine_requests,
+               "summary": json.loads(get(agent_url + "/api/v1/summary")),
+               "vllm": totals(get(server.url + "/metrics").decode()),
+               "agent": totals(get(agent_url + "/metrics").decode()),
+               "rows": json.loads(get(agent_url + f"/api/v1/requests?slowest={engine_requests + 10}"))["requests"],
+               "log": logs / "vllm.log"}
+    finally:
+        if agent is not None:
+            agent.terminate()
+            agent.wait(timeout=20)
+        agent_log.close()
+        server.stop()
+
+
+def test_workload_exercised_what_it_should(run: dict) -> None:
+    v = run["vllm"]
+    assert all(s.status == 200 for s in run["sent"])
+    assert v["vllm:request_success_total"] == run["engine_requests"]
+    assert v["vllm:num_preemptions_total"] > 0, "the small KV cache should have preempted requests"
+    assert v["vllm:prefix_cache_hits_total"] > 0 and v["vllm:spec_decode_num_drafts_total"] > 0
+
+
+def test_agent_agrees_with_vllm_metrics(run: dict) -> None:
+    v, a = run["vllm"], run["agent"]
+    pairs = {
+        "vllm:request_success_total": "infersight_requests_total",
+        "vllm:prompt_tokens_total": "infersight_prompt_tokens_total",
+        "vllm:generation_tokens_total": "infersight_generation_tokens_total",
+        "vllm:prefix_cache_queries_total": "infersight_prefix_cache_queried_tokens_total",
+        "vllm:prefix_cache_hits_total": "infersight_prefix_cache_hit_tokens_total",
+        "vllm:num_preemptions_total": "infersight_preemptions_total",
+        "vllm:spec_decode_num_drafts_total": "infersight_spec_verifications_total",
+        "vllm:spec_decode_num_draft_tokens_total": "infersight_spec_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total": "infersight_spec_accepted_tokens_total",
+        "vllm:time_to_first_token_seconds_count": "infersight_time_to_first_token_seconds_count",
+    }
+    for pos in range(3):
+        theirs = f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{pos}]"
+        pairs[theirs] = f"infersight_spec_position_accepted_total[{pos}]"
+    got = {ours: a.get(ours, 0.0) for ours in pairs.values()}
+    want = {ours: v[theirs] for theirs, ours in pairs.items()}
+    assert got == want
+    assert a["infersight_probe_events_dropped_total"] == 0
+
+
+def test_rebuilt_timings_keep_vllm_intervals(run: dict) -> None:
+    """e2e without the network part is vLLM's e2e by construction (to the ns); TTFT is rebuilt
+    (translate.py) and stays within a few ms of vLLM's per request, network lead included."""
+    v, rows, n = run["vllm"], run["rows"], run["engine_requests"]
+    engine_e2e = sum(r["e2e_s"] - r["network_s"] for r in rows)
+    assert engine_e2e == pytest.approx(v["vllm:e2e_request_latency_seconds_sum"], abs=1e-6 * n)
+    ours = run["agent"]["infersight_time_to_first_token_seconds_sum"]
+    ttft_gap = (ours - v["vllm:time_to_first_token_seconds_sum"]) / n
+    assert abs(ttft_gap) < 0.1, f"mean TTFT gap {ttft_gap * 1e3:.1f} ms"
+
+
+def test_task_trace_and_network_reach_the_rows(run: dict) -> None:
+    rows = {r["request_id"]: r for r in run["rows"]}
+    assert len(rows) == run["engine_requests"]
+    assert sum(s.traced for s in run["sent"]) == 14  # requests 0, 3, ..., 27 and the four chats
+    for s in run["sent"]:
+        for key in s.keys:
+            row = rows[key]
+            assert row["task"] == s.task
+            if s.traced:
+                assert row["trace_id"] == f"{s.trace_id:032x}"
+            assert row["network_s"] >= 0
+            # The client's own clock brackets the server's: sent before it was received, read
+            # after the last byte left; the engine's part is inside both.
+            assert s.client_e2e_s >= row["e2e_s"] >= row["e2e_s"] - row["network_s"] > 0
+            assert row["output_tokens"] == MAX_TOKENS
+
+
+def test_kv_geometry_matches_vllm(run: dict) -> None:
+    """vLLM logs its KV cache size in tokens; the steps carry it as usable blocks (less vLLM's null block)."""
+    sized = re.search(r"KV cache size: ([\d,]+) tokens", run["log"].read_text(errors="replace"))
+    assert sized is not None
+    kv = run["summary"]["kv"]
+    assert kv["blocks_total"] == int(sized.group(1).replace(",", "")) // BLOCK_SIZE - 1
+    assert 0 <= kv["blocks_in_use"] <= kv["blocks_total"]
+
+
+def test_one_thread_writes_the_ring(run: dict) -> None:
+    """The stat logger and the middleware run on the API server's event loop: one producer."""
+    lines = [ln for ln in run["log"].read_text(errors="replace").splitlines() if "written from thread" in ln]
+    assert len(lines) == 1, lines

@@ -1,0 +1,158 @@
+"""The expert-counting logic of the vLLM plugin, on CPU torch without vLLM: a hand-built router with
+known logits, counted eagerly and under torch.compile, against a naive Python count."""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+
+from infersight.probes.records import MOE_EXPERTS_PER_RECORD
+from infersight.vllm.expert_counting import COMPARE_MAX_EXPERTS, ExpertCounter, StepCopies, moe_records
+from infersight.vllm.experts import ExpertCountsConfig, ExpertLoadPlugin
+
+
+class HandRouter:
+    """vLLM's CPU softmax top-k rule (cpu_router._softmax_topk: top-k of the raw logits, then a
+    softmax over the k chosen) and BaseRouter's callback, called with the chosen ids."""
+
+    def __init__(self, top_k: int) -> None:
+        self.top_k = top_k
+        self.capture_fn = None
+
+    def select(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        values, ids = torch.topk(logits, k=self.top_k, dim=-1, sorted=False)
+        ids = ids.to(torch.int32)
+        if self.capture_fn is not None:
+            self.capture_fn(ids)
+        return torch.softmax(values, dim=-1), ids
+
+
+class HandMoE(torch.nn.Module):
+    """Layers whose logits are given, not computed: forward(logits [layers, tokens, experts])."""
+
+    def __init__(self, n_layers: int, top_k: int) -> None:
+        super().__init__()
+        self.routers = [HandRouter(top_k) for _ in range(n_layers)]
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(logits.shape[1])
+        for layer, router in enumerate(self.routers):
+            weights, _ = router.select(logits[layer])
+            out = out + weights.sum(-1)
+        return out
+
+
+def naive_counts(logits: list[list[list[float]]], top_k: int, n_experts: int) -> list[list[int]]:
+    counts = [[0] * n_experts for _ in logits]
+    for layer, tokens in enumerate(logits):
+        for row in tokens:
+            for expert in sorted(range(n_experts), key=lambda e: -row[e])[:top_k]:
+                counts[layer][expert] += 1
+    return counts
+
+
+LOGITS = [  # 2 layers x 5 tokens x 4 experts, no ties
+    [[0.1, 0.9, 0.3, -1.0], [2.0, -2.0, 1.5, 0.0], [0.0, 0.2, 0.4, 0.6], [-0.5, -0.1, -0.9, -0.3], [3.0, 2.9, 2.8, 2.7]],
+    [[1.0, 0.0, 0.5, 0.25], [0.0, 1.0, 0.5, 0.25], [0.3, 0.1, 0.2, 0.4], [0.9, 0.8, 0.7, 0.6], [-3.0, 3.0, -2.0, 2.0]],
+]
+
+
+def _bind(model: HandMoE, counter: ExpertCounter) -> None:
+    for row, router in enumerate(model.routers):
+        router.capture_fn = partial(counter.count, row)
+
+
+def test_counts_match_a_naive_count_exactly() -> None:
+    model, counter = HandMoE(2, top_k=2), ExpertCounter([0, 1], 4)
+    _bind(model, counter)
+    model(torch.tensor(LOGITS))
+    assert naive_counts(LOGITS, 2, 4) == [[2, 3, 3, 2], [3, 3, 2, 2]]
+    assert counter.counts.tolist() == [[2, 3, 3, 2], [3, 3, 2, 2]]
+    model(torch.tensor(LOGITS))  # accumulates until the step boundary
+    assert counter.counts.tolist() == [[4, 6, 6, 4], [6, 6, 4, 4]]
+
+
+# compare-and-sum (inductor on it runs in the live vLLM test; aot_eager here is quicker), then index_add_
+@pytest.mark.parametrize(("n_experts", "backend"), [(8, "aot_eager"), (COMPARE_MAX_EXPERTS + 8, "inductor")])
+def test_counts_are_the_same_under_torch_compile_fullgraph(n_experts: int, backend: str) -> None:
+    """vLLM's CPU path traces the MoE layer with Dynamo (fullgraph): the count must trace and still count."""
+    rng = np.random.default_rng(3)
+    model, counter = HandMoE(3, top_k=2), ExpertCounter([0, 1, 2], n_experts)
+    _bind(model, counter)
+    compiled = torch.compile(model, fullgraph=True, backend=backend, dynamic=True)
+    expected = np.zeros((3, n_experts), dtype=np.int64)
+    for tokens in (5, 9, 3, 17):
+        logits = rng.standard_normal((3, tokens, n_experts)).tolist()
+        compiled(torch.tensor(logits))
+        expected += np.array(naive_counts(logits, 2, n_experts))
+    assert counter.counts.tolist() == expected.tolist()
+    assert counter.counts.sum(dim=1).tolist() == [2 * (5 + 9 + 3 + 17)] * 3
+    model(torch.tensor(rng.standard_normal((3, 4, n_experts)).tolist()))  # eager, same counter
+    assert counter.counts.sum(dim=1).tolist() == [2 * (5 + 9 + 3 + 17 + 4)] * 3
+
+
+def test_save_and_restore_drop_what_a_dummy_run_counted() -> None:
+    model, counter = HandMoE(2, top_k=2), ExpertCounter([0, 1], 4)
+    _bind(model, counter)
+    model(torch.tensor(LOGITS))
+    counter.save()
+    model(torch.tensor(LOGITS))  # a dummy/profile forward
+    counter.restore()
+    assert counter.counts.tolist() == [[2, 3, 3, 2], [3, 3, 2, 2]]
+
+
+def test_publish_returns_the_step_and_zeroes_the_device_counts() -> None:
+    model, counter = HandMoE(2, top_k=2), ExpertCounter([0, 1], 4)
+    _bind(model, counter)
+    copies = StepCopies(counter)
+    model(torch.tensor(LOGITS))
+    recs = copies.publish(7)
+    assert recs["step_id"].tolist() == [7, 7] and recs["layer"].tolist() == [0, 1]
+    assert recs["counts"][:, :4].tolist() == [[2, 3, 3, 2], [3, 3, 2, 2]]
+    assert counter.counts.sum().item() == 0
+    model(torch.tensor(LOGITS[:1] * 2)[:, :2])  # two tokens, layer 0's first two rows in both layers
+    recs = copies.publish(8)
+    assert recs["step_id"].tolist() == [8, 8] and recs["counts"][:, :4].tolist() == [[1, 1, 2, 0], [1, 1, 2, 0]]
+    assert copies.flush() is None  # on CPU nothing is ever in flight
+
+
+def test_moe_records_split_wide_layers_into_blocks_of_64_experts() -> None:
+    per = MOE_EXPERTS_PER_RECORD
+    counts = np.arange(2 * (per + 6), dtype=np.int64).reshape(2, per + 6)
+    recs = moe_records(11, [3, 5], counts)
+    assert recs["step_id"].tolist() == [11] * 4
+    assert recs["layer"].tolist() == [3, 3, 5, 5]
+    assert recs["expert_offset"].tolist() == [0, per, 0, per]
+    assert recs["n_experts"].tolist() == [per + 6] * 4
+    assert recs["counts"][1][:6].tolist() == counts[0, per:].tolist()
+    assert recs["counts"][1][6:].sum() == 0
+    assert recs["counts"][2].tolist() == counts[1, :per].tolist()
+
+
+def test_counter_rejects_an_empty_shape() -> None:
+    with pytest.raises(ValueError):
+        ExpertCounter([], 4)
+
+
+def test_config_from_env() -> None:
+    assert ExpertCountsConfig.from_env({}).enabled
+    assert not ExpertCountsConfig.from_env({"INFERSIGHT_EXPERT_COUNTS": "0"}).enabled
+    hooks_only = ExpertCountsConfig.from_env({"INFERSIGHT_EXPERT_COUNTS": "hooks"})
+    assert hooks_only.enabled and not hooks_only.count
+    assert ExpertCountsConfig.from_env({"INFERSIGHT_EXPERT_TIMING": "/tmp/t.json"}).timing_path == "/tmp/t.json"
+    with pytest.raises(ValueError):
+        ExpertCountsConfig(ring_capacity=1)
+
+
+def test_a_model_without_vllm_moe_layers_gets_no_hooks() -> None:
+    plugin = ExpertLoadPlugin(ExpertCountsConfig())
+    plugin.install()
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(4, 2)))
+    finally:
+        plugin._registration.remove()
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    model(torch.zeros(1, 4))
+    assert plugin._counter is None and plugin._ring is None

@@ -1,0 +1,495 @@
+"""The vLLM KV event subscriber against a publisher written here, byte for byte as vLLM 0.32 defines
+it (vllm/distributed/kv_events.py): the msgspec structs below are vLLM's (same fields, defaults and
+struct options), the PUB connects to a non-wildcard endpoint, and the ROUTER answers replays exactly
+as ZmqEventPublisher._service_replay does. A payload encoded by vLLM 0.32 itself pins the format.
+No vLLM needed: these run in the project venv.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import msgspec
+import pandas as pd
+import pytest
+import zmq
+from testkit import free_port
+
+from infersight.agent.config import AgentConfig, ConfigError
+from infersight.agent.service import Agent
+from infersight.sources import vllm_kv_wire as wire
+from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber, subscriber_plan
+from infersight.sources.vllm_kv_sequence import BatchSequencer
+
+
+# -- vLLM's event structs (copied field for field; the agent must not import vLLM) -------------------
+class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):  # type: ignore[call-arg]
+    ts: float
+    events: list[Any]
+    data_parallel_rank: int | None = None
+
+
+class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):  # type: ignore[call-arg]
+    pass
+
+
+class BlockStored(KVCacheEvent):
+    block_hashes: list[bytes | int]
+    parent_block_hash: bytes | int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+
+
+class BlockRemoved(KVCacheEvent):
+    block_hashes: list[bytes | int]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+
+
+class AllBlocksCleared(KVCacheEvent):
+    pass
+
+
+class KVEventBatch(EventBatch):
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+
+
+#: msgspec.msgpack.encode of a KVEventBatch built with vLLM 0.32's own classes (ts 1700000000.25;
+#: BlockStored of [bytes(range(32)), 7] with session_id "abc"; BlockRemoved of bytes(range(32)); a clear).
+VLLM_032_PAYLOAD = bytes.fromhex(
+    "93cb41d954fc40100000938aa474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657392c420000102030405"
+    "060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f07b1706172656e745f626c6f636b5f68617368c0a9746f6b65"
+    "6e5f69647393010203aa626c6f636b5f73697a6520a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65"
+    "c0a967726f75705f69647800aa73657373696f6e5f6964a361626384a474797065ac426c6f636b52656d6f766564ac626c6f63"
+    "6b5f68617368657391c420000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1fa66d656469756da3"
+    "475055a967726f75705f6964780081a474797065b0416c6c426c6f636b73436c656172656400")
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+
+def h(i: int) -> bytes:
+    """A 32-byte block hash (vLLM's sha256 default) whose low 64 bits are i."""
+    return bytes(24) + i.to_bytes(8, "big")
+
+
+def stored(*ids: int, session: str | None = None) -> BlockStored:
+    return BlockStored(block_hashes=[h(i) for i in ids], parent_block_hash=None, token_ids=[1] * 32 * len(ids),
+                       block_size=32, lora_id=None, medium="GPU", lora_name=None, group_idx=0, session_id=session)
+
+
+def removed(*ids: int) -> BlockRemoved:
+    return BlockRemoved(block_hashes=[h(i) for i in ids], medium="GPU", group_idx=0)
+
+
+class FakeVllm:
+    """ZmqEventPublisher's wire behaviour, driven step by step by the test."""
+
+    def __init__(self, endpoint: str, replay: str | None, subscriber: VllmKVSubscriber, topic: bytes = b"kv",
+                 buffer_steps: int = 10_000) -> None:
+        self.ctx = zmq.Context()
+        self.subscriber = subscriber
+        self.endpoint, self.replay_endpoint, self.topic = endpoint, replay, topic
+        self.buffer_steps = buffer_steps
+        self.pub = self.router = None
+        self.start()
+
+    def start(self) -> None:
+        """A fresh publisher process: new sockets, sequence numbers from 0, an empty buffer."""
+        self.seq, self.buffer = 0, deque(maxlen=self.buffer_steps)
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        monitor = self.pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.pub.connect(self.endpoint)  # vLLM connects to a non-wildcard endpoint
+        assert monitor.poll(5000), "the subscriber never accepted the publisher"
+        self.pub.disable_monitor()
+        monitor.close(linger=0)
+        # The PUB drops everything until the SUB's subscription has reached it. The bound SUB sends
+        # it when it takes in the new connection, which it does inside the agent's polls (every
+        # 0.1 s in the agent); the PUB reads it when it processes commands (ZMQ_EVENTS does that).
+        for _ in range(5):
+            assert self.subscriber.poll().empty
+            time.sleep(0.02)
+            self.pub.getsockopt(zmq.EVENTS)
+        if self.replay_endpoint:
+            self.router = self.ctx.socket(zmq.ROUTER)
+            self.router.setsockopt(zmq.LINGER, 0)
+            self.router.bind(self.replay_endpoint)
+
+    def stop(self) -> None:
+        for sock in (self.pub, self.router):
+            if sock is not None:
+                sock.close(linger=0)
+        self.pub = self.router = None
+
+    def publish(self, *events: KVCacheEvent, ts: float = 1000.0, send: bool = True) -> int:
+        """One batch; send=False keeps it in the replay buffer only (lost in transit)."""
+        seq, self.seq = self.seq, self.seq + 1
+        payload = msgspec.msgpack.encode(KVEventBatch(ts=ts, events=list(events), data_parallel_rank=0))
+        if send:
+            self.pub.send_multipart((self.topic, seq.to_bytes(8, "big"), payload))
+        self.buffer.append((seq, payload))
+        return seq
+
+    def send_raw(self, *frames: bytes) -> None:
+        self.pub.send_multipart(frames)
+
+    def serve_replay(self) -> int:
+        """Answer waiting replay requests as vLLM does; how many were answered."""
+        answered = 0
+        while self.router is not None and self.router.poll(0):
+            frame = self.router.recv_multipart()
+            if len(frame) != 3:
+                continue
+            client_id, _, start_seq_bytes = frame
+            start_seq = int.from_bytes(start_seq_bytes, "big")
+            for seq, buf in self.buffer:
+                if seq >= start_seq:
+                    self.router.send_multipart((client_id, b"", self.topic, seq.to_bytes(8, "big"), buf))
+            self.router.send_multipart((client_id, b"", b"", END_SEQ, b""))
+            answered += 1
+        return answered
+
+    def close(self) -> None:
+        self.stop()
+        self.ctx.destroy(linger=0)
+
+
+def pump(sub: VllmKVSubscriber, fake: FakeVllm | None, until: Callable[[pd.DataFrame], bool],
+         timeout_s: float = 5.0, answer: bool = True) -> pd.DataFrame:
+    """Poll as the agent does (answering replays if asked) until `until(all rows so far)`."""
+    frames, deadline = [], time.monotonic() + timeout_s
+    while True:
+        start = time.monotonic()
+        frames.append(sub.poll())
+        assert time.monotonic() - start < 0.5, "a poll blocked"
+        rows = pd.concat(frames, ignore_index=True)
+        if until(rows) or time.monotonic() > deadline:
+            return rows
+        if fake is not None and answer:
+            fake.serve_replay()
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def link(request: pytest.FixtureRequest):
+    """(subscriber, fake vLLM) on fresh loopback ports; params: dict of VllmKVEventsConfig overrides,
+    plus replay=False for none and buffer_steps for vLLM's replay buffer."""
+    opts = dict(getattr(request, "param", {}))
+    with_replay, buffer_steps = opts.pop("replay", True), opts.pop("buffer_steps", 10_000)
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    replay = f"tcp://127.0.0.1:{free_port()}" if with_replay else None
+    sub = VllmKVSubscriber(VllmKVEventsConfig(endpoint, replay, **opts), wall_anchor=lambda: (0, 0))
+    fake = FakeVllm(endpoint, replay, sub, buffer_steps=buffer_steps)
+    yield sub, fake
+    sub.close()
+    fake.close()
+
+
+def counts(rows: pd.DataFrame) -> dict[str, int]:
+    return {k: int(v) for k, v in rows["event"].value_counts().items()}
+
+
+# -- decoding -------------------------------------------------------------------------------------
+def test_the_structs_here_encode_exactly_as_vllm_032_and_the_payload_decodes() -> None:
+    ours = msgspec.msgpack.encode(KVEventBatch(ts=1700000000.25, events=[
+        BlockStored(block_hashes=[bytes(range(32)), 7], parent_block_hash=None, token_ids=[1, 2, 3], block_size=32,
+                    lora_id=None, medium="GPU", lora_name=None, group_idx=0, session_id="abc"),
+        BlockRemoved(block_hashes=[bytes(range(32))], medium="GPU", group_idx=0), AllBlocksCleared()],
+        data_parallel_rank=0))
+    assert ours == VLLM_032_PAYLOAD
+    batch = wire.decode_message([b"kv", (41).to_bytes(8, "big"), VLLM_032_PAYLOAD], b"kv", 1 << 20)
+    assert (batch.seq, batch.ts, batch.dp_rank, batch.dropped) == (41, 1700000000.25, 0, {})
+    assert [type(e).__name__ for e in batch.events] == ["BlockStored", "BlockRemoved", "AllBlocksCleared"]
+    assert batch.events[0].session_id == "abc" and batch.events[0].block_size == 32
+    # The uint64 of a bytes hash is its last 8 bytes, big-endian (vLLM's own int conversion).
+    assert wire.hash64(bytes(range(32))) == int.from_bytes(bytes(range(24, 32)), "big") == 0x18191A1B1C1D1E1F
+    assert wire.hash64(7) == 7 and wire.hash64(-1) == 2**64 - 1
+
+
+@pytest.mark.parametrize("parts,reason", [
+    ([b"kv", bytes(8)], "frame_count"),
+    ([b"kv", bytes(8), b"", b""], "frame_count"),
+    ([b"other", bytes(8), b"\x90"], "topic"),
+    ([b"kv", bytes(7), b"\x90"], "sequence"),
+    ([b"kv", bytes(8), b"\x93" + bytes(40)], "too_large"),
+    ([b"kv", bytes(8), b"\xc1\xc1"], "payload"),
+    ([b"kv", bytes(8), msgspec.msgpack.encode({"ts": 1.0})], "payload"),
+    ([b"kv", bytes(8), msgspec.msgpack.encode([float("inf"), [], 0])], "payload"),
+])
+def test_malformed_messages_say_why(parts: list[bytes], reason: str) -> None:
+    with pytest.raises(wire.Malformed) as err:
+        wire.decode_message(parts, b"kv", 32)
+    assert err.value.reason == reason
+
+
+def test_bad_events_are_dropped_one_by_one() -> None:
+    payload = msgspec.msgpack.encode([5.0, [{"type": "BlockStored", "block_hashes": [1]},
+                                            {"type": "BlockPinned", "block_hashes": [2]},
+                                            {"type": "BlockRemoved", "block_hashes": "nope"}, 17,
+                                            {"type": "BlockRemoved", "block_hashes": [bytes(65)]}], 0])
+    batch = wire.decode_payload(3, payload)
+    assert [type(e).__name__ for e in batch.events] == ["BlockStored"]
+    assert batch.dropped == {"unknown_event": 1, "event_fields": 3}
+
+
+def test_the_side_that_binds_follows_vllms_rule() -> None:
+    assert subscriber_plan("tcp://127.0.0.1:5557") == ("bind", "tcp://127.0.0.1:5557")
+    assert subscriber_plan("tcp://*:5557") == ("connect", "tcp://127.0.0.1:5557")
+    assert subscriber_plan("tcp://[::]:5557") == ("connect", "tcp://[::1]:5557")
+    for bad in ("127.0.0.1:5557", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://h:99999", "udp://h:1"):
+        with pytest.raises(ValueError):
+            VllmKVEventsConfig(bad)
+
+
+# -- the stream -----------------------------------------------------------------------------------
+def test_exact_rows_ids_and_timestamps(link) -> None:
+    sub, fake = link
+    fake.publish(stored(1, 2, 3), ts=1000.5)
+    fake.publish(removed(1), stored(4, session="req-1"), ts=1001.0)
+    fake.publish(stored(1), ts=1002.0)  # 1 was evicted: computed again
+    fake.publish(AllBlocksCleared(), ts=1003.0)
+    rows = pump(sub, fake, lambda r: len(r) >= 11)
+    from infersight.vllm.ids import join_key
+    req = join_key("req-1")
+    assert list(rows.itertuples(index=False, name=None)) == [
+        (1000500000000, "cached", 0, -1, 1), (1000500000000, "cached", 1, -1, 2), (1000500000000, "cached", 2, -1, 3),
+        (1001000000000, "evicted", 0, -1, 1), (1001000000000, "cached", 3, req, 4),
+        (1002000000000, "recomputed", 0, -1, 1), (1002000000000, "cached", 0, -1, 1),
+        # the clear evicts what is cached: 2, 3, 4 and the re-cached 1, with their ids
+        (1003000000000, "evicted", 1, -1, 2), (1003000000000, "evicted", 2, -1, 3),
+        (1003000000000, "evicted", 3, -1, 4), (1003000000000, "evicted", 0, -1, 1)]
+    assert rows.dtypes.to_dict() == {"ts_ns": "int64", "event": "object", "block_id": "int64", "request_id": "int64",
+                                     "block_hash": "uint64"}
+    s = sub.stats()
+    assert s["batches"] == 4 and s["gaps"] == 0 and s["replayed"] == 0 and sum(s["lost"].values()) == 0
+    assert s["events"] == {"BlockStored": 3, "BlockRemoved": 1, "AllBlocksCleared": 1}
+    assert s["cached_blocks"] == 0 and sum(s["malformed"].values()) == 0
+
+
+def test_timestamps_follow_the_agents_wall_anchor() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    anchor = [(2_000_000_000_000, 5_000)]  # wall 2000 s was monotonic 5 us
+    sub = VllmKVSubscriber(VllmKVEventsConfig(endpoint), wall_anchor=lambda: anchor[0])
+    fake = FakeVllm(endpoint, None, sub)
+    try:
+        fake.publish(stored(7), ts=2001.25)
+        rows = pump(sub, fake, lambda r: len(r) >= 1)
+        assert rows["ts_ns"].tolist() == [1_250_000_000 + 5_000]
+    finally:
+        sub.close()
+        fake.close()
+
+
+@pytest.mark.parametrize("link", [{"max_messages_per_poll": 3}], indirect=True)
+def test_each_poll_reads_a_bounded_number_of_messages(link) -> None:
+    sub, fake = link
+    for i in range(7):
+        fake.publish(stored(i))
+    time.sleep(0.3)  # all seven are queued at the subscriber
+    assert [len(sub.poll()) for _ in range(4)] == [3, 3, 1, 0]
+
+
+def test_a_gap_is_replayed_and_applied_in_sequence_order(link) -> None:
+    sub, fake = link
+    fake.publish(stored(1))
+    fake.publish(stored(2), send=False)
+    fake.publish(stored(3), send=False)
+    fake.publish(stored(4))
+    rows = pump(sub, fake, lambda r: len(r) >= 4)
+    assert rows["block_hash"].tolist() == [1, 2, 3, 4]
+    s = sub.stats()
+    assert (s["batches"], s["gaps"], s["replayed"], s["replay_requests"]) == (4, 1, 2, 1)
+    assert sum(s["lost"].values()) == 0
+
+
+@pytest.mark.parametrize("link", [{"buffer_steps": 2}], indirect=True)
+def test_a_gap_older_than_vllms_buffer_is_counted_lost(link) -> None:
+    sub, fake = link
+    fake.publish(stored(10))
+    for i in range(11, 15):
+        fake.publish(stored(i), send=False)
+    fake.publish(stored(15))  # vLLM's buffer now holds only 14 and 15
+    rows = pump(sub, fake, lambda r: len(r) >= 3)
+    assert rows["block_hash"].tolist() == [10, 14, 15]
+    s = sub.stats()
+    assert (s["gaps"], s["replayed"], s["lost"]["not_buffered"], sum(s["lost"].values())) == (1, 1, 3, 3)
+
+
+@pytest.mark.parametrize("link", [{"replay_timeout_s": 0.3}], indirect=True)
+def test_a_replay_endpoint_that_never_answers_costs_a_bounded_wait(link) -> None:
+    sub, fake = link
+    fake.publish(stored(1))
+    fake.publish(stored(2), send=False)
+    fake.publish(stored(3))
+    start = time.monotonic()
+    rows = pump(sub, fake, lambda r: len(r) >= 2, answer=False)
+    waited = time.monotonic() - start
+    assert rows["block_hash"].tolist() == [1, 3] and 0.25 <= waited < 2.0
+    assert sub.stats()["lost"]["timeout"] == 1
+    # The next gap gets a fresh replay socket: the old, unanswered request does not confuse it.
+    fake.publish(stored(4))
+    fake.publish(stored(5), send=False)
+    fake.publish(stored(6))
+    rows = pump(sub, fake, lambda r: len(r) >= 3)
+    s = sub.stats()
+    assert rows["block_hash"].tolist() == [4, 5, 6]
+    assert (s["gaps"], s["replayed"], s["lost"]["timeout"], sum(s["lost"].values())) == (2, 1, 1, 1)
+
+
+@pytest.mark.parametrize("link", [{"replay": False}], indirect=True)
+def test_without_a_replay_endpoint_a_gap_is_lost_at_once(link) -> None:
+    sub, fake = link
+    fake.publish(stored(1))
+    fake.publish(stored(2), send=False)
+    fake.publish(stored(3))
+    rows = pump(sub, fake, lambda r: len(r) >= 2)
+    assert rows["block_hash"].tolist() == [1, 3]
+    s = sub.stats()
+    assert (s["gaps"], s["lost"]["no_replay"], s["replay_requests"]) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("link", [{"max_payload_bytes": 4096}], indirect=True)
+def test_garbled_frames_are_counted_and_the_stream_goes_on(link, caplog: pytest.LogCaptureFixture) -> None:
+    sub, fake = link
+    fake.publish(stored(1))
+    fake.send_raw(b"kv", (1).to_bytes(8, "big"), b"\xc1 not msgpack")        # seq 1: garbled payload
+    fake.send_raw(b"kv", (1).to_bytes(8, "big"))                             # two frames
+    fake.send_raw(b"other", (9).to_bytes(8, "big"), b"\x90")                 # another topic
+    fake.send_raw(b"kv", b"\x01\x02\x03", b"\x90")                           # a 3-byte sequence number
+    unknown = msgspec.msgpack.encode([1000.0, [{"type": "BlockPinned", "block_hashes": [h(5)]},
+                                               msgspec.to_builtins(stored(2), builtin_types=(bytes,))], 0])
+    fake.send_raw(b"kv", (2).to_bytes(8, "big"), unknown)                    # seq 2: one event unknown
+    fake.send_raw(b"kv", (3).to_bytes(8, "big"), b"\x93" + bytes(5000))      # seq 3: over the size limit
+    fake.send_raw(b"kv", (4).to_bytes(8, "big"), msgspec.msgpack.encode(KVEventBatch(1000.0, [stored(3)], 0)))
+    with caplog.at_level("WARNING", logger="infersight.agent"):
+        rows = pump(sub, fake, lambda r: len(r) >= 3)
+        sub.poll()
+    assert rows["block_hash"].tolist() == [1, 2, 3]
+    s = sub.stats()
+    assert s["malformed"] == {"frame_count": 1, "topic": 1, "sequence": 1, "too_large": 1, "payload": 1,
+                              "unknown_event": 1, "event_fields": 0}
+    # The garbled and oversized batches kept their place: no gap, nothing asked for, nothing lost.
+    assert (s["batches"], s["gaps"], s["replay_requests"], sum(s["lost"].values())) == (5, 0, 0, 0)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 6 and all("\n" not in line for line in lines)
+
+
+def test_a_publisher_restart_is_a_new_epoch_not_a_gap_storm(link) -> None:
+    sub, fake = link
+    fake.publish(stored(1, 2))
+    fake.publish(removed(1))
+    fake.publish(stored(3))
+    pump(sub, fake, lambda r: len(r) >= 4)
+    fake.stop()
+    fake.start()  # vLLM restarted: sequence numbers from 0, an empty cache
+    fake.publish(stored(9), send=False)  # lost before the new publisher's connection was up
+    fake.publish(stored(10))
+    rows = pump(sub, fake, lambda r: len(r) >= 4)
+    assert list(zip(rows["event"], rows["block_hash"])) == [("evicted", 2), ("evicted", 3), ("cached", 9),
+                                                            ("cached", 10)]
+    s = sub.stats()
+    assert (s["restarts"], s["gaps"], s["replayed"], sum(s["lost"].values())) == (1, 0, 1, 0)
+    assert s["batches"] == 5 and s["cached_blocks"] == 2
+
+
+@pytest.mark.parametrize("link,lost", [({}, 0), ({"buffer_steps": 1}, 2)], indirect=["link"])
+def test_batches_published_before_the_agent_joined_are_replayed_or_counted(link, lost: int) -> None:
+    sub, fake = link
+    fake.publish(stored(1), send=False)
+    fake.publish(stored(2), send=False)
+    fake.publish(stored(3))
+    rows = pump(sub, fake, lambda r: len(r) >= 3 - lost, timeout_s=3.0)
+    s = sub.stats()
+    assert rows["block_hash"].tolist() == [1, 2, 3][lost:]
+    assert (s["gaps"], s["replayed"], s["lost"]["late_join"]) == (0, 2 - lost, lost)
+
+
+# -- inside the agent -----------------------------------------------------------------------------
+def test_the_agent_serves_the_translated_events_and_keeps_serving_through_garbage(tmp_path) -> None:
+    endpoint, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    agent = Agent(AgentConfig(port=0, token_file=str(tmp_path / "token"), gpu_source="none",
+                              vllm_kv_events=endpoint, vllm_kv_replay=replay))
+    fake = FakeVllm(endpoint, replay, agent.vllm_kv)
+    try:
+        agent.start_http()
+        base = f"http://127.0.0.1:{agent.port}"
+        fake.publish(stored(1, 2, 3), ts=time.time())
+        fake.publish(removed(2), ts=time.time() + 0.5)
+        fake.publish(stored(4), send=False)
+        for _ in range(200):
+            fake.send_raw(b"kv", b"\x00", b"\xc1")
+        fake.publish(stored(5), ts=time.time() + 1.0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and agent.vllm_kv.stats()["batches"] < 4:
+            agent.poll_once()
+            fake.serve_replay()
+            assert httpx.get(base + "/health", timeout=2).status_code == 200
+        text = httpx.get(base + "/metrics", timeout=5).text
+        samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line and not line.startswith("#")}
+        assert samples['infersight_kv_block_events_total{event="cached"}'] == 5
+        assert samples['infersight_kv_block_events_total{event="evicted"}'] == 1
+        assert samples['infersight_vllm_kv_events_total{type="BlockStored"}'] == 3
+        assert samples['infersight_vllm_kv_malformed_total{reason="sequence"}'] == 200
+        assert samples["infersight_vllm_kv_replayed_total"] == 1 and samples["infersight_vllm_kv_gaps_total"] == 1
+        assert samples["infersight_vllm_kv_cached_blocks"] == 4
+        assert samples['infersight_kv_block_age_seconds_count{kind="idle_before_evict"}'] == 1
+    finally:
+        agent.close()
+        fake.close()
+
+
+def test_a_busy_or_bad_endpoint_is_a_config_error(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="tcp://HOST:PORT"):
+        AgentConfig(vllm_kv_events="localhost:5557")
+    with pytest.raises(ConfigError, match="needs --vllm-kv-events"):
+        AgentConfig(rings=["x"], vllm_kv_replay="tcp://127.0.0.1:5558")
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    holder = VllmKVSubscriber(VllmKVEventsConfig(endpoint))
+    try:
+        with pytest.raises(ConfigError, match="cannot bind"):
+            Agent(AgentConfig(port=0, token_file=str(tmp_path / "token"), gpu_source="none", vllm_kv_events=endpoint))
+    finally:
+        holder.close()
+
+
+def test_the_cli_refuses_a_bad_or_busy_endpoint_in_one_line() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    holder = VllmKVSubscriber(VllmKVEventsConfig(endpoint))
+    try:
+        for args, needle in ((["--vllm-kv-events", "127.0.0.1:5557"], "tcp://HOST:PORT"),
+                             (["--vllm-kv-events", endpoint, "--listen", f"127.0.0.1:{free_port()}"], "cannot bind")):
+            res = subprocess.run([sys.executable, "-m", "infersight", "agent", *args], capture_output=True, text=True,
+                                 timeout=60, cwd=Path(__file__).resolve().parents[2])
+            assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+            lines = [line for line in res.stderr.splitlines() if "infersight: error:" in line]
+            assert len(lines) == 1 and needle in lines[0], res.stderr
+    finally:
+        holder.close()
+
+
+def test_a_garbage_sequence_number_is_counted_not_walked() -> None:
+    seq = BatchSequencer(replay=False, timeout_s=1.0, max_held=10)
+    start = time.monotonic()
+    seq.live(wire.KVBatch(0, 1.0, 0, []), start)
+    seq.live(wire.KVBatch(2**63, 1.0, 0, []), start)
+    assert time.monotonic() - start < 0.1
+    assert (seq.stats.applied, seq.stats.gaps, seq.stats.lost["no_replay"]) == (2, 1, 2**63 - 1)
+    seq.live(wire.KVBatch(1, 1.0, 0, []), start)  # back below the highest: a restart, not a gap
+    assert (seq.stats.restarts, seq.stats.lost["late_join"]) == (1, 1)
