@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     draft = "tiny-draft" if args.model == "tiny-moe" else None
     engine = Engine(EngineConfig(model=args.model, speculative_model=draft, device="cuda", dtype=args.dtype,
                                  num_kv_blocks=160 if args.model == "tiny-moe" else None, cpu_offload_blocks=64,
-                                 max_num_seqs=32, max_num_batched_tokens=512), probe)
+                                 max_num_seqs=32, max_num_batched_tokens=512,
+                                 spec_probe_every=16 if draft else 0), probe)  # as the demo
     workload = build_workload(WorkloadConfig(num_requests=args.requests, rate_per_s=args.rate,
                                              max_tokens=args.max_tokens, seed=0))
     parquet_dir = Path(tempfile.mkdtemp(prefix="energy-check-"))
@@ -179,7 +180,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     meter = agent.state.energy
     import pyarrow.parquet as pq
 
-    parquet_j = float(pq.read_table(parquet_dir / "requests.parquet", columns=["energy_j"]).to_pandas()["energy_j"].sum())
+    parquet = pq.read_table(parquet_dir / "requests.parquet", columns=["energy_j"]).to_pandas()
+    parquet_j = float(parquet["energy_j"].sum())
     requests_j = sum(r["energy_j"] for r in rows)
     idle_j = meter.idle_uj / 1e6
     independent_j = (e_end - e_start) / 1000.0

@@ -111,13 +111,14 @@ def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
         summary = agent.json("/api/v1/summary")
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         (out / "metrics.prom").write_bytes(_get(agent.url + "/metrics"))
-        slowest = agent.json("/api/v1/requests?slowest=5")["requests"]
+        every = agent.json(f"/api/v1/requests?slowest={len(workload)}")["requests"]
+        slowest, flagged = every[:5], [r for r in every if r.get("slow_cause")]
         diagnosis = agent.json("/api/v1/diagnosis")
         (out / "diagnosis.json").write_text(json.dumps(diagnosis, indent=2))
     finally:
         agent.stop()
         probe.close()
-    print_summary(summary, slowest, diagnosis, out, console)
+    print_summary(summary, slowest, diagnosis, out, console, flagged)
     from infersight.dashboards.report import write_report  # matplotlib loads only here
 
     console.print(f"report: {write_report(out)}")
@@ -144,16 +145,10 @@ def _drive(engine: Engine, workload: list, console: Console) -> None:
                 time.sleep(min(0.05, max(0.0, pending[0].arrival_s - now)))
 
 
-def _energy_line(energy: dict[str, Any], requests: int) -> str:
-    """Joules to requests and idle, or (on a CPU-only host) the one line saying why there are none."""
-    if not energy.get("measured"):
-        return str(energy.get("status", "-")).split(" (")[0]
-    return (f"{energy['requests_j']:.1f} J to {requests} requests ({energy['requests_j'] / max(requests, 1):.2f} J each), "
-            f"{energy['idle_j']:.1f} J idle between steps, over {energy['window_s']:.1f} s (GPU energy counter)")
-
-
 def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagnosis: dict[str, Any],
-                  out: Path, console: Console) -> None:
+                  out: Path, console: Console, flagged: list[dict[str, Any]] | None = None) -> None:
+    """flagged: the requests the agent judged slow when they finished (slowest: the slowest overall;
+    when latency climbs for everyone, the last ones are the slowest without being outliers)."""
     def fmt(v: Any, scale: float = 1.0, unit: str = "") -> str:
         return "-" if v is None else f"{v * scale:.1f}{unit}" if isinstance(v, float) else str(v)
 
@@ -177,7 +172,7 @@ def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagno
     phases = ", ".join(f"{p['phase']} {p['field'].replace('_ratio', '')} {p['mean']:.2f}"
                        for p in gpu.get("phase_breakdown", []))
     t.add_row("GPU", phases or gpu.get("status", "-").split(" (")[0])  # the details are in summary.json
-    t.add_row("energy", _energy_line(summary.get("cost", {}).get("energy", {}), summary["requests"]))
+    t.add_row("GPU energy", summary.get("cost", {}).get("energy", {}).get("headline", "-"))
     t.add_row("dropped probe events", str(summary["dropped_events"]))
     console.print(t)
     s = Table(title=f"slowest requests (s); slow means {summary.get('slow_rule', 'above the rolling p99')}")
@@ -187,9 +182,9 @@ def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagno
         s.add_row(str(r["request_id"]), r["task"], str(r["prompt_tokens"]), fmt(r["queue_s"]), fmt(r["prefill_s"]),
                   fmt(r["preemption_stall_s"]), fmt(r["decode_s"]), fmt(r["e2e_s"]), r["slow_cause"] or "-")
     console.print(s)
-    for r in slowest:
-        if r.get("slow_detail"):
-            console.print(f"- request {r['request_id']}, {r['slow_cause']}: {r['slow_detail']}", markup=False)
+    for r in flagged if flagged is not None else [r for r in slowest if r.get("slow_cause")]:
+        console.print(f"- slow request {r['request_id']} ({r['task']}, e2e {fmt(r['e2e_s'])} s), "
+                      f"{r['slow_cause']}: {r['slow_detail']}", markup=False)
     for f in diagnosis["findings"][:5]:
         console.print(f"- {f['message']}", markup=False)
     for r in diagnosis["speculation_recommendations"]:

@@ -122,3 +122,6 @@ class AgentConfig:
             raise ConfigError("the OTLP receiver needs --otlp-endpoint: the joined spans are exported there")
         if not 0.0 <= self.otlp_join_wait_s <= 600.0:
             raise ConfigError(f"the OTLP join wait must be in [0, 600] s, got {self.otlp_join_wait_s}")
+        self.energy_gpus = tuple(self.energy_gpus)
+        if any(not isinstance(g, int) or g < 0 for g in self.energy_gpus):
+            raise ConfigError(f"energy GPUs are device indices >= 0, got {self.energy_gpus}")

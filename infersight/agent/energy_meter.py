@@ -36,6 +36,10 @@ MAX_OPEN_REQUESTS = 50_000
 IDLE_LAG_NS = 2_000_000_000
 
 
+def _int_frame(*columns: str) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
+
+
 def _frame(rows: list[tuple[int, int, float]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["ts_ns", "gpu", "value"])
 
@@ -73,8 +77,8 @@ class EnergyMeter:
         self.rows_timed_out = 0
         # Steps (and their batch rows) not yet covered by a reading. Plain frames, not EventFrames:
         # building one makes every stream's empty frame, which costs more than this whole meter's poll.
-        self.pending_steps = pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step_id", "start_ns", "end_ns")})
-        self.pending_batch = pd.DataFrame({c: pd.Series(dtype="int64") for c in ("step_id", "request_id", "num_tokens")})
+        self.pending_steps = _int_frame("step_id", "start_ns", "end_ns")
+        self.pending_batch = _int_frame("step_id", "request_id", "num_tokens")
         self.open: dict[int, list[float]] = {}  # request id -> [energy uJ, SM-active ns] so far (NaN: none)
         self._held: dict[int, int] = {}  # request id -> when its row was first held (monotonic ns)
         self.closed = False
@@ -236,14 +240,17 @@ class EnergyMeter:
         """The account so far, for the summary (joules and seconds), with how it was obtained in one
         sentence (`status`); gpu_status: the sampler's status line, named when there is no energy."""
         if self.cursor_ns is None or self.from_ns is None:
-            return {"measured": False, "status": "energy not measured: no GPU energy counter was read"
+            return {"measured": False, "headline": "not measured: no GPU energy counter",
+                    "status": "energy not measured: no GPU energy counter was read"
                     + (f" ({gpu_status})" if gpu_status else "") + "; energy_j is null for every request"}
         # Read off the counter itself, not summed from the parts: the two agree exactly (conservation).
         delta_uj = int(E.counter_at(self.energy, np.array([self.cursor_ns]))[0]) - self.from_uj
         status = (f"measured: the total-energy counter of GPU(s) {', '.join(map(str, self.gpus))}, read at the "
                   "sampler's interval and interpolated linearly at each step's start and end; each step's energy "
                   "is split over its requests by token share, energy between steps is idle_j")
-        return {"measured": True, "status": status, "gpus": list(self.gpus),
+        headline = (f"{self.requests_uj / 1e6:.1f} J in requests' steps, {self.idle_uj / 1e6:.1f} J idle between "
+                    f"steps, over {(self.cursor_ns - self.from_ns) / 1e9:.1f} s (GPU energy counter)")
+        return {"measured": True, "headline": headline, "status": status, "gpus": list(self.gpus),
                 "window_s": (self.cursor_ns - self.from_ns) / 1e9,
                 "counter_delta_j": delta_uj / 1e6,
                 "requests_j": self.requests_uj / 1e6, "idle_j": self.idle_uj / 1e6,

@@ -88,6 +88,7 @@ def summary(state: AgentState) -> dict[str, Any]:
         "gpu": gpu,
         "expert_parallel": expert_parallel(state),
         "dropped_events": int(sum(s.get("dropped", 0) for s in rings.values())),
+        "sources": dict(state.source_stats),
         "rings": rings,
     })
 
@@ -131,7 +132,8 @@ def diagnosis(state: AgentState) -> dict[str, Any]:
                          "message": f"{top} accounts for {100 * (phases[top] or 0.0) / total:.0f}% of request time"})
     for cause, n in s["slow_causes"].items():
         findings.append({"kind": "slow_requests", "cause": cause, "count": n,
-                         "message": f"{n} requests {s['slow_rule']}, from {cause.replace('_', ' ')}"})
+                         "message": f"{n} request{'s' if n != 1 else ''} {s['slow_rule']}, "
+                                    f"from {cause.replace('_', ' ')}"})
     if s["kv"]["preemptions"]:
         findings.append({"kind": "kv_pressure", "preemptions": s["kv"]["preemptions"],
                          "recomputed_tokens": s["kv"]["recomputed_tokens"],

@@ -105,6 +105,7 @@ class Agent:
             self.registry.register(MergedCollector(own, self.vllm_metrics.latest))
             self.registry.register(self.vllm_metrics.collector())
         self._gpu_summary_at = 0.0
+        self._gpu_written_ns = -1  # GPU readings up to here are in events/gpu.parquet
         self.captures = CaptureController(config.capture_min_interval_s, CaptureRules(
             config.auto_capture_ttft_p99_s, config.auto_capture_kv_usage, config.auto_capture_preemptions,
             config.auto_capture_cooldown_s))
@@ -186,7 +187,13 @@ class Agent:
         """Read every ring once and fold the events in; returns how many rings had data."""
         # GPU readings first: the steps read below are measured against them (and none is missed
         # for arriving before the account's first reading).
-        self.state.add_gpu_samples(self.gpu.recent())
+        readings = self.gpu.recent()
+        self.state.add_gpu_samples(readings)
+        if self.frame_sink is not None:  # events/gpu.parquet, for the report's GPU figure
+            new = [r for r in readings if r.ts_ns > self._gpu_written_ns]
+            if new:
+                self.frame_sink.write_table("gpu", samples_frame(new))
+                self._gpu_written_ns = max(r.ts_ns for r in new)
         self.rings.refresh()
         batches = self.rings.read()
         for ring, frames in batches:
@@ -198,6 +205,7 @@ class Agent:
         if self.tracing is not None and not batches:
             self.tracing.process()  # rows still waiting for their steps time out even when idle
         if self.vllm_kv is not None:
+            self.state.source_stats["vllm_kv_events"] = self.vllm_kv.stats()
             kv_frames = EventFrames(kv_events=self.vllm_kv.poll())
             if not kv_frames.kv_events.empty:
                 self.state.ingest(kv_frames)

@@ -69,6 +69,7 @@ class AgentState:
         self.spec_events = EventFrames().spec  # all verifications, kept compact (per task and position below)
         self.spec_step_timing = EventFrames().step_timing  # recent speculative and plain-probe steps
         self.ring_stats: dict[str, dict[str, int]] = {}
+        self.source_stats: dict[str, dict[str, object]] = {}  # non-ring sources (e.g. vLLM KV events): their health
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
         self.requests_seen = 0
         self.recent_steps: deque[pd.DataFrame] = deque(maxlen=64)  # recent step batches, for GPU phases

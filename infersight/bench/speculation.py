@@ -3,13 +3,18 @@ speedup the agent predicts from its probe records.
 
 Three engines of one process run the same task-labelled requests (infersight.workload), one
 task at a time at a fixed batch size (bench.fixed_batch), stepped in turn so that drift in the
-machine's speed hits them alike:
+machine's speed hits them alike. Output lengths vary (2/3, 1 and 4/3 of max_tokens in turn), so
+requests finish at different steps with or without speculation, as in service: with one length
+for all, a plain batch would finish and refill in lockstep, its prefills never beside decodes.
 
     plain      no draft model                                  measured
     spec       the draft, gamma drafts per step                measured
     probed     the draft and spec_probe_every: plain probe     predicted, through the agent's own
                steps, its records read from a probe ring       correlate functions (spec_speedup,
                                                                spec_advice)
+
+Each gamma the advice proposes (decrease_gamma / increase_gamma) is then measured too, the same way
+against `plain`, for the tasks it was advised for.
 
 Measured speedup per task: decode tokens/s of `spec` over `plain` (decode tokens and the engine
 time of the steps each request decoded in), one ratio per round; reported: the median over the
@@ -21,10 +26,14 @@ verdict per task: "agrees" when the predicted interval and every round lie on th
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from typing import Any
+from collections import defaultdict
+from dataclasses import replace
+from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from infersight.bench.fixed_batch import FixedBatchRun
@@ -35,7 +44,7 @@ from infersight.probes.observer import ProbeObserver
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingConsumer
 from infersight.runtime import Engine, EngineConfig
-from infersight.workload import TASKS, WorkloadConfig, build_workload
+from infersight.workload import TASKS, WorkloadConfig, WorkloadRequest, build_workload
 
 #: The goal: predicted within this share of measured, per task.
 TOLERANCE = 0.15
@@ -50,55 +59,87 @@ def _engine(model: str, draft: str | None, gamma: int, probe_every: int, device:
     return Engine(config, observer)
 
 
+class _Records:
+    """Everything read from the probe ring, decoded once at the end."""
+
+    def __init__(self, consumer: RingConsumer) -> None:
+        self.consumer = consumer
+        self.parts: dict[int, list[np.ndarray]] = defaultdict(list)
+        self.labels: dict[int, str] = {0: "other"}
+
+    def read(self) -> None:
+        records = self.consumer.read()
+        self.labels = update_labels(self.labels, records)
+        for kind, rec in records.items():
+            self.parts[kind].append(rec)
+
+    def frames(self) -> EventFrames:
+        self.read()
+        return EventFrames.from_records({k: np.concatenate(v) for k, v in self.parts.items()}, self.labels)
+
+
+def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks: list[str], batch: int,
+             rounds: int, after_turn: Callable[[], None]) -> dict[str, dict[str, list[float]]]:
+    """Decode tokens/s per engine, task and round: each task's requests at a fixed batch, the
+    engines stepped in turn (who goes first rotates)."""
+    rates: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in engines}
+    for _ in range(rounds):
+        for task in tasks:
+            listed = [r for r in workload if r.task == task]
+            runs = {name: FixedBatchRun(e, listed, batch) for name, e in engines.items()}
+            order = list(runs.values())
+            turn = 0
+            while any([r.step() for r in order[turn % len(order):] + order[:turn % len(order)]]):
+                turn += 1
+                after_turn()
+            for name, run in runs.items():
+                rates[name][task].append(run.tally[task].tokens_per_s)
+    return rates
+
+
 def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma: int = 4, requests: int = 32,
                       batch: int = 4, rounds: int = 3, probe_every: int = 4, max_tokens: int = 48,
-                      device: str = "cpu", threads: int | None = 1, seed: int = 0) -> dict[str, Any]:
-    """Run the comparison; returns the flat result (see the module docstring)."""
+                      device: str = "cpu", threads: int | None = 1, seed: int = 0,
+                      check_advice: bool = True) -> dict[str, Any]:
+    """Run the comparison; returns the flat result (see the module docstring). check_advice: also
+    measure each advised gamma (decrease_gamma / increase_gamma) against plain, per task."""
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)  # a shared machine: oversubscribed threads make noise, not speed
     started = time.perf_counter()
+    workload = [replace(r, max_tokens=max(2, max_tokens * (2 + i % 3) // 3))  # lengths vary: see the docstring
+                for i, r in enumerate(build_workload(WorkloadConfig(num_requests=requests, max_tokens=max_tokens,
+                                                                    seed=seed)))]
+    tasks = [t for t in TASKS if any(r.task == t for r in workload)]
     probe = ProbeObserver(ProbeConfig(ring_name=f"infersight-bench-spec-{time.monotonic_ns()}", task_labels=TASKS,
                                       nvtx=False))
     consumer = RingConsumer.attach(probe.ring_name, record_registry())
     try:
-        engines = {"plain": _engine(model, None, gamma, 0, device, batch),
-                   "spec": _engine(model, draft, gamma, 0, device, batch),
-                   "probed": _engine(model, draft, gamma, probe_every, device, batch, probe)}
-        workload = build_workload(WorkloadConfig(num_requests=requests, max_tokens=max_tokens, seed=seed))
-        frames, labels = EventFrames(), {0: "other"}
-        rates: dict[str, dict[str, list[float]]] = {k: {} for k in ("plain", "spec")}
-        for _ in range(rounds):
-            for task in TASKS:
-                listed = [r for r in workload if r.task == task]
-                if not listed:
-                    continue
-                runs = {name: FixedBatchRun(e, listed, batch) for name, e in engines.items()}
-                order = list(runs.values())
-                turn = 0
-                while any([r.step() for r in order[turn % 3:] + order[:turn % 3]]):
-                    turn += 1
-                    records = consumer.read()
-                    if records:
-                        labels = update_labels(labels, records)
-                        frames = frames.concat(EventFrames.from_records(records, labels))
-                for name in ("plain", "spec"):
-                    rates[name].setdefault(task, []).append(runs[name].tally[task].tokens_per_s)
-        records = consumer.read()
-        if records:
-            frames = frames.concat(EventFrames.from_records(records, update_labels(labels, records)))
+        plain = _engine(model, None, gamma, 0, device, batch)
+        probed = _engine(model, draft, gamma, probe_every, device, batch, probe)
+        engines = {"plain": plain, "spec": _engine(model, draft, gamma, 0, device, batch), "probed": probed}
+        records = _Records(consumer)
+        rates = _measure(engines, workload, tasks, batch, rounds, records.read)
+        frames = records.frames()
         dropped = consumer.stats()["dropped"]
-        probes = engines["probed"].spec_probe
+        probes = probed.spec_probe
+        by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing)
+        advice = {str(a["task"]): a for a in spec_advice.recommendations(
+            by_task, speculation.acceptance_by_position(frames.spec))}
+        advised: dict[str, list[float]] = {}
+        for g in sorted({int(a["gamma"]) for a in advice.values() if "gamma" in a} if check_advice else ()):
+            changed = [t for t, a in advice.items() if a.get("gamma") == g]
+            check = _measure({"plain": plain, "spec": _engine(model, draft, g, 0, device, batch)}, workload,
+                             changed, batch, rounds, lambda: None)
+            for t in changed:
+                advised[t] = [s / p for s, p in zip(check["spec"][t], check["plain"][t])]
     finally:
         consumer.close()
         probe.close()
         torch.set_num_threads(old_threads)
-    by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing)
-    advice = {str(a["task"]): a for a in spec_advice.recommendations(
-        by_task, speculation.acceptance_by_position(frames.spec))}
     result: dict[str, Any] = {
-        "model": model, "draft": draft, "gamma": gamma, "device": device, "threads": threads or old_threads, "requests": requests, "batch": batch, "rounds": rounds, "max_tokens": max_tokens,
-        "probe_every": probe_every, "probe_steps": probes.num_probes,
+        "model": model, "draft": draft, "gamma": gamma, "device": device, "threads": threads or old_threads,
+        "requests": requests, "batch": batch, "rounds": rounds, "max_tokens": max_tokens, "probe_every": probe_every, "probe_steps": probes.num_probes,
         "probe_share": round(probes.num_probes / max(1, sum(probes.decode_steps_at.values())), 4),
         "dropped": dropped}
     verdicts = []
@@ -112,21 +153,22 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         predicted = float(row.predicted_speedup)
         error = predicted / measured - 1.0
         verdicts.append(verdict := _verdict((float(row.speedup_low), float(row.speedup_high)), ratios))
-        within += abs(error) <= TOLERANCE
+        within += bool(abs(error) <= TOLERANCE)
         result |= {
-            f"{task}.measured_speedup": round(measured, 4),
+            f"{task}.measured_speedup": _num(measured),
             f"{task}.measured_rounds": [round(x, 4) for x in ratios],
             f"{task}.noise": round(max(abs(x / measured - 1.0) for x in ratios), 4),
             f"{task}.plain_tokens_per_s": round(statistics.median(rates["plain"][task]), 2),
             f"{task}.spec_tokens_per_s": round(statistics.median(rates["spec"][task]), 2),
-            f"{task}.predicted_speedup": round(predicted, 4),
-            f"{task}.predicted_interval": [round(float(row.speedup_low), 4), round(float(row.speedup_high), 4)],
-            f"{task}.error": round(error, 4),
-            f"{task}.model_speedup": round(float(row.model_speedup), 4),
-            f"{task}.tau": round(float(row.mean_accepted_length), 4),
+            f"{task}.predicted_speedup": _num(predicted),
+            f"{task}.predicted_interval": [_num(float(row.speedup_low)), _num(float(row.speedup_high))],
+            f"{task}.error": _num(error),
+            f"{task}.model_speedup": _num(float(row.model_speedup)),
+            f"{task}.tau": _num(float(row.mean_accepted_length)),
             f"{task}.samples": f"{row.verifications} verifications, {row.spec_steps} speculative and "
                                f"{row.probe_steps} plain probe steps",
             f"{task}.advice": advice.get(task, {}).get("action", "none"),
+            **_advised(task, advice.get(task, {}), advised.get(task), measured),
             f"{task}.verdict": verdict,
         }
     result |= {"tasks_agree": verdicts.count("agrees"), "tasks_contradict": verdicts.count("contradicts"),
@@ -143,3 +185,19 @@ def _side(low: float, high: float) -> int:
 def _verdict(predicted: tuple[float, float], rounds: list[float]) -> str:
     p, m = _side(*predicted), _side(min(rounds), max(rounds))
     return "inconclusive" if p * m == 0 else "agrees" if p == m else "contradicts"
+
+
+def _num(x: float) -> float | None:
+    """Rounded for printing; None (JSON null) when not finite (nothing predicted)."""
+    return round(x, 4) if math.isfinite(x) else None
+
+
+def _advised(task: str, advice: dict[str, Any], ratios: list[float] | None, measured: float) -> dict[str, Any]:
+    """The advised gamma, its modelled and measured speedup, and whether the measurement bears the
+    advice out (the advised gamma measured faster than the running one)."""
+    if "gamma" not in advice or ratios is None:
+        return {}
+    at = statistics.median(ratios)
+    return {f"{task}.advised_gamma": advice["gamma"], f"{task}.advised_modelled_speedup": _num(advice["modelled_speedup"]),
+            f"{task}.advised_measured_speedup": _num(at), f"{task}.advised_measured_rounds": [round(x, 4) for x in ratios],
+            f"{task}.advice_borne_out": bool(at > measured)}

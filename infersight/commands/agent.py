@@ -11,6 +11,17 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def parse_gpu_list(value: str) -> tuple[int, ...]:
+    """--energy-gpus: comma-separated device indices ("" for all); ValueError (exit 2) otherwise."""
+    try:
+        gpus = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        gpus = (-1,)
+    if value.strip() and (not gpus or min(gpus) < 0):
+        raise ValueError(f"--energy-gpus takes device indices such as 0,1, got {value!r}")
+    return gpus
+
+
 def run(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -34,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
                               vllm_kv_events=args.vllm_kv_events, vllm_kv_replay=args.vllm_kv_replay,
                               vllm_kv_topic=args.vllm_kv_topic,
                               vllm_url=args.vllm_url, vllm_metrics_interval_s=args.vllm_metrics_interval,
-                              vllm_profiler_dir=args.vllm_profiler_dir, vllm_capture_wait_s=args.vllm_capture_wait))
+                              vllm_profiler_dir=args.vllm_profiler_dir, vllm_capture_wait_s=args.vllm_capture_wait,
+                              gpu_source=args.gpu_source, gpu_url=args.gpu_url, gpu_interval_s=args.gpu_interval,
+                              energy_gpus=parse_gpu_list(args.energy_gpus)))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: agent.stop())
     agent.run(args.duration)
@@ -82,6 +95,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="the same over OTLP/gRPC (vLLM's default protocol; default 127.0.0.1:4317)")
     tracing.add_argument("--otlp-join-wait", type=float, default=10.0, metavar="SECONDS",
                          help="how long a request's span and row wait for each other (default 10)")
+    gpu = agent.add_argument_group("GPU telemetry and energy per request")
+    gpu.add_argument("--gpu-source", default="auto", choices=("auto", "dcgm", "dcgm-exporter", "nvml", "none"),
+                     help="auto: DCGM, then --gpu-url, then NVML, then none")
+    gpu.add_argument("--gpu-url", metavar="URL", help="a dcgm-exporter /metrics URL")
+    gpu.add_argument("--gpu-interval", type=float, default=1.0, metavar="SECONDS",
+                     help="GPU sampling interval (>= 0.1 s; default 1)")
+    gpu.add_argument("--energy-gpus", default="", metavar="0,1",
+                     help="the GPUs the engine runs on, whose energy is split over its steps (default: all)")
     kv = agent.add_argument_group("vLLM KV cache events (off unless --vllm-kv-events is given)")
     kv.add_argument("--vllm-kv-events", metavar="tcp://HOST:PORT",
                     help="vLLM's --kv-events-config endpoint: the agent binds it (vLLM connects to a "

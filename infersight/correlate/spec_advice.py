@@ -6,16 +6,17 @@ speedup was measured (basis "measured") get advice: a guess from acceptance alon
 replaces.
 
 Other gammas are modelled from the measured parts, on pure-decode steps, for g' < g (the
-acceptance of positions beyond g was never observed):
+acceptance of positions beyond g was never observed), cautiously: a shorter draft saves its
+draft forwards (d each: draft time per draft forward) and nothing else, since how the verify
+forward and the verification shrink with fewer tokens was not measured (on a CPU they hardly do):
 
     tau(g')  = 1 + sum_{i < g'} survive_i            (survive_i: accept rate at draft position i)
-    Ts(g')   = Ts - (g - g') * d - (g - g') / g * (V - F)
-               (d: draft time per draft forward, V: verify forward, F: plain target forward)
+    Ts(g')   = Ts - (g - g') * d
     S(g')    = tau(g') * Tp / Ts(g'), scaled by predicted_speedup / S(g) so that what the
                measured figure includes beyond pure-decode steps carries over
 
-One more position yields at most survive_{g-1} more tokens for d + (V - F) / g more time,
-which bounds S(g + 1) from above.
+One more position yields at most survive_{g-1} more tokens for at least d more time, which
+bounds S(g + 1) from above. So neither a shorter nor a longer draft is advised on a hope.
 """
 from __future__ import annotations
 
@@ -35,14 +36,14 @@ def gamma_options(row: pd.Series | object, survive: list[float]) -> dict[int, fl
     """Modelled speedup at each gamma g' in 1 .. g-1 (see the module docstring) for one row of
     speedup_by_task; survive[i] is the accept rate at draft position i (len(survive) = g)."""
     g = len(survive)
-    d, v, f = (getattr(row, "draft_ms_per_token"), getattr(row, "verify_ms"), getattr(row, "plain_forward_ms"))
+    d = getattr(row, "draft_ms_per_token")
     ts, tp, s = getattr(row, "spec_step_ms"), getattr(row, "plain_step_ms"), getattr(row, "predicted_speedup")
-    if g < 2 or not all(math.isfinite(x) for x in (d, v, f, ts, tp, s)):
+    if g < 2 or not all(math.isfinite(x) for x in (d, ts, tp, s)):
         return {}
     s_pure = (1.0 + sum(survive)) * tp / ts
     out = {}
     for gp in range(1, g):
-        ts_gp = ts - (g - gp) * d - (g - gp) / g * (v - f)
+        ts_gp = ts - (g - gp) * d
         if ts_gp > 0:
             out[gp] = s * ((1.0 + sum(survive[:gp])) * tp / ts_gp) / s_pure
     return out
@@ -113,12 +114,10 @@ def recommendations(by_task: pd.DataFrame, by_position: pd.DataFrame | None = No
 
 def _longer_bound(row: object, survive: list[float]) -> float:
     """Upper bound on the speedup with one more draft position (see the module docstring)."""
-    g = len(survive)
     r = row
-    if not g or not all(math.isfinite(x) for x in (r.draft_ms_per_token, r.verify_ms, r.plain_forward_ms)):
+    if not survive or not math.isfinite(r.draft_ms_per_token):
         return float("nan")
     tau = 1.0 + sum(survive)
     ts = r.spec_step_ms
     s_pure = tau * r.plain_step_ms / ts
-    extra = r.draft_ms_per_token + (r.verify_ms - r.plain_forward_ms) / g
-    return r.predicted_speedup * ((tau + survive[-1]) * r.plain_step_ms / (ts + extra)) / s_pure
+    return r.predicted_speedup * ((tau + survive[-1]) * r.plain_step_ms / (ts + r.draft_ms_per_token)) / s_pure

@@ -10,6 +10,12 @@ which is how the agent keeps several engines apart). Per batch size b (requests 
     Tp(b)  median time of a plain probe step                 (interpolated between probed sizes)
     X(b)   median (speculative step - its draft phase) - Tp(b): the verify and sampling extra
 
+A machine's speed drifts (other tenants, clocks, what the batch holds), so a speculative
+pure-decode step is compared locally: its Tp is the median of the LOCAL_PROBES probe steps
+nearest to it in time at its batch size, its Ts the median of the speculative steps at that
+batch size over about the same span. The medians over all steps serve where a batch size had no
+probe (and for the parts reported).
+
 Per task, over its joined verifications (tokens = accepted + 1 each):
 
     spec time   sum over pure-decode verifications of Ts(b), plus the own time of every step
@@ -35,6 +41,8 @@ from infersight.correlate.speculation import acceptance_by_task
 
 #: Request and step ids carry their engine (ring) index above this bit (agent.ingest.RING_ID_SHIFT).
 ENGINE_ID_SHIFT = 48
+#: Probe steps a speculative step is compared with: the nearest in time at its batch size.
+LOCAL_PROBES = 8
 
 SPEEDUP_COLUMNS = {
     "task": "object", "verifications": "int64", "proposed": "int64", "accepted": "int64",
@@ -97,6 +105,36 @@ def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
     return out[list(COST_COLUMNS)].astype(COST_COLUMNS)
 
 
+def local_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
+    """One row per speculative pure-decode step that has probe steps at its (engine, batch):
+    step_id, plain_step_ns (median of the LOCAL_PROBES probes nearest in time), spec_step_ns
+    and less_draft_ns (medians over the speculative steps at that batch size around it, about
+    the same span)."""
+    t = step_timing[_pure_decode(step_timing) & (step_timing["spec_probe"] | (step_timing["spec_tokens"] > 0))]
+    t = t.assign(engine=t["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT, dur=t["end_ns"] - t["start_ns"],
+                 less_draft=t["end_ns"] - t["start_ns"] - t["draft_ns"])
+    parts = []
+    for _, g in t.groupby(["engine", "decode_requests"]):
+        g = g.sort_values("start_ns")
+        probe, spec = g[g["spec_probe"]], g[~g["spec_probe"]]
+        if probe.empty or spec.empty:
+            continue
+        tp = probe["dur"].rolling(LOCAL_PROBES, center=True, min_periods=1).median().to_numpy(np.float64)
+        at, times = probe["start_ns"].to_numpy(), spec["start_ns"].to_numpy()
+        after = np.clip(np.searchsorted(at, times), 0, len(at) - 1)
+        before = np.clip(after - 1, 0, len(at) - 1)
+        nearest = np.where(np.abs(times - at[before]) <= np.abs(at[after] - times), before, after)
+        span = max(1, round(LOCAL_PROBES * len(spec) / len(probe)))  # as many spec steps as the probes cover
+        roll = spec[["dur", "less_draft"]].rolling(span, center=True, min_periods=1).median()
+        parts.append(pd.DataFrame({"step_id": spec["step_id"].to_numpy(), "plain_step_ns": tp[nearest],
+                                   "spec_step_ns": roll["dur"].to_numpy(), "less_draft_ns": roll["less_draft"].to_numpy()}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=d) for c, d in (("step_id", "int64"), ("plain_step_ns", "float64"),
+                                                                 ("spec_step_ns", "float64"),
+                                                                 ("less_draft_ns", "float64"))})
+    return pd.concat(parts, ignore_index=True)
+
+
 def _at_batch(costs: pd.DataFrame, engine: np.ndarray, batch: np.ndarray, column: str) -> np.ndarray:
     """costs[column] at each (engine, batch): linear between the nearest batch sizes that have it,
     the nearest one beyond them; NaN for an engine without any."""
@@ -110,27 +148,28 @@ def _at_batch(costs: pd.DataFrame, engine: np.ndarray, batch: np.ndarray, column
 
 def join_steps(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
     """spec rows that fall in a timed speculative step, with that step's engine, batch (requests
-    decoding), pure (no prefill chunk beside), dur_ns and draft_ns."""
+    decoding), step_id, pure (no prefill chunk beside), dur_ns and step_draft_ns."""
     steps = step_timing[~step_timing["spec_probe"]]
     if spec.empty or steps.empty:
-        return spec.iloc[:0].assign(engine=np.int64(0), batch=np.int64(0), pure=False, dur_ns=np.int64(0),
-                                    step_draft_ns=np.int64(0))
+        return spec.iloc[:0].assign(engine=np.int64(0), step_id=np.int64(0), batch=np.int64(0), pure=False,
+                                    dur_ns=np.int64(0), step_draft_ns=np.int64(0))
     left = spec.assign(engine=spec["request_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT).sort_values("ts_ns")
     right = pd.DataFrame({
-        "engine": steps["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT, "start_ns": steps["start_ns"],
+        "engine": steps["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT, "step_id": steps["step_id"],
+        "start_ns": steps["start_ns"],
         "end_ns": steps["end_ns"], "batch": steps["decode_requests"], "pure": steps["prefill_tokens"] == 0,
         "dur_ns": steps["end_ns"] - steps["start_ns"], "step_draft_ns": steps["draft_ns"]}).sort_values("start_ns")
     joined = pd.merge_asof(left, right, left_on="ts_ns", right_on="start_ns", by="engine", direction="backward")
     joined = joined[joined["end_ns"].notna() & (joined["ts_ns"] <= joined["end_ns"])]
     return joined.drop(columns=["start_ns", "end_ns"]).astype(
-        {"batch": "int64", "pure": "bool", "dur_ns": "int64", "step_draft_ns": "int64"})
+        {"step_id": "int64", "batch": "int64", "pure": "bool", "dur_ns": "int64", "step_draft_ns": "int64"})
 
 
 def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
     """One row per task, sorted by task (columns SPEEDUP_COLUMNS): acceptance (verifications,
     proposed, accepted, accept_rate, mean_accepted_length = tau, gamma = mean proposed); the
     sample counts (timed_verifications joined to a step, mixed_verifications among them,
-    probe_steps and spec_steps at the task's batch sizes); the parts in ms, averaged over its
+    probe_steps at the task's batch sizes, spec_steps: the pure-decode steps it was verified in); the parts in ms, averaged over its
     pure-decode verifications (spec_step_ms Ts, plain_step_ms Tp, draft_ms_per_token,
     verify_ms, plain_forward_ms, verify_extra_ms X); predicted_speedup and model_speedup as in
     the module docstring; basis (MEASURED, NO_PROBES or NO_TIMING; NaN speedups unless MEASURED)."""
@@ -148,6 +187,13 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
     cols["se_plain"] = spread["plain"] / np.sqrt(np.where(cols["probe_steps"] > 0, cols["probe_steps"], np.nan))
     cols["se_spec"] = spread["spec"] / np.sqrt(np.where(cols["spec_steps"] > 0, cols["spec_steps"], np.nan))
     j = j.assign(_tokens=j["accepted"] + 1, **{"_" + c: v for c, v in cols.items()})
+    # Where a pure-decode step has probes at its batch size, its local figures replace the global ones.
+    local = local_costs(step_timing).set_index("step_id")
+    for c in ("plain_step_ns", "spec_step_ns"):
+        here = j["step_id"].map(local[c]).to_numpy(np.float64)
+        j["_" + c] = np.where(j["pure"] & np.isfinite(here), here, j["_" + c])
+    here = (j["step_id"].map(local["less_draft_ns"]) - j["step_id"].map(local["plain_step_ns"])).to_numpy(np.float64)
+    j["_verify_extra_ns"] = np.where(j["pure"] & np.isfinite(here), here, j["_verify_extra_ns"])
     rows = []
     for task in acc.index:
         g = j[j["task"] == task]
@@ -168,7 +214,7 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
                         + (g["_tokens"].std() / np.sqrt(len(g)) / g["_tokens"].mean()) ** 2)
         rows.append({
             "task": task, "timed_verifications": len(g), "mixed_verifications": len(mixed),
-            "probe_steps": int(at["probe_steps"].sum()), "spec_steps": int(at["spec_steps"].sum()),
+            "probe_steps": int(at["probe_steps"].sum()), "spec_steps": int(pure["step_id"].nunique()),
             "mean_batch": pure["batch"].mean(), "spec_step_ms": pure["_spec_step_ns"].mean() / 1e6,
             "plain_step_ms": tp / 1e6, "draft_ms_per_token": pure["_draft_ns_per_forward"].mean() / 1e6,
             "verify_ms": pure["_verify_ns"].mean() / 1e6, "plain_forward_ms": pure["_plain_forward_ns"].mean() / 1e6,
@@ -186,8 +232,9 @@ def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
     for r in by_task.itertuples(index=False):
         if r.basis == MEASURED:
             how = (f"measured: {r.mean_accepted_length:.2f} tokens per verification (mean of {r.verifications}) over "
-                   f"the median speculative pure-decode step ({r.spec_steps} steps), against 1 token per plain probe "
-                   f"step (median of {r.probe_steps}) at the same batch sizes (mean {r.mean_batch:.1f}); "
+                   f"the median speculative pure-decode step around each of its {r.spec_steps} steps, against 1 token "
+                   f"per plain probe step (the nearest in time of {r.probe_steps}) at the same batch sizes "
+                   f"(mean {r.mean_batch:.1f}); "
                    f"{r.mixed_verifications} verifications in steps with prefill chunks count at those steps' own "
                    f"time, less their draft phase and verify extra for the plain side; the interval is ~95% "
                    f"from the spread of the step times and of tau")

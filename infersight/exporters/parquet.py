@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 from infersight.correlate.requests import REQUEST_FIELDS
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from infersight.correlate.frames import EventFrames
 
 _TYPES = {"request_id": pa.int64(), "trace_id": pa.string(), "task": pa.string(), "prompt_tokens": pa.int64(),
@@ -61,13 +63,16 @@ class FrameSink:
 
     def write(self, frames: "EventFrames") -> None:
         for f in fields(frames):
-            df = getattr(frames, f.name)
-            if df.empty:
-                continue
-            buf = self._buffers.setdefault(f.name, [])
-            buf.append(pa.Table.from_pandas(df, preserve_index=False))
-            if sum(t.num_rows for t in buf) >= self.rows_per_group:
-                self._flush(f.name)
+            self.write_table(f.name, getattr(frames, f.name))
+
+    def write_table(self, name: str, df: "pd.DataFrame") -> None:
+        """Rows of one stream, to <dir>/<name>.parquet (GPU samples go to gpu.parquet this way)."""
+        if df.empty:
+            return
+        buf = self._buffers.setdefault(name, [])
+        buf.append(pa.Table.from_pandas(df, preserve_index=False))
+        if sum(t.num_rows for t in buf) >= self.rows_per_group:
+            self._flush(name)
 
     def _flush(self, name: str) -> None:
         buf = self._buffers.pop(name, [])

@@ -1,41 +1,48 @@
-"""Counting routed expert ids on the device, and handing one step's counts to the host without a sync.
+"""Routed expert ids counted on the device, and published as MOE probe records from a side thread.
 
 Engine-agnostic and vLLM-free (torch and numpy only), so it is tested on hand-built routers; the vLLM
-plugin (``infersight.vllm.experts``) binds it to vLLM's MoE layers.
+plugin (``infersight.vllm.experts``) binds it to vLLM's MoE layers::
 
-Per step, on the device::
+    model thread (in the forward, no host sync):
+        router of layer r --topk_ids [tokens, top_k]--> counts[r] += one per (token, chosen expert)
+    publisher thread (every interval, never in a step):
+        snapshot <- counts   (CPU: the tensor's memory; CUDA: a side-stream copy to pinned memory)
+        MOE records <- snapshot - previous snapshot  ->  ring
 
-    router of layer r --topk_ids [tokens, top_k]--> counts[r].index_add_(ids, 1)   (no host sync)
-    step boundary:  pinned[flip] <- counts (non-blocking);  counts <- 0;  event.record()
-    next boundary:  event of the previous step has long completed -> read pinned[previous] on the host
+The counts are cumulative and only ever grow, so a snapshot taken while a layer is being counted is
+merely early: the next delta carries the rest, and the deltas sum exactly to the counts. ``count``
+is pure tensor work with static shapes, so torch.compile (vLLM's CPU path traces the MoE layer with
+Dynamo, ``fullgraph=True``) folds it into the model's graph, and CUDA graphs record it.
 
-``count`` is pure tensor work with static shapes, so torch.compile (vLLM's CPU path traces the MoE
-layer with Dynamo, ``fullgraph=True``) folds it into the model's graph; under CUDA graphs it is
-recorded and replayed like the layer itself.
+Why a thread rather than the step boundary: on the CPU path the forward streams the weights through
+the caches, and any Python run right after it starts cold. Measured on the tiny Mixtral, a per-step
+publish (snapshot, records, ring write: ~6 us with warm caches) cost 60-70 us of CPU per 2.7 ms step,
+2-4 times the 1% budget; the thread pays that once per interval instead.
 """
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import torch
 
 from infersight.probes.records import MOE_EXPERTS_PER_RECORD, RecordKind, record_dtype
-
+from infersight.probes.ring import RingProducer
 
 #: Up to this many experts a layer is counted by comparing each routed id with every expert id and
 #: summing (fused by inductor into one small kernel); above it by index_add_, whose scatter inductor
-#: leaves to an ATen call on CPU. Measured on the CPU path (4 layers, decode batches of 4 tokens):
-#: compare-and-sum added ~5 us a step at 4 experts where index_add_ added ~60 us.
+#: leaves to an ATen call on CPU. Measured on the CPU path (4 layers, decode batches of 4 tokens,
+#: thread CPU time): compare-and-sum added ~5 us a step at 4 experts where index_add_ added ~60 us.
 COMPARE_MAX_EXPERTS = 32
 
 
 class ExpertCounter:
-    """Tokens routed to each (layer row, expert) since the last step boundary, on ``device``.
+    """Tokens routed to each (layer row, expert), cumulative, on ``device``.
 
     ``rows`` are the counter's own dense layer indices; ``layer_ids`` maps them to the model's layer
     numbers (what the MOE records carry). Each token counts once per expert it is routed to, so a
-    layer's row sums to top_k x tokens forwarded."""
+    layer's row grows by top_k x tokens forwarded."""
 
     def __init__(self, layer_ids: list[int], n_experts: int, device: torch.device | str = "cpu") -> None:
         if not layer_ids or n_experts < 1:
@@ -43,7 +50,6 @@ class ExpertCounter:
         self.layer_ids = list(layer_ids)
         self.n_experts = n_experts
         self.counts = torch.zeros((len(layer_ids), n_experts), dtype=torch.int64, device=device)
-        self._saved = torch.zeros_like(self.counts)
         self._expert_ids = torch.arange(n_experts, device=device)
         self._compare = n_experts <= COMPARE_MAX_EXPERTS
 
@@ -57,19 +63,38 @@ class ExpertCounter:
             flat = topk_ids.reshape(-1)
             self.counts[row].index_add_(0, flat, torch.ones_like(flat, dtype=torch.int64))
 
-    def save(self) -> None:
-        """Remember the counts before a forward that must not count (a dummy or profiling run)."""
-        self._saved.copy_(self.counts)
 
-    def restore(self) -> None:
-        """Undo everything counted since ``save``."""
-        self.counts.copy_(self._saved)
+class CountsReader:
+    """Snapshots of a counter's cumulative counts taken from another thread, without stopping the
+    model. CPU: a copy of the tensor's memory. CUDA: a copy on a side stream into pinned memory,
+    waited for on that stream only; the model's stream never waits."""
+
+    def __init__(self, counter: ExpertCounter) -> None:
+        self.counter = counter
+        self._last = np.zeros(tuple(counter.counts.shape), dtype=np.int64)
+        if counter.counts.is_cuda:
+            self._view = None
+            self._pinned = torch.zeros(counter.counts.shape, dtype=torch.int64, pin_memory=True)
+            self._stream = torch.cuda.Stream(counter.counts.device)
+        else:
+            self._view = counter.counts.numpy()  # shares the tensor's memory
+
+    def delta(self) -> np.ndarray:
+        """What was counted since the previous call (the first call: since the counter was made)."""
+        if self._view is not None:
+            now = self._view.copy()
+        else:
+            with torch.cuda.stream(self._stream):
+                self._pinned.copy_(self.counter.counts, non_blocking=True)
+            self._stream.synchronize()
+            now = self._pinned.numpy().copy()
+        out, self._last = now - self._last, now
+        return out
 
 
 class MoeRecords:
-    """One step's counts as MOE probe records: one per (layer, block of MOE_EXPERTS_PER_RECORD
-    experts). Allocated once; ``fill`` writes only the step id and the counts (a few numpy calls,
-    whatever the number of layers)."""
+    """Counts [layers, experts] as MOE probe records: one per (layer, block of MOE_EXPERTS_PER_RECORD
+    experts). Allocated once; ``fill`` writes only the step id and the counts."""
 
     def __init__(self, layer_ids: list[int], n_experts: int) -> None:
         per = MOE_EXPERTS_PER_RECORD
@@ -82,7 +107,7 @@ class MoeRecords:
         self._counts = self.records["counts"]  # a view into the records: filling it fills them
 
     def fill(self, step_id: int, counts: np.ndarray) -> np.ndarray:
-        """The records of ``counts`` [layers, experts] for ``step_id`` (a view, valid until the next fill)."""
+        """The records of ``counts`` for ``step_id`` (a view, valid until the next fill)."""
         per = MOE_EXPERTS_PER_RECORD
         self.records["step_id"] = step_id
         for b in range(self.blocks):
@@ -91,85 +116,67 @@ class MoeRecords:
         return self.records
 
 
-def moe_records(step_id: int, layer_ids: list[int], counts: np.ndarray) -> np.ndarray:
-    """One step's [layers, experts] counts as MOE probe records (a fresh array)."""
-    return MoeRecords(layer_ids, counts.shape[1]).fill(step_id, counts).copy()
+class ExpertPublisher:
+    """A daemon thread that writes what the counter counted, every ``interval_s``, to ``ring``: one
+    batch of MOE records per interval with new counts, numbered 1, 2, ... in ``step_id`` (the
+    publish window, not an engine step). It is the ring's only producer until ``stop``."""
 
-
-class StepCopies:
-    """Hands one step's counts to the host and zeroes them, without waiting on the device (the
-    ProbeObserver pattern). CUDA: a non-blocking copy into one of two pinned buffers; ``publish``
-    returns the *previous* step's records, whose copy finished long ago. CPU: the counts already
-    live in host memory, so ``publish`` reads them through a numpy view and returns this step's."""
-
-    def __init__(self, counter: ExpertCounter) -> None:
-        self.counter = counter
+    def __init__(self, counter: ExpertCounter, ring: RingProducer, interval_s: float) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.reader = CountsReader(counter)
         self.records = MoeRecords(counter.layer_ids, counter.n_experts)
-        self.on_cuda = counter.counts.is_cuda
-        self._view = None if self.on_cuda else counter.counts.numpy()  # shares the tensor's memory
-        self._host = ([torch.zeros(counter.counts.shape, dtype=torch.int64, pin_memory=True) for _ in range(2)]
-                      if self.on_cuda else [])
-        self._flip = 0
-        self._pending: tuple[int, torch.Tensor, torch.cuda.Event] | None = None
+        self.ring = ring
+        self.interval_s = interval_s
+        self.window = 0
+        self.times = CostTimes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="infersight-expert-counts", daemon=True)
 
-    def publish(self, step_id: int) -> np.ndarray | None:
-        """Take this step's counts (the device counter restarts from zero); returns MOE records
-        ready to write, or None (the first CUDA step, whose copy is still in flight)."""
-        if self._view is not None:
-            out = self.records.fill(step_id, self._view)
-            self._view.fill(0)
-            return out
-        self._flip ^= 1
-        buf = self._host[self._flip]
-        buf.copy_(self.counter.counts, non_blocking=True)
-        self.counter.counts.zero_()
-        event = torch.cuda.Event()
-        event.record()
-        ready, self._pending = self._pending, (step_id, buf, event)
-        return self._finish(ready)
+    def start(self) -> "ExpertPublisher":
+        self._thread.start()
+        return self
 
-    def flush(self) -> np.ndarray | None:
-        """The records of the copy still in flight, waited for (at shutdown)."""
-        ready, self._pending = self._pending, None
-        return self._finish(ready)
+    def publish(self) -> int:
+        """Write what was counted since the last call; returns how many records were written."""
+        t0 = CostTimes.now()
+        delta = self.reader.delta()
+        written = 0
+        if delta.any():
+            self.window += 1
+            written = self.ring.write_many(RecordKind.MOE, self.records.fill(self.window, delta))
+        self.times.add("publish", t0, CostTimes.now())
+        return written
 
-    def _finish(self, ready: tuple[int, torch.Tensor, torch.cuda.Event] | None) -> np.ndarray | None:
-        if ready is None:
-            return None
-        step_id, buf, event = ready
-        event.synchronize()  # recorded one step ago: already complete, so this does not wait
-        return self.records.fill(step_id, buf.numpy())
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.publish()
+
+    def stop(self) -> None:
+        """Stop the thread and publish what is left (from the caller's thread, then the only producer)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.publish()
 
 
-class HookTimes:
-    """What the plugin itself costs, measured in its own hooks: wall time (perf_counter_ns) and, as
-    other work may share the cores, this thread's CPU time (thread_time_ns: preemption does not
-    count). Per real step: ``boundary`` = the root's pre- and post-forward hooks (snapshot, zero,
-    ring write); ``count`` = the per-layer counting where it runs as Python (eager mode; under
-    torch.compile it is part of the compiled graph and shows only in ``forward``); ``forward`` =
-    the model's forward between the hooks."""
-
-    FIELDS = ("boundary_ns", "boundary_cpu_ns", "count_ns", "count_cpu_ns", "forward_ns", "forward_cpu_ns")
+class CostTimes:
+    """Where the plugin's own time goes, by name: calls, wall time (perf_counter_ns) and the calling
+    thread's CPU time (thread_time_ns: time the thread was preempted by other work sharing the
+    cores does not count). Single writer per name; read by the plugin's timing file."""
 
     def __init__(self) -> None:
-        self.steps = self.count_calls = 0
-        self.totals = dict.fromkeys(self.FIELDS, 0)
+        self.totals: dict[str, list[int]] = {}
 
     @staticmethod
     def now() -> tuple[int, int]:
         return time.perf_counter_ns(), time.thread_time_ns()
 
     def add(self, name: str, start: tuple[int, int], end: tuple[int, int]) -> None:
-        """Add the interval start..end (two ``now()`` readings) to ``name`` (boundary, count, forward)."""
-        self.totals[f"{name}_ns"] += end[0] - start[0]
-        self.totals[f"{name}_cpu_ns"] += end[1] - start[1]
+        total = self.totals.setdefault(name, [0, 0, 0])
+        total[0] += 1
+        total[1] += end[0] - start[0]
+        total[2] += end[1] - start[1]
 
-    def as_dict(self) -> dict[str, float]:
-        steps, t = max(1, self.steps), self.totals
-        hook_cpu = t["boundary_cpu_ns"] + t["count_cpu_ns"]
-        return {"steps": self.steps, "count_calls": self.count_calls, **t,
-                "hook_us_per_step": (t["boundary_ns"] + t["count_ns"]) / steps / 1e3,
-                "hook_cpu_us_per_step": hook_cpu / steps / 1e3,
-                "forward_us_per_step": t["forward_ns"] / steps / 1e3,
-                "forward_cpu_us_per_step": t["forward_cpu_ns"] / steps / 1e3,
-                "hook_cpu_share_of_forward": hook_cpu / t["forward_cpu_ns"] if t["forward_cpu_ns"] else 0.0}
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return {name: {"calls": c, "wall_ns": w, "cpu_ns": u} for name, (c, w, u) in list(self.totals.items())}

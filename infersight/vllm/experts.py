@@ -2,37 +2,39 @@
 ``vllm.general_plugins``) that counts routed expert ids per layer on the device, in each worker.
 
 vLLM loads general plugins in every process it starts (API server, engine core, workers) and calls
-``register`` once in each. Nothing of vLLM is patched; the plugin uses three public hooks:
+``register`` once in each. Nothing of vLLM is patched; the plugin uses public hooks only:
 
 1. torch's global module-registration hook sees every submodule assignment while a model is built.
-   It notes vLLM's MoE runners (``MoERunner``, whose router is a ``BaseRouter``) and the modules
-   that contain them; the outermost one (e.g. ``MixtralForCausalLM``) gets a forward pre-hook and a
-   forward hook. A model without MoE layers gets no hooks at all (only the registration hook, which
-   runs while modules are built, never in a step).
-2. At that root's first forward (before Dynamo traces the model), each runner's router gets a
-   capture callback through ``BaseRouter.set_capture_fn``: vLLM's own callback for the *logical*
-   expert ids it routed to (the one ``--enable-return-routed-experts`` uses), called right after
-   top-k and before any EPLB mapping. The counts are therefore vLLM's selection itself, whatever
-   the routing rule (softmax top-k, grouped, biased, custom), not a re-implementation of it. The
-   callback is an ``index_add_`` into a [layers, experts] int64 device tensor: no host sync, and
-   on vLLM's CPU path (Dynamo, fullgraph) it is traced into the compiled graph.
-3. The root's forward hook is the step boundary: this step's counts are copied non-blocking to
-   pinned memory and zeroed; the previous step's copy (complete by now) is written as MOE probe
-   records to this worker's ring ``infersight-vllm-worker-<pid>`` (``agent --discover`` finds it).
-   Forwards without attention metadata are vLLM's dummy/profiling runs (``_dummy_run``): their
-   counts are saved before and restored after, so they never count.
+   It notes vLLM's MoE runners (``MoERunner`` whose router is a ``BaseRouter``) and the modules that
+   contain them; the outermost one (e.g. ``MixtralForCausalLM``) gets a forward pre-hook. A model
+   without MoE layers gets no hooks (only the registration hook, which runs while modules are
+   built, never in a step).
+2. At that root's first forward (before Dynamo traces the model), each router gets a capture
+   callback through ``BaseRouter.set_capture_fn``: vLLM's own callback for the *logical* expert
+   ids it routed to (the one ``--enable-return-routed-experts`` uses), called right after top-k and
+   before any EPLB mapping. The counts are thus vLLM's selection itself, whatever the routing rule
+   (softmax top-k, grouped, biased, custom), not a re-implementation of it. The callback adds into
+   a [layers, experts] int64 device tensor (ExpertCounter): no host sync; on vLLM's CPU path
+   (Dynamo, fullgraph) it is traced into the compiled graph.
+3. Forwards before the first real step are vLLM's profiling, warm-up and CUDA-graph capture runs
+   (``_dummy_run``: no attention metadata, or a batch that is all padding). At the first real step
+   the pre-hook zeroes what they counted, starts the publisher thread (ExpertPublisher: every
+   INFERSIGHT_EXPERT_PUBLISH_INTERVAL seconds, default 0.2, the new counts as MOE probe records into
+   this worker's ring ``infersight-vllm-worker-<pid>``, which ``agent --discover`` finds) and
+   removes itself: from then on the plugin runs no Python in a step. The records' ``step_id`` is
+   the publish window (1, 2, ...), not vLLM's step (vLLM does not expose one to the worker).
 
-Compile cache: vLLM reuses compiled graphs from disk across restarts under a key that does not see
-our callback, so a graph compiled with the plugin off would load with it on (counting nothing) and
-the other way round. The plugin therefore adds ``"infersight_expert_counts"`` to the worker's
-``vllm_config.additional_config``, the config field vLLM hashes into that key for out-of-tree code.
+Compile cache: vLLM reuses compiled graphs from disk under a key that does not see our callback, so a
+graph compiled with the plugin off would load with it on (counting nothing) and the other way round.
+The plugin therefore sets ``"infersight_expert_counts"`` in the worker's
+``vllm_config.additional_config``, the field vLLM hashes into that key for out-of-tree code.
 
-Off switch: ``INFERSIGHT_EXPERT_COUNTS=0`` (``=hooks``: the hooks without the counting, for
-benchmarks). ``INFERSIGHT_EXPERT_TIMING=PATH``: the plugin rewrites PATH (JSON, about once a second)
-with its own cost (HookTimes). Errors are logged once and turn the plugin off for the process;
-nothing is raised into vLLM. Limits: under FULL CUDA graphs (GPU decode steps) the root's hooks do
-not run on replay, so counts of such steps are published with the next eager step (totals stay
-exact); monolithic MoE kernels (which skip the router) are not counted.
+Off switch: ``INFERSIGHT_EXPERT_COUNTS=0`` (``=hooks``: all but the counting callback, for
+benchmarks). ``INFERSIGHT_EXPERT_TIMING=PATH``: the pre-hook stays and a forward hook joins it, to
+time every forward; PATH (JSON) is rewritten about once a second with the plugin's own cost.
+Errors are logged once and turn the plugin off for the process; nothing is raised into vLLM.
+Limits: with data parallelism, the dummy batches idle ranks run during serving are counted;
+monolithic MoE kernels (which skip the router) are not counted.
 """
 from __future__ import annotations
 
@@ -46,13 +48,13 @@ import weakref
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
-from infersight.probes.records import RecordKind, record_registry
+from infersight.probes.records import record_registry
 from infersight.probes.ring import RingProducer
-from infersight.vllm.expert_counting import ExpertCounter, HookTimes, StepCopies
+from infersight.vllm.expert_counting import CostTimes, ExpertCounter, ExpertPublisher
 
 # A child of vLLM's "vllm" logger, so lines land in vLLM's log with its format.
 log = logging.getLogger("vllm.infersight.experts")
@@ -60,30 +62,33 @@ _RUNNER_MODULE = "vllm.model_executor.layers.fused_moe.runner.moe_runner"
 _ROUTER_MODULE = "vllm.model_executor.layers.fused_moe.router.base_router"
 CACHE_KEY = "infersight_expert_counts"
 TIMING_WRITE_INTERVAL_NS = 1_000_000_000
-_NO_TIME = (0, 0)
 
 
 @dataclass
 class ExpertCountsConfig:
-    """enabled: INFERSIGHT_EXPERT_COUNTS (default on; "0", "false", "off" turn it off).
-    count: False with INFERSIGHT_EXPERT_COUNTS=hooks, for benchmarks: every hook and ring write but
-    no counting callback, so an A/B against it isolates what the counting inside the graph costs.
-    ring_capacity: slots of the worker's ring (INFERSIGHT_EXPERT_RING_CAPACITY). timing_path: where
-    to write the plugin's own cost (INFERSIGHT_EXPERT_TIMING; None: not measured)."""
+    """enabled: INFERSIGHT_EXPERT_COUNTS (default on; "0", "false", "off", "no" turn it off).
+    count: False with INFERSIGHT_EXPERT_COUNTS=hooks (benchmarks): everything but the counting
+    callback, so an A/B against it isolates what the counting inside the graph costs.
+    publish_interval_s: INFERSIGHT_EXPERT_PUBLISH_INTERVAL. ring_capacity: slots of the worker's ring
+    (INFERSIGHT_EXPERT_RING_CAPACITY). timing_path: INFERSIGHT_EXPERT_TIMING (None: not timed)."""
 
     enabled: bool = True
     count: bool = True
+    publish_interval_s: float = 0.2
     ring_capacity: int = 1 << 14
     timing_path: str | None = None
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 2:
             raise ValueError(f"ring_capacity must be >= 2, got {self.ring_capacity}")
+        if not 0.001 <= self.publish_interval_s <= 60:
+            raise ValueError(f"publish interval must be between 0.001 and 60 s, got {self.publish_interval_s}")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "ExpertCountsConfig":
         switch = env.get("INFERSIGHT_EXPERT_COUNTS", "1").strip().lower()
         return cls(enabled=switch not in ("0", "false", "off", "no"), count=switch != "hooks",
+                   publish_interval_s=float(env.get("INFERSIGHT_EXPERT_PUBLISH_INTERVAL", "0.2")),
                    ring_capacity=int(env.get("INFERSIGHT_EXPERT_RING_CAPACITY", str(1 << 14))),
                    timing_path=env.get("INFERSIGHT_EXPERT_TIMING") or None)
 
@@ -113,25 +118,34 @@ def _moe_runner_router(module: torch.nn.Module) -> Any | None:
     return router if isinstance(router, router_mod.BaseRouter) else None
 
 
+def _is_dummy_run() -> bool:
+    """vLLM's real steps run with attention metadata and at least one real token; its profiling,
+    warm-up and capture runs (GPUModelRunner._dummy_run) without metadata or all padding. Reading
+    the padding mask syncs a GPU: this runs only until the first real step."""
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    if not is_forward_context_available():
+        return True
+    ctx = get_forward_context()
+    padding = getattr(ctx, "is_padding", None)
+    return ctx.attn_metadata is None or (padding is not None and bool(padding.all()))
+
+
 class ExpertLoadPlugin:
-    """Finds the MoE layers of the model a worker builds, counts their routing, publishes per step."""
+    """Finds the MoE layers of the model a worker builds, counts their routing, publishes the counts."""
 
     def __init__(self, config: ExpertCountsConfig) -> None:
         self.config = config
         self._has_moe: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()  # runners and their ancestors
-        self._root_hooks: dict[int, tuple[Any, Any]] = {}  # id(candidate root) -> hook handles
+        self._root_hooks: dict[int, list[Any]] = {}  # id(candidate root) -> hook handles
         self._registration = None
         self._root: torch.nn.Module | None = None
         self._counter: ExpertCounter | None = None
-        self._copies: StepCopies | None = None
-        self._ring: RingProducer | None = None
-        self._step_id = 0
-        self._dummy = False
+        self._publisher: ExpertPublisher | None = None
         self._failed = False
         self._timed = config.timing_path is not None
-        self._pre_hook: tuple[tuple[int, int], tuple[int, int]] | None = None
-        self._is_dummy_run: Callable[[], bool] = lambda: True  # set at bind, from vLLM's forward context
-        self.times = HookTimes()
+        self.times = CostTimes()
+        self._forward_start = (0, 0)
         self._timing_written_ns = 0
 
     def install(self) -> None:
@@ -146,15 +160,15 @@ class ExpertLoadPlugin:
                 self._mark_compile_cache("count" if self.config.count else "hooks")
             self._has_moe.add(child)
             self._has_moe.add(parent)
-            self._drop_root_hooks(child)
-            if id(parent) not in self._root_hooks:  # the outermost module with MoE layers keeps them
-                self._root_hooks[id(parent)] = (parent.register_forward_pre_hook(self._before_forward),
-                                                parent.register_forward_hook(self._after_forward))
+            self._drop_hooks(child)
+            if id(parent) not in self._root_hooks:  # the outermost module with MoE layers keeps the hook
+                self._root_hooks[id(parent)] = [parent.register_forward_pre_hook(self._before_forward)]
         except Exception as exc:
             self._fail("while the model was built", exc)
 
-    def _drop_root_hooks(self, module: torch.nn.Module) -> None:
-        for handle in self._root_hooks.pop(id(module), ()):
+    def _drop_hooks(self, module_or_id: torch.nn.Module | int) -> None:
+        key = module_or_id if isinstance(module_or_id, int) else id(module_or_id)
+        for handle in self._root_hooks.pop(key, ()):
             handle.remove()
 
     @staticmethod
@@ -168,107 +182,84 @@ class ExpertLoadPlugin:
             log.warning("infersight: additional_config is not a dict; a cached compiled graph may lack expert counting "
                         "(set VLLM_DISABLE_COMPILE_CACHE=1 if counts stay at zero)")
 
-    # -- the first forward: bind the routers, before Dynamo traces the model ---------------------
+    # -- the root's first forward: bind the routers, before Dynamo traces the model --------------
     def _bind(self, root: torch.nn.Module) -> None:
         self._root = root
         if self._registration is not None:
             self._registration.remove()
             self._registration = None
         for other in [k for k in self._root_hooks if k != id(root)]:  # e.g. a drafter: not counted
-            for handle in self._root_hooks.pop(other):
-                handle.remove()
+            self._drop_hooks(other)
         runners = [(m, r) for m in root.modules() if (r := _moe_runner_router(m)) is not None]
         if not runners:
             raise RuntimeError("no MoE router found under the model")
-        runners.sort(key=lambda mr: mr[0].layer_id)
+        runners.sort(key=lambda mr: int(mr[0].layer_id))
         n_experts = max(int(r.global_num_experts) for _, r in runners)
-        device = next(root.parameters()).device
-        self._counter = counter = ExpertCounter([int(m.layer_id) for m, _ in runners], n_experts, device)
-        self._copies = StepCopies(counter)
+        self._counter = counter = ExpertCounter([int(m.layer_id) for m, _ in runners], n_experts,
+                                                next(root.parameters()).device)
         count = self._timed_count if self._timed else counter.count
         for row, (_, router) in enumerate(runners if self.config.count else []):
-            if router.capture_fn is not None:  # vLLM's own capturer (--enable-return-routed-experts) keeps working
-                router.set_capture_fn(partial(_both, router.capture_fn, partial(count, row)))
-            else:
-                router.set_capture_fn(partial(count, row))
-        name = worker_ring_name(os.getpid())
-        self._ring = RingProducer.create(name, self.config.ring_capacity, None, record_registry())
-        from vllm.forward_context import get_forward_context, is_forward_context_available
+            mine = partial(count, row)
+            # vLLM's own capturer (--enable-return-routed-experts), if bound, keeps working.
+            router.set_capture_fn(mine if router.capture_fn is None else partial(_both, router.capture_fn, mine))
+        if self._timed:
+            self._root_hooks[id(root)].append(root.register_forward_hook(self._after_forward))
+        log.info("infersight: counting routed experts of %d MoE layers x %d experts", len(runners), n_experts)
 
-        # vLLM's real steps run with attention metadata; its dummy and profiling runs
-        # (GPUModelRunner._dummy_run, also the CPU warm-up) without it, unless capturing FULL CUDA graphs.
-        self._is_dummy_run = lambda: not is_forward_context_available() or get_forward_context().attn_metadata is None
+    def _start_publishing(self) -> None:
+        """At the first real step: forget what dummy runs counted, start the publisher thread."""
+        assert self._counter is not None
+        self._counter.counts.zero_()
+        name = worker_ring_name(os.getpid())
+        ring = RingProducer.create(name, self.config.ring_capacity, None, record_registry())
+        self._publisher = ExpertPublisher(self._counter, ring, self.config.publish_interval_s).start()
         atexit.register(self.close)
-        log.info("infersight: counting routed experts of %d MoE layers x %d experts into ring %s",
-                 len(runners), n_experts, name)
+        log.info("infersight: expert counts go to ring %s every %.3g s", name, self.config.publish_interval_s)
+
+    # -- the root's forwards -----------------------------------------------------------------
+    def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
+        if self._failed:
+            return
+        t0 = CostTimes.now() if self._timed else None
+        try:
+            if self._root is None:
+                self._bind(module)
+            if self._publisher is None and not _is_dummy_run():
+                self._start_publishing()
+                if not self._timed:  # nothing left to do in a step
+                    self._drop_hooks(module)
+        except Exception as exc:
+            self._fail("before a forward", exc)
+        if t0 is not None:
+            self._forward_start = CostTimes.now()
+            self.times.add("pre_hook", t0, self._forward_start)
+
+    def _after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        """Only with INFERSIGHT_EXPERT_TIMING: the forward's own time, and the timing file."""
+        if self._publisher is None:
+            return
+        end = CostTimes.now()
+        self.times.add("forward", self._forward_start, end)
+        if end[0] - self._timing_written_ns > TIMING_WRITE_INTERVAL_NS:
+            self._timing_written_ns = end[0]
+            self._write_timing()
 
     def _timed_count(self, row: int, topk_ids: torch.Tensor) -> None:
-        """counter.count with its time measured where it runs as Python (eager); while Dynamo traces,
-        is_compiling() is True and the graph gets the bare count."""
+        """counter.count, timed where it runs as Python (eager); while Dynamo traces, is_compiling()
+        is True and the graph gets the bare count."""
         assert self._counter is not None
         if torch.compiler.is_compiling():
             self._counter.count(row, topk_ids)
             return
-        t0 = HookTimes.now()
+        t0 = CostTimes.now()
         self._counter.count(row, topk_ids)
-        self.times.add("count", t0, HookTimes.now())
-        self.times.count_calls += 1
+        self.times.add("count", t0, CostTimes.now())
 
-    # -- every forward of the root: the step boundary ------------------------------------------
-    def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
-        if self._failed:
-            return
-        t0 = HookTimes.now() if self._timed else _NO_TIME
-        try:
-            if self._root is None:
-                self._bind(module)
-            if module is not self._root or self._counter is None or self._capturing():
-                return
-            self._dummy = self._is_dummy_run()
-            if self._dummy:
-                self._counter.save()
-        except Exception as exc:
-            self._fail("before a forward", exc)
-        self._pre_hook = (t0, HookTimes.now()) if self._timed else None
-
-    def _after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if self._failed or module is not self._root or self._counter is None:
-            return
-        t0 = HookTimes.now() if self._timed else _NO_TIME
-        try:
-            if self._capturing():
-                return
-            if self._dummy:
-                self._counter.restore()
-                return
-            self._step_id += 1
-            records = self._copies.publish(self._step_id) if self._copies else None
-            if records is not None and self._ring is not None:
-                self._ring.write_many(RecordKind.MOE, records)
-            if self._timed and self._pre_hook is not None:
-                self._account(t0, HookTimes.now())
-        except Exception as exc:
-            self._fail("after a forward", exc)
-
-    def _account(self, post_start: tuple[int, int], post_end: tuple[int, int]) -> None:
-        assert self._pre_hook is not None
-        pre_start, pre_end = self._pre_hook
-        self.times.steps += 1
-        self.times.add("boundary", pre_start, pre_end)
-        self.times.add("boundary", post_start, post_end)
-        self.times.add("forward", pre_end, post_start)
-        if post_end[0] - self._timing_written_ns > TIMING_WRITE_INTERVAL_NS:
-            self._write_timing(post_end[0])
-
-    def _capturing(self) -> bool:
-        """A CUDA graph capture records device work without running it: the hooks stay out of it."""
-        return self._counter is not None and self._counter.counts.is_cuda and torch.cuda.is_current_stream_capturing()
-
-    def _write_timing(self, now_ns: int) -> None:
-        self._timing_written_ns = now_ns
+    def _write_timing(self) -> None:
         path = Path(self.config.timing_path or "")
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), **self.times.as_dict()}))
+        publisher = self._publisher.times.as_dict() if self._publisher else {}
+        tmp.write_text(json.dumps({"pid": os.getpid(), **self.times.as_dict(), **publisher}))
         tmp.replace(path)
 
     def _fail(self, where: str, exc: BaseException) -> None:
@@ -276,17 +267,15 @@ class ExpertLoadPlugin:
         log.warning("infersight expert counts stopped (%s): %s: %s", where, type(exc).__name__, exc)
 
     def close(self) -> None:
-        """Write the copy still in flight, then remove the ring (atexit)."""
+        """Publish what is left and remove the ring (atexit)."""
         try:
-            records = self._copies.flush() if self._copies is not None else None
-            if records is not None and self._ring is not None:
-                self._ring.write_many(RecordKind.MOE, records)
-            if self._timed and self.times.steps:
-                self._write_timing(time.perf_counter_ns())
-            if self._ring is not None:
-                self._ring.close()
-                self._ring.unlink()
-                self._ring = None
+            if self._publisher is not None:
+                self._publisher.stop()
+                if self._timed:
+                    self._write_timing()
+                self._publisher.ring.close()
+                self._publisher.ring.unlink()
+                self._publisher = None
         except Exception as exc:
             log.warning("infersight expert counts: closing the ring failed: %s", exc)
 
@@ -294,4 +283,3 @@ class ExpertLoadPlugin:
 def _both(first: Any, second: Any, topk_ids: torch.Tensor) -> None:
     first(topk_ids)
     second(topk_ids)
-

@@ -49,6 +49,18 @@ def test_bad_listen_is_a_usage_error(listen: str) -> None:
     assert "listen" in line or "port" in line
 
 
+@pytest.mark.parametrize("gpus", ["a,b", "-1", ","])
+def test_bad_energy_gpus_is_a_usage_error(gpus: str) -> None:
+    line = assert_one_line_error(run_agent("--ring", "infersight-unused", "--energy-gpus", gpus))
+    assert "--energy-gpus" in line
+
+
+@pytest.mark.parametrize("flag,value", [("--slow-quantile", "1.5"), ("--slo-e2e-s", "0")])
+def test_bad_slow_rule_is_a_usage_error(flag: str, value: str) -> None:
+    line = assert_one_line_error(run_agent("--ring", "infersight-unused", flag, value))
+    assert "quantile" in line or "slo_e2e_s" in line
+
+
 def test_port_in_use_is_a_usage_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -4,6 +4,7 @@ request's joules are checked against a naive reference built from the engine's o
 the readings the sampler took; the per-request joules plus idle equal the counter's rise exactly."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 from fractions import Fraction
@@ -109,6 +110,8 @@ def test_requests_plus_idle_is_the_counters_rise_exactly(run) -> None:
     assert meter.requests_uj == round(sum(r["energy_j"] * 1e6 for r in agent.state.finished))
     energy = report.summary(agent.state)["cost"]["energy"]
     assert energy["measured"] and energy["gpus"] == [0] and energy["status"].startswith("measured: ")
+    assert energy["headline"].startswith(f"{energy['requests_j']:.1f} J in requests' steps, "
+                                         f"{energy['idle_j']:.1f} J idle")
     assert energy["requests_j"] + energy["idle_j"] == pytest.approx(energy["counter_delta_j"], abs=1e-9)
     assert energy["counter_delta_j"] == (readings[-1][1] - readings[0][1]) / 1e6
 
@@ -125,3 +128,16 @@ def test_energy_metrics_are_fed(run) -> None:
     assert idle == [pytest.approx(agent.state.energy.idle_uj / 1e6, rel=1e-12)]
     # No GPM on this fake: the SM-active figure is absent, not 0.
     assert all(r["gpu_sm_active_s"] != r["gpu_sm_active_s"] for r in rows)
+
+
+def test_gpu_readings_go_to_events_gpu_parquet_for_the_report(run) -> None:
+    """The report's GPU figure reads events/gpu.parquet: the agent writes every reading it took."""
+    _, agent, out = run
+    written = pq.read_table(out / "events" / "gpu.parquet").to_pandas()
+    energy = written[written["field"] == "energy_joules"]
+    assert [(int(t), round(v * 1e6)) for t, v in zip(energy["ts_ns"], energy["value"])] == _energy_readings(agent)
+    from infersight.dashboards.report.inputs import load_run
+
+    (out / "summary.json").write_text(json.dumps(report.summary(agent.state)))
+    run_data = load_run(out)
+    assert run_data.gpu_samples is not None and len(run_data.gpu_samples) == len(written)

@@ -118,6 +118,7 @@ def test_a_cpu_run_reports_no_gpu_figure(run) -> None:
     cost = report.summary(agent.state)["cost"]
     assert cost["energy_j_by_task"] == {} and cost["energy"]["measured"] is False
     assert cost["energy"]["status"].startswith("energy not measured: no GPU energy counter was read (GPU telemetry")
+    assert cost["energy"]["headline"] == "not measured: no GPU energy counter"
     table = pq.read_table(path).to_pandas()
     assert table[["energy_j", "gpu_sm_active_s", "gpu_kernel_s"]].isna().all().all()
 

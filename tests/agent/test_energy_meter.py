@@ -37,7 +37,8 @@ class Clock:
 
 
 def frames(steps: list) -> tuple[pd.DataFrame, pd.DataFrame]:
-    s = pd.DataFrame([(i, a, b, len(m)) for i, a, b, m in steps], columns=["step_id", "start_ns", "end_ns", "batch_size"])
+    s = pd.DataFrame([(i, a, b, len(m)) for i, a, b, m in steps],
+                     columns=["step_id", "start_ns", "end_ns", "batch_size"])
     b = pd.DataFrame([(i, r, n) for i, _, _, m in steps for r, n in m], columns=["step_id", "request_id", "num_tokens"])
     return s, b.astype("int64")
 

@@ -70,7 +70,7 @@ def test_pure_decode_speedup_is_tau_times_plain_over_spec_step() -> None:
     sigma = math.sqrt((se * 10 / 110) ** 2 + (se * 10 / 310) ** 2 + (np.std([4, 2, 3, 3], ddof=1) / 2 / 3) ** 2)
     assert [code.speedup_low, code.speedup_high] == pytest.approx(
         [330 / 310 * math.exp(-2 * sigma), 330 / 310 * math.exp(2 * sigma)])
-    assert (code.probe_steps, code.spec_steps, code.mean_batch) == (3, 3, 2.0)
+    assert (code.probe_steps, code.spec_steps, code.mean_batch) == (3, 2, 2.0)  # verified in steps 2 and 4
 
 
 def test_a_mixed_step_counts_once_on_both_sides() -> None:
@@ -125,7 +125,7 @@ def test_summary_says_how_each_figure_was_obtained() -> None:
     code = s["code"]
     assert code["basis"] == MEASURED and code["how"].startswith("measured: 3.00 tokens per verification (mean of 4)")
     assert code["samples"] == {"verifications": 4, "timed_verifications": 4, "mixed_verifications": 0,
-                               "spec_steps": 3, "probe_steps": 3}
+                               "spec_steps": 2, "probe_steps": 3}
     assert code["parts_ms"]["plain_step"] == pytest.approx(110e-6)
     assert code["model_speedup"] == pytest.approx(3 / (4 * 40 / 95 + 1)) and code["model"].startswith("tau /")
     assert summary_by_task(speedup_by_task(SPEC, STEPS.iloc[:0]))["qa"]["how"].startswith("not measured")
@@ -136,3 +136,19 @@ def test_inputs_are_not_changed() -> None:
     speedup_by_task(SPEC, STEPS)
     pd.testing.assert_frame_equal(SPEC, spec)
     pd.testing.assert_frame_equal(STEPS, steps)
+
+
+def test_steps_are_compared_with_probes_of_their_own_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine halves its speed for plain steps halfway: each task is judged on its own span."""
+    monkeypatch.setattr("infersight.correlate.spec_speedup.LOCAL_PROBES", 2)
+    rows, spec = [], []
+    for i in range(8):  # a probe then a speculative step, 1000 ns apart; the probes slow down after 4
+        rows += [(2 * i + 1, 2000 * i, 100 if i < 4 else 200, 0, 90, 2, 0, True),
+                 (2 * i + 2, 2000 * i + 1000, 300, 100, 150, 2, 0, False)]
+        spec += [(2000 * i + 1100, 1, "code" if i < 4 else "qa", 2), (2000 * i + 1200, 2, "code" if i < 4 else "qa", 2)]
+    t = speedup_by_task(_spec(spec), _steps(rows)).set_index("task")
+    # tau 3 against the local plain step; the global median (150) would give 1.5 for both. The
+    # centred window of 2 probes behind speculative step i covers probes i-1 and i: 100 for code's
+    # four steps; for qa's, 150 (probes 3 and 4) and then 200 three times.
+    assert t.loc["code", "predicted_speedup"] == pytest.approx(3 * 100 / 300)
+    assert t.loc["qa", "predicted_speedup"] == pytest.approx(3 * (150 + 3 * 200) / (4 * 300))

@@ -255,10 +255,10 @@ def test_every_family_is_in_the_catalogue(compat) -> None:
 
 def test_every_catalogue_entry_is_exposed_with_its_labels(inproc) -> None:
     """The other direction, on the default exposition: each entry's family is there (some without
-    samples: nothing feeds energy on a CPU run, hot pairs only exist over the expert cap)."""
+    samples: a CPU run reads no GPU energy counter, hot pairs only exist over the expert cap)."""
     _, _, text, _ = inproc
     fams = _families(text.text)
-    without_samples = {C.ENERGY.name}
+    without_samples = {C.ENERGY.name, C.ENERGY_IDLE.name}
     absent = {C.HOT_EXPERT_TOKENS.name}  # exercised in test_promtool_over_the_expert_cap
     # No GPU here: the none collector yields no GPU families except its (zero) error counter.
     absent |= {spec.name for spec in C.GPU_METRICS if spec is not C.GPU_COLLECTOR_ERRORS}

@@ -1,10 +1,19 @@
-"""Speculative sampling must leave the target's output distribution unchanged.
+"""Speculative sampling must leave the target's output distribution unchanged, at every draft position.
 
-End to end: 4000 seeded requests with a deliberately weak draft and 4000 without speculation,
-the same prompt, temperature 1.0, max_tokens 3; the 2nd and 3rd generated tokens (and the pair)
-must have the same distribution (chi-square test of homogeneity). With max_tokens 3 the 2nd
-token comes from one verify step with one draft token (accepted or replaced from the residual)
-and the 3rd is the bonus token or a plain decode, so every branch of the rule is exercised.
+End to end: N seeded requests through an engine that drafts GAMMA = 4 tokens per step and N
+through one without a draft; the same prompt, temperature 1.0, MAX_TOKENS = 6. The 1st token
+comes from the prefill; the next verify step drafts 4 tokens, so tokens 2..6 come from draft
+positions 0..3 (accepted, or replaced from the residual at the first rejection) and the bonus,
+or from later steps after a rejection. The draft is the target with noise added to every weight,
+so every position is reached and both branches happen at each (checked below).
+
+For each key (the token at each of positions 2..6, and each adjacent pair from (1st, 2nd) to
+(5th, 6th)) a chi-square test of homogeneity compares the two samples. The false-alarm rate is
+fixed and stated: FAMILY_ALPHA = 1e-3 for all ten tests together (Bonferroni: each at 1e-4), so a
+correct sampler fails this module once in a thousand runs, whatever the seeds. The seeds are
+0 .. N-1 and N .. 2N-1: nothing is picked. Power is shown, not claimed: the same test on the same
+sample size detects a sampler that draws the replacement for a rejected draft from p instead of
+the residual max(0, p - q), at every draft position.
 
 Unit level: `verify` alone, on fixed small distributions.
 """
@@ -16,58 +25,99 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import binomtest, chi2_contingency, chisquare
+from testkit import one_torch_thread
 
-from infersight.runtime import LLM, ModelConfig, SamplingParams
-from infersight.runtime.speculative import verify
+from infersight.runtime import LLM, EngineObserver, ModelConfig, SamplingParams
+from infersight.runtime import engine as engine_module
+from infersight.runtime.sampling import sample
+from infersight.runtime.speculative import Verification, verify
 from infersight.runtime.weights import build_model, save_safetensors
 
-N = 4000
-ALPHA = 0.01
-# Each test below is a fixed number for fixed seeds; a correct sampler fails one at ALPHA with
-# probability 0.01. Seeds from 0 happen to give p = 0.008 on the 2nd token (six other seed
-# bases give 0.08-0.92 there, and 16000 samples per arm give p = 0.35), so they start here.
-SEED_BASE = 11111
+N = 5000
+GAMMA = 4
+MAX_TOKENS = GAMMA + 2
+FAMILY_ALPHA = 1e-3
 TARGET = ModelConfig("spx-moe", d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128,
                      n_experts=4, top_k=2, max_seq_len=32)
-DRAFT = ModelConfig("spx-draft", d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=64, max_seq_len=32)
+DRAFT = ModelConfig("spx-noisy", d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128,
+                    n_experts=4, top_k=2, max_seq_len=32)
 PROMPT = "Hi"
-# Random init gives logits of std ~0.16: nearly uniform over 259 tokens, where a wrong sampler
-# is nearly indistinguishable from a right one. Scaling the LM head sharpens the (still random)
-# models so most mass sits on tens of tokens and the chi-square test has power: with this setup
-# sampling rejected drafts from p instead of the residual gives p ~ 3e-5 on the (1st, 2nd) pair.
-LM_HEAD_SCALE = 12.0
+# Random init gives logits of std ~0.16: nearly uniform over 259 tokens, where a wrong sampler is
+# nearly indistinguishable from a right one. Scaling the LM head sharpens the (still random)
+# models, so mass sits on tens of tokens and the test has power at every position.
+LM_HEAD_SCALE = 30.0
+# Noise on every draft weight, relative to that weight tensor's spread: acceptance ~0.46 per position.
+DRAFT_NOISE = 0.3
+#: Per key: (position a, position b) of the tokens compared; a == b is one token.
+KEYS = {**{f"token {k + 1}": (k, k) for k in range(1, MAX_TOKENS)},
+        **{f"tokens {k + 1}+{k + 2}": (k, k + 1) for k in range(0, MAX_TOKENS - 1)}}
+ALPHA = FAMILY_ALPHA / len(KEYS)
 
 
-def _sharpened(cfg: ModelConfig, seed: int, path) -> str:
-    model = build_model(cfg, dtype=torch.float32, device="cpu", seed=seed)
+class AcceptanceCount(EngineObserver):
+    """Accepted / rejected drafts per draft position, from each verification's accept mask."""
+
+    def __init__(self) -> None:
+        self.accepted, self.rejected = Counter(), Counter()
+
+    def on_spec_verified(self, request_id: int, num_proposed: int, num_accepted: int, accept_mask: list[bool],
+                         draft_ns: int, verify_ns: int) -> None:
+        for i, ok in enumerate(accept_mask):
+            (self.accepted if ok else self.rejected)[i] += 1
+
+
+def _replacement_from_p(draft_tokens: list[int], draft_probs: torch.Tensor, target_probs: torch.Tensor,
+                        generator: torch.Generator, greedy: bool) -> Verification:
+    """A classic bug, for the power check: on rejection, sample the replacement from p itself."""
+    tokens, mask = [], []
+    for i, x in enumerate(draft_tokens):
+        p, q = target_probs[i], draft_probs[i]
+        ok = bool(torch.rand((), generator=generator) * q[x] < p[x])
+        mask.append(ok)
+        if not ok:
+            return Verification(tokens + [sample(p, generator)], len(tokens), mask)
+        tokens.append(x)
+    return Verification(tokens + [sample(target_probs[len(draft_tokens)], generator)], len(draft_tokens), mask)
+
+
+def _weights(tmp) -> tuple[str, str]:
+    model = build_model(TARGET, dtype=torch.float32, device="cpu", seed=0)
     with torch.no_grad():
         model.lm_head.weight.mul_(LM_HEAD_SCALE)
-    save_safetensors(model, path)
-    return str(path)
+    save_safetensors(model, tmp / "target.safetensors")
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * DRAFT_NOISE * p.std())
+    save_safetensors(model, tmp / "draft.safetensors")
+    return str(tmp / "target.safetensors"), str(tmp / "draft.safetensors")
+
+
+def _generate(target_w: str, draft_w: str | None, first_seed: int, observer: EngineObserver | None = None
+              ) -> list[list[int]]:
+    common = dict(weights=target_w, block_size=16, max_num_seqs=N, max_num_batched_tokens=8 * N,
+                  num_kv_blocks=N + 16, enable_prefix_caching=False, observer=observer)
+    spec = dict(speculative_model=DRAFT, speculative_weights=draft_w, num_speculative_tokens=GAMMA) if draft_w else {}
+    llm = LLM(TARGET, **spec, **common)
+    params = [SamplingParams(temperature=1.0, max_tokens=MAX_TOKENS, seed=first_seed + i, ignore_eos=True)
+              for i in range(N)]
+    return [o.token_ids for o in llm.generate([PROMPT] * N, params)]
 
 
 @pytest.fixture(scope="module")
-def samples(tmp_path_factory: pytest.TempPathFactory):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: one thread is faster, and robust to a busy machine
-    try:
-        tmp = tmp_path_factory.mktemp("spx")
-        target_w = _sharpened(TARGET, 0, tmp / "target.safetensors")
-        draft_w = _sharpened(DRAFT, 1, tmp / "draft.safetensors")  # another random model
-        common = dict(weights=target_w, block_size=16, max_num_seqs=N, max_num_batched_tokens=8 * N,
-                      num_kv_blocks=N + 16, enable_prefix_caching=False)
-        spec_llm = LLM(TARGET, speculative_model=DRAFT, speculative_weights=draft_w,
-                       num_speculative_tokens=4, **common)
-        plain_llm = LLM(TARGET, **common)
-        # Disjoint seeds: the two groups must be independent samples.
-        spec = spec_llm.generate([PROMPT] * N, [SamplingParams(temperature=1.0, max_tokens=3, seed=SEED_BASE + i,
-                                                               ignore_eos=True) for i in range(N)])
-        plain = plain_llm.generate([PROMPT] * N, [SamplingParams(temperature=1.0, max_tokens=3,
-                                                                 seed=SEED_BASE + 10**6 + i, ignore_eos=True)
-                                                  for i in range(N)])
-    finally:
-        torch.set_num_threads(before)
-    return spec, plain
+def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    target_w, draft_w = _weights(tmp_path_factory.mktemp("spx"))
+    counts = AcceptanceCount()
+    with one_torch_thread():  # tiny models: one thread is faster, and robust to a busy machine
+        spec = _generate(target_w, draft_w, 0, counts)
+        plain = _generate(target_w, None, N)  # disjoint seeds: the two samples are independent
+        exact = engine_module.verify
+        engine_module.verify = _replacement_from_p
+        try:
+            wrong = _generate(target_w, draft_w, 0)
+        finally:
+            engine_module.verify = exact
+    return {"spec": spec, "plain": plain, "wrong": wrong, "counts": counts}
 
 
 def _homogeneity_p(a: list, b: list) -> tuple[float, int]:
@@ -84,33 +134,34 @@ def _homogeneity_p(a: list, b: list) -> tuple[float, int]:
     return p, len(keep)
 
 
-def test_outputs_have_three_tokens_and_rejections_happen(samples) -> None:
-    spec, plain = samples
-    assert all(len(o.token_ids) == 3 for o in spec + plain)
-    proposed = sum(o.num_spec_proposed for o in spec)
-    accepted = sum(o.num_spec_accepted for o in spec)
-    # Each request proposes exactly one draft token: at the 2nd token only one more may follow.
-    assert proposed == N
-    assert 0.05 < accepted / proposed < 0.95
-    assert sum(o.num_spec_proposed for o in plain) == 0
+def _key_p(samples: dict[str, object], arm: str, key: str) -> tuple[float, int]:
+    a, b = KEYS[key]
+    pick = (lambda t: t[a]) if a == b else (lambda t: (t[a], t[b]))
+    return _homogeneity_p([pick(t) for t in samples[arm]], [pick(t) for t in samples["plain"]])
 
 
-KEYS = {
-    "2nd": lambda t: t[1],
-    "3rd": lambda t: t[2],
-    "2nd+3rd": lambda t: (t[1], t[2]),
-    # The 1st token never involves the draft, so the 2nd given the 1st is compared directly.
-    "1st+2nd": lambda t: (t[0], t[1]),
-}
+def test_every_draft_position_is_accepted_and_rejected(samples) -> None:
+    assert all(len(t) == MAX_TOKENS for arm in ("spec", "plain", "wrong") for t in samples[arm])
+    counts = samples["counts"]
+    # Acceptance is ~0.46 per position here: the last one is reached ~400 times, each branch ~200.
+    for pos in range(GAMMA):
+        assert counts.accepted[pos] >= 150 and counts.rejected[pos] >= 150, (pos, counts.accepted, counts.rejected)
 
 
-@pytest.mark.parametrize("which", list(KEYS))
-def test_token_distribution_unchanged_by_speculation(samples, which: str) -> None:
-    spec, plain = samples
-    key = KEYS[which]
-    p, k = _homogeneity_p([key(o.token_ids) for o in spec], [key(o.token_ids) for o in plain])
+@pytest.mark.parametrize("key", list(KEYS))
+def test_token_distribution_unchanged_by_speculation(samples, key: str) -> None:
+    p, k = _key_p(samples, "spec", key)
     assert k >= 10  # enough categories kept for the test to mean something
-    assert p > ALPHA, f"{which} token: chi-square p = {p:.2e} over {k} categories"
+    assert p > ALPHA, f"{key}: chi-square p = {p:.2e} over {k} categories (alpha {ALPHA:.0e})"
+
+
+@pytest.mark.parametrize("position", range(GAMMA + 1))
+def test_the_test_catches_a_wrong_replacement_at_every_position(samples, position: int) -> None:
+    """Token position + 2 comes from draft position `position` (GAMMA: the bonus); a replacement
+    drawn from p must show there, alone or with the token before it."""
+    k = position + 1
+    p = min(_key_p(samples, "wrong", f"token {k + 1}")[0], _key_p(samples, "wrong", f"tokens {k}+{k + 1}")[0])
+    assert p < ALPHA, f"draft position {position}: the wrong sampler passes (p = {p:.2e})"
 
 
 # ------------------------------------------------------------------------------- verify()

@@ -1,15 +1,20 @@
 """The expert-counting logic of the vLLM plugin, on CPU torch without vLLM: a hand-built router with
-known logits, counted eagerly and under torch.compile, against a naive Python count."""
+known logits, counted eagerly and under torch.compile, against a naive Python count; and the
+publisher thread, read back from a real ring."""
 from __future__ import annotations
 
 from functools import partial
+from typing import Iterator
 
 import numpy as np
 import pytest
 import torch
+from testkit import unique_ring
 
 from infersight.probes.records import MOE_EXPERTS_PER_RECORD
-from infersight.vllm.expert_counting import COMPARE_MAX_EXPERTS, ExpertCounter, StepCopies, moe_records
+from infersight.probes.records import RecordKind, record_dtype, record_registry
+from infersight.probes.ring import RingConsumer, RingProducer
+from infersight.vllm.expert_counting import COMPARE_MAX_EXPERTS, ExpertCounter, ExpertPublisher, MoeRecords
 from infersight.vllm.experts import ExpertCountsConfig, ExpertLoadPlugin
 
 
@@ -70,7 +75,7 @@ def test_counts_match_a_naive_count_exactly() -> None:
     model(torch.tensor(LOGITS))
     assert naive_counts(LOGITS, 2, 4) == [[2, 3, 3, 2], [3, 3, 2, 2]]
     assert counter.counts.tolist() == [[2, 3, 3, 2], [3, 3, 2, 2]]
-    model(torch.tensor(LOGITS))  # accumulates until the step boundary
+    model(torch.tensor(LOGITS))  # cumulative
     assert counter.counts.tolist() == [[4, 6, 6, 4], [6, 6, 4, 4]]
 
 
@@ -93,35 +98,64 @@ def test_counts_are_the_same_under_torch_compile_fullgraph(n_experts: int, backe
     assert counter.counts.sum(dim=1).tolist() == [2 * (5 + 9 + 3 + 17 + 4)] * 3
 
 
-def test_save_and_restore_drop_what_a_dummy_run_counted() -> None:
-    model, counter = HandMoE(2, top_k=2), ExpertCounter([0, 1], 4)
-    _bind(model, counter)
-    model(torch.tensor(LOGITS))
-    counter.save()
-    model(torch.tensor(LOGITS))  # a dummy/profile forward
-    counter.restore()
-    assert counter.counts.tolist() == [[2, 3, 3, 2], [3, 3, 2, 2]]
+def _read_moe(consumer: RingConsumer) -> np.ndarray:
+    return consumer.read().get(int(RecordKind.MOE), np.zeros(0, dtype=record_dtype(RecordKind.MOE)))
 
 
-def test_publish_returns_the_step_and_zeroes_the_device_counts() -> None:
+@pytest.fixture
+def ring() -> Iterator[tuple[RingProducer, RingConsumer]]:
+    producer = RingProducer.create(unique_ring("experts"), 256, None, record_registry())
+    consumer = RingConsumer.attach(producer.name, record_registry())
+    yield producer, consumer
+    consumer.close()
+    producer.close()
+    producer.unlink()
+
+
+def test_publisher_writes_what_was_counted_since_the_last_publish(ring: tuple[RingProducer, RingConsumer]) -> None:
+    producer, consumer = ring
+    model, counter = HandMoE(2, top_k=2), ExpertCounter([3, 5], 4)
+    _bind(model, counter)
+    publisher = ExpertPublisher(counter, producer, interval_s=60)  # not started: publish() by hand
+    model(torch.tensor(LOGITS))
+    assert publisher.publish() == 2
+    recs = _read_moe(consumer)
+    assert recs["step_id"].tolist() == [1, 1] and recs["layer"].tolist() == [3, 5]
+    assert recs["n_experts"].tolist() == [4, 4] and recs["counts"][:, :4].tolist() == [[2, 3, 3, 2], [3, 3, 2, 2]]
+    assert publisher.publish() == 0 and len(_read_moe(consumer)) == 0  # nothing new: nothing written
+    model(torch.tensor(LOGITS)[:, :2])  # two tokens
+    publisher.stop()  # the thread never ran; stop still publishes the rest
+    recs = _read_moe(consumer)
+    assert recs["step_id"].tolist() == [2, 2] and recs["counts"][:, :4].tolist() == [[1, 1, 2, 0], [1, 1, 2, 0]]
+    assert counter.counts.tolist() == [[3, 4, 5, 2], [4, 4, 4, 2]]  # cumulative: never reset
+
+
+def test_publisher_thread_loses_nothing_while_the_model_counts(ring: tuple[RingProducer, RingConsumer]) -> None:
+    """The thread snapshots while forwards add: each delta may be early, their sum is exact."""
+    producer, consumer = ring
     model, counter = HandMoE(2, top_k=2), ExpertCounter([0, 1], 4)
     _bind(model, counter)
-    copies = StepCopies(counter)
-    model(torch.tensor(LOGITS))
-    recs = copies.publish(7)
-    assert recs["step_id"].tolist() == [7, 7] and recs["layer"].tolist() == [0, 1]
-    assert recs["counts"][:, :4].tolist() == [[2, 3, 3, 2], [3, 3, 2, 2]]
-    assert counter.counts.sum().item() == 0
-    model(torch.tensor(LOGITS[:1] * 2)[:, :2])  # two tokens, layer 0's first two rows in both layers
-    recs = copies.publish(8)
-    assert recs["step_id"].tolist() == [8, 8] and recs["counts"][:, :4].tolist() == [[1, 1, 2, 0], [1, 1, 2, 0]]
-    assert copies.flush() is None  # on CPU nothing is ever in flight
+    publisher = ExpertPublisher(counter, producer, interval_s=0.001).start()
+    rng = np.random.default_rng(5)
+    expected = np.zeros((2, 4), dtype=np.int64)
+    seen = np.zeros((2, 4), dtype=np.int64)
+    for _ in range(200):
+        logits = rng.standard_normal((2, 3, 4)).tolist()
+        model(torch.tensor(logits))
+        expected += np.array(naive_counts(logits, 2, 4))
+        for rec in _read_moe(consumer):
+            seen[rec["layer"]] += rec["counts"][:4]
+    publisher.stop()
+    for rec in _read_moe(consumer):
+        seen[rec["layer"]] += rec["counts"][:4]
+    assert seen.tolist() == expected.tolist()
+    assert publisher.window > 1 and producer.stats()["dropped"] == 0
 
 
 def test_moe_records_split_wide_layers_into_blocks_of_64_experts() -> None:
     per = MOE_EXPERTS_PER_RECORD
     counts = np.arange(2 * (per + 6), dtype=np.int64).reshape(2, per + 6)
-    recs = moe_records(11, [3, 5], counts)
+    recs = MoeRecords([3, 5], per + 6).fill(11, counts)
     assert recs["step_id"].tolist() == [11] * 4
     assert recs["layer"].tolist() == [3, 3, 5, 5]
     assert recs["expert_offset"].tolist() == [0, per, 0, per]
@@ -142,8 +176,11 @@ def test_config_from_env() -> None:
     hooks_only = ExpertCountsConfig.from_env({"INFERSIGHT_EXPERT_COUNTS": "hooks"})
     assert hooks_only.enabled and not hooks_only.count
     assert ExpertCountsConfig.from_env({"INFERSIGHT_EXPERT_TIMING": "/tmp/t.json"}).timing_path == "/tmp/t.json"
+    assert ExpertCountsConfig.from_env({"INFERSIGHT_EXPERT_PUBLISH_INTERVAL": "0.5"}).publish_interval_s == 0.5
     with pytest.raises(ValueError):
         ExpertCountsConfig(ring_capacity=1)
+    with pytest.raises(ValueError):
+        ExpertCountsConfig(publish_interval_s=0)
 
 
 def test_a_model_without_vllm_moe_layers_gets_no_hooks() -> None:
@@ -155,4 +192,4 @@ def test_a_model_without_vllm_moe_layers_gets_no_hooks() -> None:
         plugin._registration.remove()
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     model(torch.zeros(1, 4))
-    assert plugin._counter is None and plugin._ring is None
+    assert plugin._counter is None and plugin._publisher is None

@@ -59,9 +59,18 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         speed = s.get("predicted_speedup")
         rows.append((f"speculation, {task}", f"accept {_pct(s.get('accept_rate'))}, predicted speedup "
                                               f"{'-' if speed is None else f'{speed:.2f}x'}"))
+    engine = get("cost", "engine_seconds_by_task") or {}
+    if engine:
+        rows.append(("engine step time by task", ", ".join(f"{t} {v:.2f} s" for t, v in sorted(engine.items()))))
+    energy = get("cost", "energy") or {}
+    if energy:
+        by_task = get("cost", "energy_j_by_task") or {}
+        per_task = f"; {', '.join(f'{t} {v:.1f} J' for t, v in sorted(by_task.items()))}" if by_task else ""
+        rows.append(("GPU energy", f"{energy.get('headline', '-')}{per_task}"))
     causes = get("slow_causes") or {}
     if causes:
-        rows.append(("slow requests by cause", ", ".join(f"{c} {n}" for c, n in sorted(causes.items()))))
+        rule = f" ({get('slow_rule')})" if get("slow_rule") else ""
+        rows.append((f"slow requests by cause{rule}", ", ".join(f"{c} {n}" for c, n in sorted(causes.items()))))
     rows.append(("dropped probe events", str(get("dropped_events"))))
     return rows
 
