@@ -98,7 +98,7 @@ def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
     engine = Engine(EngineConfig(model="tiny-moe", speculative_model="tiny-draft", device=device, seed=config.seed,
                                  num_kv_blocks=config.num_kv_blocks, cpu_offload_blocks=config.cpu_offload_blocks,
                                  max_num_seqs=32, max_num_batched_tokens=512,
-                                 spec_probe_every=16), probe)  # plain probe steps: the speedup is measured
+                                 spec_probe_every=8), probe)  # plain probe steps: the speedup is measured
     workload = build_workload(WorkloadConfig(num_requests=config.num_requests, rate_per_s=config.rate_per_s,
                                              max_tokens=config.max_tokens, seed=config.seed))
     # p95 rather than the default p99: 96 requests allow one p99 outlier; the demo shows up to five.

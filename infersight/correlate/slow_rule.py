@@ -9,6 +9,9 @@ the slowest new ones first, so the flagged share is what the name says: at most 
 bound matters when latency climbs for everyone, e.g. a queue building up in a burst: each new
 request is then slower than every one before it, and without the bound all of them would be
 "above the p99". The climb itself shows in the latency histograms; a slow flag points at outliers.
+A request must also be materially slower than the window's median (by `min_excess`, a fraction of
+it): in a window of near-identical requests the quantile sits inside their jitter, and a request
+a few milliseconds above it is noise, not a slow request with a cause.
 
 SLO rule (any of slo_ttft_s, slo_itl_s, slo_e2e_s set; the quantile is then not used): a request
 is slow when its ttft_s, itl_mean_s or e2e_s exceeds the SLO given for it. Every violation is
@@ -39,10 +42,13 @@ class SlowRule:
     slo_ttft_s: float | None = None
     slo_itl_s: float | None = None
     slo_e2e_s: float | None = None
+    min_excess: float = 0.25
 
     def __post_init__(self) -> None:
         if not 0.0 < self.quantile < 1.0:
             raise ValueError(f"the slow quantile must be in (0, 1), got {self.quantile}")
+        if self.min_excess < 0:
+            raise ValueError(f"min_excess must be >= 0, got {self.min_excess}")
         if self.window < 1 or self.min_requests < 1:
             raise ValueError(f"window and min_requests must be >= 1, got {self.window}, {self.min_requests}")
         for metric, slo in self.slos.items():
@@ -109,7 +115,9 @@ def judge_slow(new: pd.DataFrame, window: pd.DataFrame, rule: SlowRule) -> tuple
         slow = np.zeros(n, dtype=bool)
         threshold = np.full(n, np.nan)
         if len(combined) >= rule.min_requests and n:
-            q = float(np.quantile(combined["e2e_s"].to_numpy(np.float64), rule.quantile))
+            window_e2e = combined["e2e_s"].to_numpy(np.float64)
+            q = max(float(np.quantile(window_e2e, rule.quantile)),
+                    float(np.median(window_e2e)) * (1.0 + rule.min_excess))
             threshold[:] = q
             # Old flags still inside the window use up the budget; new ones go slowest first.
             n_old = max(0, len(combined) - n)

@@ -180,12 +180,13 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
     j = join_steps(spec, step_timing)
     eng, b = j["engine"].to_numpy(np.int64), j["batch"].to_numpy(np.float64)
     cols = {c: _at_batch(costs, eng, b, c) for c in ("plain_step_ns", "spec_step_ns", "verify_extra_ns",
-                                                      "draft_ns_per_forward", "verify_ns", "plain_forward_ns",
-                                                      "probe_steps", "spec_steps")}
-    # Relative standard error of a median of n samples, the spread pooled over batch sizes.
+                                                      "draft_ns_per_forward", "verify_ns", "plain_forward_ns")}
+    exact = costs.set_index(["engine", "batch"])
+    for c in ("probe_steps", "spec_steps"):  # samples at exactly that batch size (0: none)
+        cols[c] = np.array([exact[c].get(k, 0) for k in zip(eng.tolist(), j["batch"].tolist())], dtype=np.float64)
+    # Relative standard error of one step time (1.2533 x 1.4826 MAD: a median's, times sqrt(n)),
+    # the spread pooled over batch sizes.
     spread = {k: 1.2533 * 1.4826 * costs[f"{k}_rel_mad"].median() for k in ("plain", "spec")}
-    cols["se_plain"] = spread["plain"] / np.sqrt(np.where(cols["probe_steps"] > 0, cols["probe_steps"], np.nan))
-    cols["se_spec"] = spread["spec"] / np.sqrt(np.where(cols["spec_steps"] > 0, cols["spec_steps"], np.nan))
     j = j.assign(_tokens=j["accepted"] + 1, **{"_" + c: v for c, v in cols.items()})
     # Where a pure-decode step has probes at its batch size, its local figures replace the global ones.
     local = local_costs(step_timing).set_index("step_id")
@@ -210,7 +211,8 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
         c = pure["_draft_ns_per_forward"].mean() / pure["_plain_forward_ns"].mean()
         speedup = plain_time / spec_time if basis == MEASURED else np.nan
         # The same few medians serve every verification at a batch size: their errors add, not average out.
-        sigma = np.sqrt(pure["_se_plain"].mean() ** 2 + pure["_se_spec"].mean() ** 2
+        sigma = np.sqrt(_median_error(pure, "_plain_step_ns", "_probe_steps", spread["plain"], weight="_tokens") ** 2
+                        + _median_error(pure, "_spec_step_ns", "_spec_steps", spread["spec"]) ** 2
                         + (g["_tokens"].std() / np.sqrt(len(g)) / g["_tokens"].mean()) ** 2)
         rows.append({
             "task": task, "timed_verifications": len(g), "mixed_verifications": len(mixed),
@@ -224,6 +226,16 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
             "model_speedup": tau / (gamma * c + 1.0) if basis == MEASURED else np.nan, "basis": basis})
     out = acc.reset_index().merge(pd.DataFrame(rows), on="task")
     return out[list(SPEEDUP_COLUMNS)].astype(SPEEDUP_COLUMNS)
+
+
+def _median_error(pure: pd.DataFrame, value: str, count: str, spread: float, weight: str | None = None) -> float:
+    """Relative standard error of sum(weight x value) over a task's pure-decode verifications when
+    each batch size's value is a median of `count` samples, independent across batch sizes (a batch
+    size without a sample of its own, interpolated, counts as one)."""
+    w = pure[value] * (pure[weight] if weight else 1.0)
+    by_b = pd.DataFrame({"w": w, "n": np.maximum(pure[count], 1.0), "engine": pure["engine"], "batch": pure["batch"]})
+    per = by_b.groupby(["engine", "batch"]).agg(w=("w", "sum"), n=("n", "first"))
+    return float(spread * np.sqrt((per["w"] ** 2 / per["n"]).sum()) / per["w"].sum())
 
 
 def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 import numpy as np
 import torch
@@ -121,7 +122,8 @@ class ExpertPublisher:
     batch of MOE records per interval with new counts, numbered 1, 2, ... in ``step_id`` (the
     publish window, not an engine step). It is the ring's only producer until ``stop``."""
 
-    def __init__(self, counter: ExpertCounter, ring: RingProducer, interval_s: float) -> None:
+    def __init__(self, counter: ExpertCounter, ring: RingProducer, interval_s: float,
+                 after_publish: Callable[[], None] | None = None) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.reader = CountsReader(counter)
@@ -130,6 +132,7 @@ class ExpertPublisher:
         self.interval_s = interval_s
         self.window = 0
         self.times = CostTimes()
+        self.after_publish = after_publish  # called in the thread after each publish (timing files)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="infersight-expert-counts", daemon=True)
 
@@ -151,6 +154,8 @@ class ExpertPublisher:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.publish()
+            if self.after_publish is not None:
+                self.after_publish()
 
     def stop(self) -> None:
         """Stop the thread and publish what is left (from the caller's thread, then the only producer)."""

@@ -20,8 +20,8 @@ vLLM loads general plugins in every process it starts (API server, engine core, 
    (``_dummy_run``: no attention metadata, or a batch that is all padding). At the first real step
    the pre-hook zeroes what they counted, starts the publisher thread (ExpertPublisher: every
    INFERSIGHT_EXPERT_PUBLISH_INTERVAL seconds, default 0.2, the new counts as MOE probe records into
-   this worker's ring ``infersight-vllm-worker-<pid>``, which ``agent --discover`` finds) and
-   removes itself: from then on the plugin runs no Python in a step. The records' ``step_id`` is
+   this worker's ring ``infersight-vllm-worker-<pid>``, created at the first forward, which
+   ``agent --discover`` finds) and removes itself: from then on the plugin runs no Python in a step. The records' ``step_id`` is
    the publish window (1, 2, ...), not vLLM's step (vLLM does not expose one to the worker).
 
 Compile cache: vLLM reuses compiled graphs from disk under a key that does not see our callback, so a
@@ -30,9 +30,9 @@ The plugin therefore sets ``"infersight_expert_counts"`` in the worker's
 ``vllm_config.additional_config``, the field vLLM hashes into that key for out-of-tree code.
 
 Off switch: ``INFERSIGHT_EXPERT_COUNTS=0`` (``=hooks``: all but the counting callback, for
-benchmarks). ``INFERSIGHT_EXPERT_TIMING=PATH``: the pre-hook stays and a forward hook joins it, to
-time every forward; PATH (JSON) is rewritten about once a second with the plugin's own cost.
-Errors are logged once and turn the plugin off for the process; nothing is raised into vLLM.
+benchmarks). ``INFERSIGHT_EXPERT_TIMING=PATH``: the publisher rewrites PATH (JSON) about once a second
+with the plugin's own cost; with ``INFERSIGHT_EXPERT_TIME_FORWARDS=1`` as well, hooks stay on every
+forward to time it (benchmarks: ExpertCountsConfig). Errors are logged once and turn the plugin off for the process; nothing is raised into vLLM.
 Limits: with data parallelism, the dummy batches idle ranks run during serving are counted;
 monolithic MoE kernels (which skip the router) are not counted.
 """
@@ -70,17 +70,23 @@ class ExpertCountsConfig:
     count: False with INFERSIGHT_EXPERT_COUNTS=hooks (benchmarks): everything but the counting
     callback, so an A/B against it isolates what the counting inside the graph costs.
     publish_interval_s: INFERSIGHT_EXPERT_PUBLISH_INTERVAL. ring_capacity: slots of the worker's ring
-    (INFERSIGHT_EXPERT_RING_CAPACITY). timing_path: INFERSIGHT_EXPERT_TIMING (None: not timed)."""
+    (INFERSIGHT_EXPERT_RING_CAPACITY). timing_path: INFERSIGHT_EXPERT_TIMING, a JSON file the
+    publisher rewrites about once a second with the plugin's own cost (None: not written).
+    time_forwards: INFERSIGHT_EXPERT_TIME_FORWARDS=1 (benchmarks; needs timing_path) keeps a pre- and
+    a post-forward hook on every step to time the forward, and times the counting where it is Python."""
 
     enabled: bool = True
     count: bool = True
     publish_interval_s: float = 0.2
     ring_capacity: int = 1 << 14
     timing_path: str | None = None
+    time_forwards: bool = False
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 2:
             raise ValueError(f"ring_capacity must be >= 2, got {self.ring_capacity}")
+        if self.time_forwards and not self.timing_path:
+            raise ValueError("timing forwards needs a timing file (INFERSIGHT_EXPERT_TIMING)")
         if not 0.001 <= self.publish_interval_s <= 60:
             raise ValueError(f"publish interval must be between 0.001 and 60 s, got {self.publish_interval_s}")
 
@@ -90,7 +96,8 @@ class ExpertCountsConfig:
         return cls(enabled=switch not in ("0", "false", "off", "no"), count=switch != "hooks",
                    publish_interval_s=float(env.get("INFERSIGHT_EXPERT_PUBLISH_INTERVAL", "0.2")),
                    ring_capacity=int(env.get("INFERSIGHT_EXPERT_RING_CAPACITY", str(1 << 14))),
-                   timing_path=env.get("INFERSIGHT_EXPERT_TIMING") or None)
+                   timing_path=env.get("INFERSIGHT_EXPERT_TIMING") or None,
+                   time_forwards=env.get("INFERSIGHT_EXPERT_TIME_FORWARDS", "0") == "1")
 
 
 def worker_ring_name(pid: int) -> str:
@@ -141,9 +148,10 @@ class ExpertLoadPlugin:
         self._registration = None
         self._root: torch.nn.Module | None = None
         self._counter: ExpertCounter | None = None
+        self._ring: RingProducer | None = None
         self._publisher: ExpertPublisher | None = None
         self._failed = False
-        self._timed = config.timing_path is not None
+        self._timed = config.time_forwards
         self.times = CostTimes()
         self._forward_start = (0, 0)
         self._timing_written_ns = 0
@@ -204,17 +212,18 @@ class ExpertLoadPlugin:
             router.set_capture_fn(mine if router.capture_fn is None else partial(_both, router.capture_fn, mine))
         if self._timed:
             self._root_hooks[id(root)].append(root.register_forward_hook(self._after_forward))
-        log.info("infersight: counting routed experts of %d MoE layers x %d experts", len(runners), n_experts)
+        name = worker_ring_name(os.getpid())
+        self._ring = RingProducer.create(name, self.config.ring_capacity, None, record_registry())
+        atexit.register(self.close)
+        log.info("infersight: counting routed experts of %d MoE layers x %d experts into ring %s every %.3g s",
+                 len(runners), n_experts, name, self.config.publish_interval_s)
 
     def _start_publishing(self) -> None:
         """At the first real step: forget what dummy runs counted, start the publisher thread."""
-        assert self._counter is not None
+        assert self._counter is not None and self._ring is not None
         self._counter.counts.zero_()
-        name = worker_ring_name(os.getpid())
-        ring = RingProducer.create(name, self.config.ring_capacity, None, record_registry())
-        self._publisher = ExpertPublisher(self._counter, ring, self.config.publish_interval_s).start()
-        atexit.register(self.close)
-        log.info("infersight: expert counts go to ring %s every %.3g s", name, self.config.publish_interval_s)
+        self._publisher = ExpertPublisher(self._counter, self._ring, self.config.publish_interval_s,
+                                          self._maybe_write_timing if self.config.timing_path else None).start()
 
     # -- the root's forwards -----------------------------------------------------------------
     def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
@@ -235,14 +244,9 @@ class ExpertLoadPlugin:
             self.times.add("pre_hook", t0, self._forward_start)
 
     def _after_forward(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        """Only with INFERSIGHT_EXPERT_TIMING: the forward's own time, and the timing file."""
-        if self._publisher is None:
-            return
-        end = CostTimes.now()
-        self.times.add("forward", self._forward_start, end)
-        if end[0] - self._timing_written_ns > TIMING_WRITE_INTERVAL_NS:
-            self._timing_written_ns = end[0]
-            self._write_timing()
+        """Only with time_forwards: the forward's own time (real steps only)."""
+        if self._publisher is not None:
+            self.times.add("forward", self._forward_start, CostTimes.now())
 
     def _timed_count(self, row: int, topk_ids: torch.Tensor) -> None:
         """counter.count, timed where it runs as Python (eager); while Dynamo traces, is_compiling()
@@ -255,7 +259,14 @@ class ExpertLoadPlugin:
         self._counter.count(row, topk_ids)
         self.times.add("count", t0, CostTimes.now())
 
+    def _maybe_write_timing(self) -> None:
+        now = time.perf_counter_ns()
+        if now - self._timing_written_ns > TIMING_WRITE_INTERVAL_NS:
+            self._timing_written_ns = now
+            self._write_timing()
+
     def _write_timing(self) -> None:
+        """Atomically (write, rename); called from the publisher thread, and at close."""
         path = Path(self.config.timing_path or "")
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         publisher = self._publisher.times.as_dict() if self._publisher else {}
@@ -271,11 +282,13 @@ class ExpertLoadPlugin:
         try:
             if self._publisher is not None:
                 self._publisher.stop()
-                if self._timed:
+                if self.config.timing_path:
                     self._write_timing()
-                self._publisher.ring.close()
-                self._publisher.ring.unlink()
                 self._publisher = None
+            if self._ring is not None:
+                self._ring.close()
+                self._ring.unlink()
+                self._ring = None
         except Exception as exc:
             log.warning("infersight expert counts: closing the ring failed: %s", exc)
 
