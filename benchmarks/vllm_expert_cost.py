@@ -1,16 +1,18 @@
 """What the expert-count plugin costs a real vLLM serving the tiny Mixtral (4 layers, 4 experts, top-2).
 
-One server per arm, arms interleaved (default off,hooks,on,off,hooks,on), the same workload repeated
-in each (8 completions of 32 tokens, 4 at a time, after two warm-up rounds):
-  off   INFERSIGHT_EXPERT_COUNTS=0: no plugin;
-  hooks INFERSIGHT_EXPERT_COUNTS=hooks: every hook and ring write, but no counting callback;
-  on    the plugin as shipped.
-Measured:
-1. Direct, in the plugin's own accumulators (INFERSIGHT_EXPERT_TIMING), per engine step: the root's
-   pre/post-forward hooks (snapshot, zero, ring write), in wall time and in the worker thread's CPU
-   time (thread_time: robust when other work shares the cores), and the model forward between them.
-   The counting inside the compiled graph is not a Python call: its cost is forward(on) - forward(hooks).
-   With --enforce-eager the counting runs as Python and is timed directly as well.
+One server per arm, arms interleaved, the same workload repeated in each (8 completions of 32
+tokens, 4 at a time, after two warm-up rounds). Arm kinds:
+  off        INFERSIGHT_EXPERT_COUNTS=0: no plugin;
+  on         the plugin as shipped (its publisher thread times itself: INFERSIGHT_EXPERT_TIMING);
+  hooks-fwd  INFERSIGHT_EXPERT_COUNTS=hooks + INFERSIGHT_EXPERT_TIME_FORWARDS=1: no counting callback,
+             every forward timed by the plugin's hooks;
+  on-fwd     counting, every forward timed the same way.
+Measured, in CPU time of the thread concerned (thread_time: time preempted by other work sharing
+the cores does not count) and in wall time:
+1. Direct: the publisher thread's time, per engine step (steps: vllm:iteration_tokens_total).
+   After the first real step the plugin runs no Python in a step; the counting inside the compiled
+   graph is not a Python call, so its cost is forward(on-fwd) - forward(hooks-fwd). With
+   --enforce-eager the counting is Python and is timed directly as well.
 2. A/B, wall clock: vLLM's mean inter-token latency (vllm:inter_token_latency_seconds), on vs off.
 Per arm the median over repetitions; per kind the median over its servers. Noise floor: the spread
 between the servers of one kind (A/A), relative to their mean.
@@ -54,32 +56,44 @@ def _complete(base: str, prompt: str, max_tokens: int) -> None:
         resp.read()
 
 
-def _itl(base: str) -> tuple[float, float]:
-    """vLLM's inter-token latency histogram: (sum of seconds, count)."""
+def _vllm_sums(base: str) -> dict[str, float]:
+    """From vLLM's /metrics: the inter-token latency histogram (sum, count) and the step count."""
     with urllib.request.urlopen(base + "/metrics", timeout=30) as resp:
         text = resp.read().decode()
-    total = count = 0.0
+    wanted = {"vllm:inter_token_latency_seconds_sum": "itl_sum", "vllm:inter_token_latency_seconds_count": "itl_count",
+              "vllm:iteration_tokens_total_count": "steps"}
+    out = dict.fromkeys(wanted.values(), 0.0)
     for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "vllm:inter_token_latency_seconds_sum":
-                total += s.value
-            elif s.name == "vllm:inter_token_latency_seconds_count":
-                count += s.value
-    return total, count
+        for sample in fam.samples:
+            if sample.name in wanted:
+                out[wanted[sample.name]] += sample.value
+    return out
 
 
-def _timing_snapshot(base: str, path: Path) -> dict[str, float] | None:
-    """The plugin rewrites its timing file at a step at least 1 s after the last write: wait, run
-    one 1-token request (one step), read."""
-    time.sleep(1.2)
-    _complete(base, "flush", 1)
-    return json.loads(path.read_text()) if path.is_file() else None
+def _timing(path: Path) -> dict[str, dict[str, int]]:
+    """The plugin's timing file, after the publisher's next rewrite (about once a second)."""
+    time.sleep(1.5)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+ARM_ENV = {"off": {"INFERSIGHT_EXPERT_COUNTS": "0"}, "on": {"INFERSIGHT_EXPERT_COUNTS": "1"},
+           "hooks-fwd": {"INFERSIGHT_EXPERT_COUNTS": "hooks", "INFERSIGHT_EXPERT_TIME_FORWARDS": "1"},
+           "on-fwd": {"INFERSIGHT_EXPERT_COUNTS": "1", "INFERSIGHT_EXPERT_TIME_FORWARDS": "1"}}
+
+
+def _per_call_us(before: dict, after: dict, name: str, per: float | None = None) -> dict[str, float]:
+    """Wall and CPU microseconds of timing entry ``name``, per call (or per ``per`` units)."""
+    b, a = before.get(name, {}), after.get(name, {})
+    calls = per if per is not None else a.get("calls", 0) - b.get("calls", 0)
+    if not calls or name not in after:
+        return {}
+    return {f"{name}_us_per_step": (a["wall_ns"] - b.get("wall_ns", 0)) / calls / 1e3,
+            f"{name}_cpu_us_per_step": (a["cpu_ns"] - b.get("cpu_ns", 0)) / calls / 1e3}
 
 
 def run_arm(model: Path, kind: str, args: argparse.Namespace, workdir: Path, index: int) -> dict[str, object]:
     timing = workdir / f"timing-{index}.json"
-    switch = {"off": "0", "hooks": "hooks", "on": "1"}[kind]
-    env = {"INFERSIGHT_EXPERT_COUNTS": switch, "INFERSIGHT_EXPERT_TIMING": str(timing)}
+    env = {**ARM_ENV[kind], "INFERSIGHT_EXPERT_TIMING": str(timing)}
     extra = ["--enforce-eager"] if args.enforce_eager else []
     config = VllmServerConfig(model=str(model), port=_free_port(), served_model_name=MODEL, enable_prefix_caching=False,
                               max_num_seqs=args.concurrency, cwd=str(workdir), env=env, extra_args=extra)
@@ -92,23 +106,22 @@ def run_arm(model: Path, kind: str, args: argparse.Namespace, workdir: Path, ind
 
         for _ in range(2):  # warm-up: first-step allocations, tokenizer, HTTP
             workload()
-        before = _timing_snapshot(base, timing) if kind != "off" else None
-        itl = []
+        before, start = _timing(timing), _vllm_sums(base)
+        itl, last = [], start
         for _ in range(args.repetitions):
-            s0, c0 = _itl(base)
             workload()
-            s1, c1 = _itl(base)
-            itl.append((s1 - s0) / max(1.0, c1 - c0))
-        after = _timing_snapshot(base, timing) if kind != "off" else None
-    out: dict[str, object] = {"arm": kind, "itl_median_s": statistics.median(itl), "itl_s": itl}
-    if before and after:
-        steps = max(1, after["steps"] - before["steps"])
-        per_step = {f"{k[:-3]}_us_per_step": (after[k] - before[k]) / steps / 1e3 for k in HOOK_FIELDS}
-        out.update(steps=steps, count_calls_per_step=(after["count_calls"] - before["count_calls"]) / steps, **per_step)
+            now = _vllm_sums(base)
+            itl.append((now["itl_sum"] - last["itl_sum"]) / max(1.0, now["itl_count"] - last["itl_count"]))
+            last = now
+        after = _timing(timing)
+    steps = last["steps"] - start["steps"]
+    out: dict[str, object] = {"arm": kind, "steps": steps, "itl_median_s": statistics.median(itl), "itl_s": itl}
+    out.update(_per_call_us(before, after, "publish", per=steps))  # the thread's time, per engine step
+    out.update(_per_call_us(before, after, "forward"))
+    out.update(_per_call_us(before, after, "pre_hook"))
+    out.update(_per_call_us(before, after, "count", per=(after.get("forward", {}).get("calls", 0)
+                                                         - before.get("forward", {}).get("calls", 0)) or None))
     return out
-
-
-HOOK_FIELDS = ("boundary_ns", "boundary_cpu_ns", "count_ns", "count_cpu_ns", "forward_ns", "forward_cpu_ns")
 
 
 def _by_kind(arms: list[dict[str, object]], key: str, kind: str) -> tuple[float | None, float | None]:
@@ -120,28 +133,30 @@ def _by_kind(arms: list[dict[str, object]], key: str, kind: str) -> tuple[float 
     return statistics.median(values), spread
 
 
+def _worst(*spreads: float | None) -> float | None:
+    known = [s for s in spreads if s is not None]
+    return max(known) if known else None
+
+
 def summarize(arms: list[dict[str, object]]) -> dict[str, object]:
     itl_on, noise_on = _by_kind(arms, "itl_median_s", "on")
     itl_off, noise_off = _by_kind(arms, "itl_median_s", "off")
-    fwd_on, fwd_noise_on = _by_kind(arms, "forward_cpu_us_per_step", "on")
-    fwd_hooks, fwd_noise_hooks = _by_kind(arms, "forward_cpu_us_per_step", "hooks")
-    boundary_cpu, _ = _by_kind(arms, "boundary_cpu_us_per_step", "on")
-    boundary_wall, _ = _by_kind(arms, "boundary_us_per_step", "on")
-    count_cpu, _ = _by_kind(arms, "count_cpu_us_per_step", "on")
+    fwd_on, fwd_noise_on = _by_kind(arms, "forward_cpu_us_per_step", "on-fwd")
+    fwd_hooks, fwd_noise_hooks = _by_kind(arms, "forward_cpu_us_per_step", "hooks-fwd")
+    publish_cpu, _ = _by_kind(arms, "publish_cpu_us_per_step", "on")
+    count_cpu, _ = _by_kind(arms, "count_cpu_us_per_step", "on-fwd")
     out: dict[str, object] = {
         "itl_off_ms": itl_off and itl_off * 1e3, "itl_on_ms": itl_on and itl_on * 1e3,
         "ab_overhead_itl": itl_on / itl_off - 1 if itl_on and itl_off else None,
-        "noise_floor_itl": max(n for n in (noise_on, noise_off, 0.0) if n is not None),
-        "boundary_us_per_step": boundary_wall, "boundary_cpu_us_per_step": boundary_cpu,
-        "count_cpu_us_per_step": count_cpu, "forward_cpu_us_per_step_on": fwd_on,
-        "forward_cpu_us_per_step_hooks": fwd_hooks,
-        "noise_floor_forward_cpu": max(n for n in (fwd_noise_on, fwd_noise_hooks, 0.0) if n is not None)}
-    if None not in (fwd_on, fwd_hooks, boundary_cpu):
-        # the plugin's CPU per step: its hooks, the counting timed as Python (eager only), and what the
-        # counting adds inside the compiled graph (forward with counting - forward without).
-        in_graph = fwd_on - fwd_hooks - (count_cpu or 0.0)
-        total = boundary_cpu + (count_cpu or 0.0) + in_graph
-        out.update(in_graph_count_cpu_us_per_step=in_graph, plugin_cpu_us_per_step=total,
+        "noise_floor_itl": _worst(noise_on, noise_off),
+        "publish_cpu_us_per_step": publish_cpu, "count_cpu_us_per_step": count_cpu,
+        "forward_cpu_us_on": fwd_on, "forward_cpu_us_hooks": fwd_hooks,
+        "noise_floor_forward_cpu": _worst(fwd_noise_on, fwd_noise_hooks)}
+    if fwd_on is not None and fwd_hooks is not None:
+        # what counting adds to a forward: inside the compiled graph, plus (eager) the timed Python calls
+        in_forward = fwd_on - fwd_hooks
+        total = in_forward + (publish_cpu or 0.0)
+        out.update(counting_in_forward_cpu_us=in_forward, plugin_cpu_us_per_step=total,
                    plugin_share_of_forward=total / fwd_hooks,
                    plugin_share_of_step=total / (itl_off * 1e6) if itl_off else None)
     return out
@@ -150,7 +165,7 @@ def summarize(arms: list[dict[str, object]]) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="a Mixtral-like checkpoint (default: build the tiny Mixtral)")
-    p.add_argument("--arms", default="off,hooks,on,off,hooks,on")
+    p.add_argument("--arms", default="off,on,hooks-fwd,on-fwd,off,on,hooks-fwd,on-fwd")
     p.add_argument("--repetitions", type=int, default=7)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=32)
@@ -158,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",")]
-    if not arms or any(a not in ("on", "hooks", "off") for a in arms) or args.repetitions < 1:
-        print("error: --arms takes off, hooks and on; --repetitions at least 1", file=sys.stderr)
+    if not arms or any(a not in ARM_ENV for a in arms) or args.repetitions < 1:
+        print(f"error: --arms takes {', '.join(ARM_ENV)}; --repetitions at least 1", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="infersight-expert-cost-") as tmp:
         workdir = Path(tmp)

@@ -19,7 +19,8 @@ against `plain`, for the tasks it was advised for.
 Measured speedup per task: decode tokens/s of `spec` over `plain` (decode tokens and the engine
 time of the steps each request decoded in), one ratio per round; reported: the median over the
 rounds, their range, and the noise (largest deviation of a round from the median). The
-prediction pools the probed engine's records of every round, as the agent would.
+prediction pools the probed engine's records of every round, as the agent would. A first pass
+over `batch` requests of each task warms every engine up and is not counted.
 
 verdict per task: "agrees" when the predicted interval and every round lie on the same side of 1,
 "contradicts" when they lie on opposite sides, else "inconclusive" (one of them holds 1).
@@ -103,6 +104,8 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
                       check_advice: bool = True) -> dict[str, Any]:
     """Run the comparison; returns the flat result (see the module docstring). check_advice: also
     measure each advised gamma (decrease_gamma / increase_gamma) against plain, per task."""
+    if rounds < 1 or batch < 1 or probe_every < 2:
+        raise ValueError(f"need rounds >= 1, batch >= 1 and probe_every >= 2 (got {rounds}, {batch}, {probe_every})")
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)  # a shared machine: oversubscribed threads make noise, not speed
@@ -119,6 +122,10 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         probed = _engine(model, draft, gamma, probe_every, device, batch, probe)
         engines = {"plain": plain, "spec": _engine(model, draft, gamma, 0, device, batch), "probed": probed}
         records = _Records(consumer)
+        # Warm-up, not measured: first-use costs (allocations, kernel compiles) of every shape.
+        warm = [r for t in tasks for r in [w for w in workload if w.task == t][:batch]]
+        _measure(engines, warm, tasks, batch, 1, records.read)
+        records.parts.clear()  # the task labels it announced are kept
         rates = _measure(engines, workload, tasks, batch, rounds, records.read)
         frames = records.frames()
         dropped = consumer.stats()["dropped"]
@@ -129,8 +136,9 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         advised: dict[str, list[float]] = {}
         for g in sorted({int(a["gamma"]) for a in advice.values() if "gamma" in a} if check_advice else ()):
             changed = [t for t, a in advice.items() if a.get("gamma") == g]
-            check = _measure({"plain": plain, "spec": _engine(model, draft, g, 0, device, batch)}, workload,
-                             changed, batch, rounds, lambda: None)
+            check_engines = {"plain": plain, "spec": _engine(model, draft, g, 0, device, batch)}
+            _measure(check_engines, [r for r in warm if r.task in changed], changed, batch, 1, lambda: None)
+            check = _measure(check_engines, workload, changed, batch, rounds, lambda: None)
             for t in changed:
                 advised[t] = [s / p for s, p in zip(check["spec"][t], check["plain"][t])]
     finally:

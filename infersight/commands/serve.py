@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
                          max_body_bytes=args.max_body_bytes, max_header_bytes=args.max_header_bytes,
                          max_pending=args.max_pending, export_content=args.export_content)
     engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
-                                 seed=args.seed, num_kv_blocks=args.num_kv_blocks)
+                                 seed=args.seed, num_kv_blocks=args.num_kv_blocks,
+                                 spec_probe_every=args.spec_probe_every if args.speculative_model else 0)
     agent = None
     if args.with_agent:
         parse_listen(args.agent_listen)  # a bad address is a usage error here, not a dead subprocess
@@ -42,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="tiny-moe", help="model config name (default tiny-moe)")
     p.add_argument("--served-model-name", help="the name clients send as `model` (default: --model)")
     p.add_argument("--speculative-model", help="draft model config name (speculative decoding)")
+    p.add_argument("--spec-probe-every", type=int, default=16, metavar="N",
+                   help="with --speculative-model: run one in N decode steps at each batch size without "
+                        "speculation, so the agent measures the speedup (default 16; 0: never)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-kv-blocks", type=int, help="device KV blocks (default: sized from the model)")

@@ -18,17 +18,21 @@ probe (and for the parts reported).
 
 Per task, over its joined verifications (tokens = accepted + 1 each):
 
-    spec time   sum over pure-decode verifications of Ts(b), plus the own time of every step
+    spec time   sum over pure-decode verifications of w x Ts(b), plus the own time of every step
                 that ran prefill chunks beside the verification (a "mixed" step)
-    plain time  sum of tokens x Tp(b) (each token one plain step at its batch size), where for a
-                mixed step one of them costs max(step - draft phase - X(b), Tp(b)) instead: a
-                plain engine runs the same prefill chunks, only its decode steps multiply
+    plain time  sum of (w x) tokens x Tp(b) (each token one plain step at its batch size), where
+                for a mixed step one of them costs max(step - draft phase - X(b), Tp(b)) instead:
+                a plain engine runs the same prefill chunks, only its decode steps multiply
+
+w = 1 + (probe steps / speculative pure-decode steps at b): the probe steps took the place of
+speculative ones, so an engine without them verifies that much more often between prefills.
     predicted_speedup = plain time / spec time    (decode tokens/s with speculation / without)
 
 With pure-decode steps only that is (tau / Ts) / (1 / Tp): tokens per speculative step over
 its time, against one token per plain step over its time. speedup_low .. speedup_high is an
-approximate 95% interval from the sampling error of the medians (1.2533 x 1.4826 MAD / sqrt(n),
-the MAD relative to the median pooled over batch sizes) and of tau. model_speedup is the textbook
+approximate 95% interval (exp(+-2 sigma)) from the sampling error of the medians (1.2533 x 1.4826
+MAD / sqrt(n), the MAD relative to the median pooled over batch sizes, independent across batch
+sizes), of tau, and MODEL_ERROR for what the prediction itself misses. model_speedup is the textbook
 figure (Leviathan et al., 2023) tau / (gamma c + 1), c = draft time per drafted token / plain
 target forward, both measured; it leaves out the verify and sampling extra, so it is a model.
 """
@@ -43,6 +47,10 @@ from infersight.correlate.speculation import acceptance_by_task
 ENGINE_ID_SHIFT = 48
 #: Probe steps a speculative step is compared with: the nearest in time at its batch size.
 LOCAL_PROBES = 8
+#: Relative error of the prediction beyond sampling (lengths, batch mix and prefills differ between a
+#: run with speculation and one without): the RMS of predicted / measured - 1 over 16 (task, setup)
+#: pairs of `infersight bench speculation` on a 2-core CPU and an H200 was 0.05.
+MODEL_ERROR = 0.05
 
 SPEEDUP_COLUMNS = {
     "task": "object", "verifications": "int64", "proposed": "int64", "accepted": "int64",
@@ -200,10 +208,16 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
         g = j[j["task"] == task]
         pure, mixed = g[g["pure"]], g[~g["pure"]]
         tp = pure["_plain_step_ns"].mean()
-        spec_time = pure["_spec_step_ns"].sum() + mixed["dur_ns"].sum()
+        # Probe steps took the place of speculative ones: without them a request would have had
+        # 1 + probes / speculative steps (at its batch size) as many pure-decode verifications
+        # for the same prefills beside it.
+        displaced = 1.0 + pure["_probe_steps"] / pure["_spec_steps"]
+        spec_time = (displaced * pure["_spec_step_ns"]).sum() + mixed["dur_ns"].sum()
         mixed_plain = np.maximum(mixed["dur_ns"] - mixed["step_draft_ns"] - mixed["_verify_extra_ns"],
                                  mixed["_plain_step_ns"])
-        plain_time = (g["_tokens"] * g["_plain_step_ns"]).sum() + (mixed_plain - mixed["_plain_step_ns"]).sum()
+        plain_time = ((displaced * pure["_tokens"] * pure["_plain_step_ns"]).sum()
+                      + (mixed["_tokens"] * mixed["_plain_step_ns"]).sum()
+                      + (mixed_plain - mixed["_plain_step_ns"]).sum())
         batches = set(zip(pure["engine"], pure["batch"]))
         at = costs.loc[np.array([k in batches for k in zip(costs["engine"], costs["batch"])], dtype=bool)]
         basis = NO_TIMING if step_timing.empty else MEASURED if np.isfinite(tp) and spec_time > 0 else NO_PROBES
@@ -213,7 +227,7 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
         # The same few medians serve every verification at a batch size: their errors add, not average out.
         sigma = np.sqrt(_median_error(pure, "_plain_step_ns", "_probe_steps", spread["plain"], weight="_tokens") ** 2
                         + _median_error(pure, "_spec_step_ns", "_spec_steps", spread["spec"]) ** 2
-                        + (g["_tokens"].std() / np.sqrt(len(g)) / g["_tokens"].mean()) ** 2)
+                        + (g["_tokens"].std() / np.sqrt(len(g)) / g["_tokens"].mean()) ** 2 + MODEL_ERROR ** 2)
         rows.append({
             "task": task, "timed_verifications": len(g), "mixed_verifications": len(mixed),
             "probe_steps": int(at["probe_steps"].sum()), "spec_steps": int(pure["step_id"].nunique()),
@@ -249,7 +263,7 @@ def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
                    f"(mean {r.mean_batch:.1f}); "
                    f"{r.mixed_verifications} verifications in steps with prefill chunks count at those steps' own "
                    f"time, less their draft phase and verify extra for the plain side; the interval is ~95% "
-                   f"from the spread of the step times and of tau")
+                   f"from the spread of the step times and of tau, and a {MODEL_ERROR:.0%} model error")
         elif r.basis == NO_PROBES:
             how = ("not measured: no plain decode step at this task's batch sizes to compare with "
                    "(run the engine with spec_probe_every, e.g. 16)")

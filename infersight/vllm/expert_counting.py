@@ -17,7 +17,7 @@ Dynamo, ``fullgraph=True``) folds it into the model's graph, and CUDA graphs rec
 Why a thread rather than the step boundary: on the CPU path the forward streams the weights through
 the caches, and any Python run right after it starts cold. Measured on the tiny Mixtral, a per-step
 publish (snapshot, records, ring write: ~6 us with warm caches) cost 60-70 us of CPU per 2.7 ms step,
-2-4 times the 1% budget; the thread pays that once per interval instead.
+over twice the 1% budget; the thread pays that once per interval instead.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from infersight.probes.records import MOE_EXPERTS_PER_RECORD, RecordKind, record
 from infersight.probes.ring import RingProducer
 
 #: Up to this many experts a layer is counted by comparing each routed id with every expert id and
-#: summing (fused by inductor into one small kernel); above it by index_add_, whose scatter inductor
+#: summing (inductor fuses it into kernels the graph runs anyway); above it by index_add_, whose scatter inductor
 #: leaves to an ATen call on CPU. Measured on the CPU path (4 layers, decode batches of 4 tokens,
 #: thread CPU time): compare-and-sum added ~5 us a step at 4 experts where index_add_ added ~60 us.
 COMPARE_MAX_EXPERTS = 32
@@ -85,7 +85,8 @@ class CountsReader:
         if self._view is not None:
             now = self._view.copy()
         else:
-            with torch.cuda.stream(self._stream):
+            # vLLM made these tensors under inference mode; this thread is not in it unless asked.
+            with torch.inference_mode(), torch.cuda.stream(self._stream):
                 self._pinned.copy_(self.counter.counts, non_blocking=True)
             self._stream.synchronize()
             now = self._pinned.numpy().copy()
@@ -123,7 +124,8 @@ class ExpertPublisher:
     publish window, not an engine step). It is the ring's only producer until ``stop``."""
 
     def __init__(self, counter: ExpertCounter, ring: RingProducer, interval_s: float,
-                 after_publish: Callable[[], None] | None = None) -> None:
+                 after_publish: Callable[[], None] | None = None,
+                 on_error: Callable[[BaseException], None] | None = None) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.reader = CountsReader(counter)
@@ -133,6 +135,7 @@ class ExpertPublisher:
         self.window = 0
         self.times = CostTimes()
         self.after_publish = after_publish  # called in the thread after each publish (timing files)
+        self.on_error = on_error  # the thread stops at its first error and reports it here
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="infersight-expert-counts", daemon=True)
 
@@ -152,10 +155,14 @@ class ExpertPublisher:
         return written
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.publish()
-            if self.after_publish is not None:
-                self.after_publish()
+        try:
+            while not self._stop.wait(self.interval_s):
+                self.publish()
+                if self.after_publish is not None:
+                    self.after_publish()
+        except Exception as exc:
+            if self.on_error is not None:
+                self.on_error(exc)
 
     def stop(self) -> None:
         """Stop the thread and publish what is left (from the caller's thread, then the only producer)."""

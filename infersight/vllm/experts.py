@@ -223,7 +223,8 @@ class ExpertLoadPlugin:
         assert self._counter is not None and self._ring is not None
         self._counter.counts.zero_()
         self._publisher = ExpertPublisher(self._counter, self._ring, self.config.publish_interval_s,
-                                          self._maybe_write_timing if self.config.timing_path else None).start()
+                                          self._maybe_write_timing if self.config.timing_path else None,
+                                          partial(self._fail, "in the publisher thread")).start()
 
     # -- the root's forwards -----------------------------------------------------------------
     def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
@@ -274,8 +275,19 @@ class ExpertLoadPlugin:
         tmp.replace(path)
 
     def _fail(self, where: str, exc: BaseException) -> None:
+        """Log once and stop: no more hooks (a callback already in a compiled graph keeps counting)."""
+        if self._failed:
+            return
         self._failed = True
         log.warning("infersight expert counts stopped (%s): %s: %s", where, type(exc).__name__, exc)
+        try:
+            for key in list(self._root_hooks):
+                self._drop_hooks(key)
+            if self._registration is not None:
+                self._registration.remove()
+                self._registration = None
+        except Exception:  # nothing more to do
+            pass
 
     def close(self) -> None:
         """Publish what is left and remove the ring (atexit)."""

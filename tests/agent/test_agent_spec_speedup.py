@@ -56,3 +56,10 @@ def test_summary_gauge_and_advice_agree(run) -> None:
         assert r["speedup"] == pytest.approx(measured[r["task"]]["predicted_speedup"])
         assert r["action"] in ("keep_speculation", "disable_speculation", "decrease_gamma", "increase_gamma",
                                "inconclusive")
+
+
+def test_engines_are_told_apart_as_the_agent_offsets_them() -> None:
+    from infersight.agent.ingest import RING_ID_SHIFT
+    from infersight.correlate.spec_speedup import ENGINE_ID_SHIFT
+
+    assert ENGINE_ID_SHIFT == RING_ID_SHIFT

@@ -5,7 +5,9 @@ poll by poll, as the agent does: one long prompt among short ones, a burst (queu
 made slow and why; the flagged ones must carry that label, and precision over the whole set must be
 at least 0.9. A steady workload must flag about the quantile's share.
 
-Each scenario first runs a baseline of normal requests, so the window's typical request is normal.
+Each scenario first runs a baseline of normal requests, so the window's typical request is normal;
+judging starts after the baseline (min_requests = BASELINE + 1): the baseline's own jitter is not
+what a scenario builds.
 """
 from __future__ import annotations
 
@@ -116,7 +118,7 @@ def long_prompt() -> Outcome:
     # 1,000 prompt tokens in chunks of 64: 16 prefill steps where the others took one.
     long = d.add(tokens(1000), 8)
     d.run()
-    return d.judge({long: "long_prompt"}, min_requests_for_p99=BASELINE)
+    return d.judge({long: "long_prompt"}, min_requests_for_p99=BASELINE + 1)
 
 
 def burst() -> Outcome:
@@ -125,7 +127,7 @@ def burst() -> Outcome:
     # Eight at once, two running at a time: waves 2-4 queue behind the first.
     ids = [d.add(f"burst request {i}", 16) for i in range(8)]
     d.run()
-    return d.judge({r: "queue_wait" for r in ids[2:]}, min_requests_for_p99=BASELINE, slow_quantile=0.9)
+    return d.judge({r: "queue_wait" for r in ids[2:]}, min_requests_for_p99=BASELINE + 1, slow_quantile=0.9)
 
 
 def small_pool(cpu_offload_blocks: int) -> Outcome:
@@ -141,7 +143,7 @@ def small_pool(cpu_offload_blocks: int) -> Outcome:
     d.run()
     assert [r for r, req in d.engine.requests.items() if req.num_preemptions] == [victim], "must preempt the victim"
     cause = "kv_reload" if cpu_offload_blocks else "preemption"
-    return d.judge({long: "long_output", victim: cause}, min_requests_for_p99=BASELINE, slow_quantile=0.85)
+    return d.judge({long: "long_output", victim: cause}, min_requests_for_p99=BASELINE + 1, slow_quantile=0.85)
 
 
 def prefill_beside_decode() -> Outcome:
@@ -192,7 +194,7 @@ def slow_network() -> Outcome:
                             "first_byte_ns": [times[r].finish_ns for r in ids],
                             "last_byte_ns": [times[r].finish_ns + (200 if r == ids[-1] else 1) * 1_000_000
                                              for r in ids]})
-    return d.judge({ids[-1]: "network"}, network=network, min_requests_for_p99=BASELINE)
+    return d.judge({ids[-1]: "network"}, network=network, min_requests_for_p99=BASELINE + 1)
 
 
 SCENARIOS = {"long_prompt": long_prompt, "burst": burst, "recompute": lambda: small_pool(0),

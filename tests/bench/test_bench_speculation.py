@@ -10,7 +10,7 @@ from testkit import one_torch_thread
 from infersight.bench.fixed_batch import FixedBatchRun
 from infersight.cli import main
 from infersight.runtime import Engine, EngineConfig, ModelConfig
-from infersight.workload import WorkloadRequest
+from infersight.workload import WorkloadConfig, WorkloadRequest, build_workload
 
 TARGET = ModelConfig("fb-moe", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, n_experts=4, top_k=2,
                      max_seq_len=64)
@@ -58,6 +58,7 @@ def test_bench_speculation_cli(capsys: pytest.CaptureFixture[str]) -> None:
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["tasks"] >= 2 and result["dropped"] == 0 and 0 < result["probe_share"] <= 1
     tasks = {k.split(".")[0] for k in result if "." in k}
+    assert tasks == {r.task for r in build_workload(WorkloadConfig(num_requests=8))}  # labels survive the warm-up
     for task in tasks:
         assert result[f"{task}.verdict"] in ("agrees", "contradicts", "inconclusive")
         assert result[f"{task}.measured_speedup"] > 0 and len(result[f"{task}.measured_rounds"]) == 1

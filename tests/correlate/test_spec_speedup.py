@@ -10,7 +10,7 @@ import pytest
 
 from infersight.correlate.frames import SPEC_COLUMNS, STEP_TIMING_COLUMNS
 from infersight.correlate.spec_speedup import (
-    ENGINE_ID_SHIFT, MEASURED, NO_PROBES, NO_TIMING, join_steps, speedup_by_task, step_costs, summary_by_task,
+    ENGINE_ID_SHIFT, MEASURED, MODEL_ERROR, NO_PROBES, NO_TIMING, join_steps, speedup_by_task, step_costs, summary_by_task,
 )
 
 E1 = 1 << ENGINE_ID_SHIFT  # ids of a second engine, as the agent offsets them
@@ -65,9 +65,11 @@ def test_pure_decode_speedup_is_tau_times_plain_over_spec_step() -> None:
             code.verify_extra_ms] == pytest.approx([310e-6, 110e-6, 40e-6, 120e-6, 95e-6, 40e-6])
     # model: tau / (gamma c + 1), c = 40 / 95, gamma 4
     assert code.model_speedup == pytest.approx(3 / (4 * 40 / 95 + 1))
-    # interval: exp(+-2 sigma), sigma from the median's error of both step kinds (3 samples each) and tau's
+    # interval: exp(+-2 sigma), sigma from the median's error of both step kinds (3 samples each), tau's,
+    # and the model's
     se = 1.2533 * 1.4826 / math.sqrt(3)
-    sigma = math.sqrt((se * 10 / 110) ** 2 + (se * 10 / 310) ** 2 + (np.std([4, 2, 3, 3], ddof=1) / 2 / 3) ** 2)
+    sigma = math.sqrt((se * 10 / 110) ** 2 + (se * 10 / 310) ** 2 + (np.std([4, 2, 3, 3], ddof=1) / 2 / 3) ** 2
+                      + MODEL_ERROR ** 2)
     assert [code.speedup_low, code.speedup_high] == pytest.approx(
         [330 / 310 * math.exp(-2 * sigma), 330 / 310 * math.exp(2 * sigma)])
     assert (code.probe_steps, code.spec_steps, code.mean_batch) == (3, 2, 2.0)  # verified in steps 2 and 4
@@ -79,8 +81,10 @@ def test_a_mixed_step_counts_once_on_both_sides() -> None:
     spec = pd.concat([SPEC, _spec([(6100, 1, "code", 3)])], ignore_index=True)
     code = speedup_by_task(spec, steps).set_index("task").loc["code"]
     assert code.mixed_verifications == 1
-    # tokens 12 + 4 = 16; plain: (16 - 1) x 110 + max(500 - 200 - 40, 110); spec: 4 x 310 + 500
-    assert code.predicted_speedup == pytest.approx((15 * 110 + 260) / (4 * 310 + 500))
+    # Without its 3 probe steps the engine would have run 3 + 3 speculative steps at batch 2, so the
+    # 4 pure-decode verifications count twice (w = 1 + 3 / 3); the mixed step once.
+    # plain: 2 x 12 tokens x 110 + 4 x 110 + (max(500 - 200 - 40, 110) - 110); spec: 2 x 4 x 310 + 500
+    assert code.predicted_speedup == pytest.approx((2 * 12 * 110 + 4 * 110 + 150) / (2 * 4 * 310 + 500))
     # the mixed step is no pure-decode sample: the medians are unchanged
     assert code.spec_step_ms == pytest.approx(310e-6)
 

@@ -152,6 +152,19 @@ def test_publisher_thread_loses_nothing_while_the_model_counts(ring: tuple[RingP
     assert publisher.window > 1 and producer.stats()["dropped"] == 0
 
 
+def test_publisher_thread_reports_its_first_error_and_stops() -> None:
+    producer = RingProducer.create(unique_ring("experts-err"), 16, None, record_registry())
+    producer.close()  # writing now fails
+    producer.unlink()
+    model, counter = HandMoE(2, top_k=2), ExpertCounter([0, 1], 4)
+    _bind(model, counter)
+    model(torch.tensor(LOGITS))
+    errors: list[BaseException] = []
+    publisher = ExpertPublisher(counter, producer, interval_s=0.001, on_error=errors.append).start()
+    publisher._thread.join(timeout=5)
+    assert not publisher._thread.is_alive() and len(errors) == 1
+
+
 def test_moe_records_split_wide_layers_into_blocks_of_64_experts() -> None:
     per = MOE_EXPERTS_PER_RECORD
     counts = np.arange(2 * (per + 6), dtype=np.int64).reshape(2, per + 6)
