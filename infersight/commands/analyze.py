@@ -85,6 +85,13 @@ def _captured(args: argparse.Namespace, path: Path) -> Any:
     return load_capture_shapes(beside) if beside != path and beside.is_file() else None
 
 
+def _cpu_only(path: Path) -> bool:
+    from infersight.kernels.cpu_trace import has_device_activity
+    from infersight.kernels.kineto import read_json_document
+
+    return not has_device_activity(read_json_document(path))
+
+
 def _analyze(args: argparse.Namespace) -> int:
     from infersight.kernels.load import detect_kind, load_trace
     from infersight.kernels.report import build_report, render_text
@@ -97,8 +104,14 @@ def _analyze(args: argparse.Namespace) -> int:
     model, shapes = _roofline_inputs(args)
     given = {"name": args.device_name, "peak_tflops": args.peak_tflops, "peak_gbps": args.peak_gbps}
     ceilings = DeviceCeilings(**{k: v for k, v in given.items() if v is not None})
-    trace = load_trace(path, kind)
-    report = build_report(trace, model, shapes, ceilings, top=args.top, captured=_captured(args, path))
+    if kind == "kineto" and _cpu_only(path):  # e.g. a vLLM CPU worker's trace: CPU ops, no kernels
+        from infersight.kernels.cpu_trace import cpu_report, parse_cpu_ops
+        from infersight.kernels.kineto import read_json_document
+
+        report = cpu_report(parse_cpu_ops(read_json_document(path), str(path)), top=args.top)
+    else:
+        trace = load_trace(path, kind)
+        report = build_report(trace, model, shapes, ceilings, top=args.top, captured=_captured(args, path))
     _emit(json.dumps(report) if args.format == "json" else render_text(report))
     return 0
 

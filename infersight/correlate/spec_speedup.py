@@ -10,11 +10,10 @@ which is how the agent keeps several engines apart). Per batch size b (requests 
     Tp(b)  median time of a plain probe step                 (interpolated between probed sizes)
     X(b)   median (speculative step - its draft phase) - Tp(b): the verify and sampling extra
 
-A machine's speed drifts (other tenants, clocks, what the batch holds), so a speculative
-pure-decode step is compared locally: its Tp is the median of the LOCAL_PROBES probe steps
-nearest to it in time at its batch size, its Ts the median of the speculative steps at that
-batch size over about the same span. The medians over all steps serve where a batch size had no
-probe (and for the parts reported).
+A machine's speed drifts (other tenants, clocks, what the batches hold), so each verification's
+Tp, Ts and X are scaled to the speed around its time (speed_factors): the median, over the
+LOCAL_PROBES probe steps nearest in time (and as many speculative steps as they span), of
+each step's time over the median at its batch size.
 
 Per task, over its joined verifications (tokens = accepted + 1 each):
 
@@ -113,34 +112,33 @@ def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
     return out[list(COST_COLUMNS)].astype(COST_COLUMNS)
 
 
-def local_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
-    """One row per speculative pure-decode step that has probe steps at its (engine, batch):
-    step_id, plain_step_ns (median of the LOCAL_PROBES probes nearest in time), spec_step_ns
-    and less_draft_ns (medians over the speculative steps at that batch size around it, about
-    the same span)."""
+def speed_factors(step_timing: pd.DataFrame, costs: pd.DataFrame, engine: np.ndarray, ts_ns: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """How fast the machine ran plain and speculative pure-decode steps around each time ts_ns
+    (of engine), relative to the medians over the whole window: the median of duration / median
+    at its batch size over the LOCAL_PROBES probe steps nearest in time (and over as many
+    speculative steps as those probes span). 1 where an engine has no such steps."""
     t = step_timing[_pure_decode(step_timing) & (step_timing["spec_probe"] | (step_timing["spec_tokens"] > 0))]
-    t = t.assign(engine=t["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT, dur=t["end_ns"] - t["start_ns"],
-                 less_draft=t["end_ns"] - t["start_ns"] - t["draft_ns"])
-    parts = []
-    for _, g in t.groupby(["engine", "decode_requests"]):
-        g = g.sort_values("start_ns")
-        probe, spec = g[g["spec_probe"]], g[~g["spec_probe"]]
-        if probe.empty or spec.empty:
-            continue
-        tp = probe["dur"].rolling(LOCAL_PROBES, center=True, min_periods=1).median().to_numpy(np.float64)
-        at, times = probe["start_ns"].to_numpy(), spec["start_ns"].to_numpy()
-        after = np.clip(np.searchsorted(at, times), 0, len(at) - 1)
-        before = np.clip(after - 1, 0, len(at) - 1)
-        nearest = np.where(np.abs(times - at[before]) <= np.abs(at[after] - times), before, after)
-        span = max(1, round(LOCAL_PROBES * len(spec) / len(probe)))  # as many spec steps as the probes cover
-        roll = spec[["dur", "less_draft"]].rolling(span, center=True, min_periods=1).median()
-        parts.append(pd.DataFrame({"step_id": spec["step_id"].to_numpy(), "plain_step_ns": tp[nearest],
-                                   "spec_step_ns": roll["dur"].to_numpy(), "less_draft_ns": roll["less_draft"].to_numpy()}))
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype=d) for c, d in (("step_id", "int64"), ("plain_step_ns", "float64"),
-                                                                 ("spec_step_ns", "float64"),
-                                                                 ("less_draft_ns", "float64"))})
-    return pd.concat(parts, ignore_index=True)
+    eng_of = t["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT
+    out = (np.ones(len(ts_ns)), np.ones(len(ts_ns)))
+    for e in np.unique(eng_of):
+        sel = engine == e
+        g = t[eng_of == e].sort_values("start_ns")
+        probes = g[g["spec_probe"]]
+        span = max(1, round(LOCAL_PROBES * (len(g) - len(probes)) / max(1, len(probes))))
+        for k, (steps, column, window) in enumerate(((probes, "plain_step_ns", LOCAL_PROBES),
+                                                     (g[~g["spec_probe"]], "spec_step_ns", span))):
+            if steps.empty or not sel.any():
+                continue
+            typical = _at_batch(costs, np.full(len(steps), e), steps["decode_requests"].to_numpy(np.float64), column)
+            ratio = pd.Series((steps["end_ns"] - steps["start_ns"]).to_numpy(np.float64) / typical)
+            factor = ratio.rolling(window, center=True, min_periods=1).median().to_numpy()
+            at = steps["start_ns"].to_numpy()
+            after = np.clip(np.searchsorted(at, ts_ns[sel]), 0, len(at) - 1)
+            before = np.clip(after - 1, 0, len(at) - 1)
+            nearest = np.where(np.abs(ts_ns[sel] - at[before]) <= np.abs(at[after] - ts_ns[sel]), before, after)
+            out[k][sel] = factor[nearest]
+    return out
 
 
 def _at_batch(costs: pd.DataFrame, engine: np.ndarray, batch: np.ndarray, column: str) -> np.ndarray:
@@ -156,11 +154,11 @@ def _at_batch(costs: pd.DataFrame, engine: np.ndarray, batch: np.ndarray, column
 
 def join_steps(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
     """spec rows that fall in a timed speculative step, with that step's engine, batch (requests
-    decoding), step_id, pure (no prefill chunk beside), dur_ns and step_draft_ns."""
+    decoding), step_id, step_start_ns, pure (no prefill chunk beside), dur_ns and step_draft_ns."""
     steps = step_timing[~step_timing["spec_probe"]]
     if spec.empty or steps.empty:
-        return spec.iloc[:0].assign(engine=np.int64(0), step_id=np.int64(0), batch=np.int64(0), pure=False,
-                                    dur_ns=np.int64(0), step_draft_ns=np.int64(0))
+        return spec.iloc[:0].assign(engine=np.int64(0), step_id=np.int64(0), step_start_ns=np.int64(0),
+                                    batch=np.int64(0), pure=False, dur_ns=np.int64(0), step_draft_ns=np.int64(0))
     left = spec.assign(engine=spec["request_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT).sort_values("ts_ns")
     right = pd.DataFrame({
         "engine": steps["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT, "step_id": steps["step_id"],
@@ -169,8 +167,9 @@ def join_steps(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
         "dur_ns": steps["end_ns"] - steps["start_ns"], "step_draft_ns": steps["draft_ns"]}).sort_values("start_ns")
     joined = pd.merge_asof(left, right, left_on="ts_ns", right_on="start_ns", by="engine", direction="backward")
     joined = joined[joined["end_ns"].notna() & (joined["ts_ns"] <= joined["end_ns"])]
-    return joined.drop(columns=["start_ns", "end_ns"]).astype(
-        {"step_id": "int64", "batch": "int64", "pure": "bool", "dur_ns": "int64", "step_draft_ns": "int64"})
+    return joined.drop(columns=["end_ns"]).rename(columns={"start_ns": "step_start_ns"}).astype(
+        {"step_id": "int64", "step_start_ns": "int64", "batch": "int64", "pure": "bool", "dur_ns": "int64",
+         "step_draft_ns": "int64"})
 
 
 def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
@@ -196,13 +195,12 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
     # the spread pooled over batch sizes.
     spread = {k: 1.2533 * 1.4826 * costs[f"{k}_rel_mad"].median() for k in ("plain", "spec")}
     j = j.assign(_tokens=j["accepted"] + 1, **{"_" + c: v for c, v in cols.items()})
-    # Where a pure-decode step has probes at its batch size, its local figures replace the global ones.
-    local = local_costs(step_timing).set_index("step_id")
-    for c in ("plain_step_ns", "spec_step_ns"):
-        here = j["step_id"].map(local[c]).to_numpy(np.float64)
-        j["_" + c] = np.where(j["pure"] & np.isfinite(here), here, j["_" + c])
-    here = (j["step_id"].map(local["less_draft_ns"]) - j["step_id"].map(local["plain_step_ns"])).to_numpy(np.float64)
-    j["_verify_extra_ns"] = np.where(j["pure"] & np.isfinite(here), here, j["_verify_extra_ns"])
+    # The machine's speed drifts: scale each verification's figures to the speed around its time.
+    plain_f, spec_f = speed_factors(step_timing, costs, eng, j["step_start_ns"].to_numpy(np.int64))
+    less_draft = (j["_verify_extra_ns"] + j["_plain_step_ns"]) * spec_f
+    j["_plain_step_ns"] *= plain_f
+    j["_spec_step_ns"] *= spec_f
+    j["_verify_extra_ns"] = less_draft - j["_plain_step_ns"]
     rows = []
     for task in acc.index:
         g = j[j["task"] == task]

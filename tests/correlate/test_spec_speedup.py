@@ -146,13 +146,13 @@ def test_steps_are_compared_with_probes_of_their_own_time(monkeypatch: pytest.Mo
     """The machine halves its speed for plain steps halfway: each task is judged on its own span."""
     monkeypatch.setattr("infersight.correlate.spec_speedup.LOCAL_PROBES", 2)
     rows, spec = [], []
-    for i in range(8):  # a probe then a speculative step, 1000 ns apart; the probes slow down after 4
+    for i in range(8):  # a probe, then 500 ns later a speculative step; the probes slow down after 4
         rows += [(2 * i + 1, 2000 * i, 100 if i < 4 else 200, 0, 90, 2, 0, True),
-                 (2 * i + 2, 2000 * i + 1000, 300, 100, 150, 2, 0, False)]
-        spec += [(2000 * i + 1100, 1, "code" if i < 4 else "qa", 2), (2000 * i + 1200, 2, "code" if i < 4 else "qa", 2)]
+                 (2 * i + 2, 2000 * i + 500, 300, 100, 150, 2, 0, False)]
+        spec += [(2000 * i + 600, 1, "code" if i < 4 else "qa", 2), (2000 * i + 700, 2, "code" if i < 4 else "qa", 2)]
     t = speedup_by_task(_spec(spec), _steps(rows)).set_index("task")
-    # tau 3 against the local plain step; the global median (150) would give 1.5 for both. The
-    # centred window of 2 probes behind speculative step i covers probes i-1 and i: 100 for code's
-    # four steps; for qa's, 150 (probes 3 and 4) and then 200 three times.
+    # tau 3 against the local plain step; the global median (150) would give 1.5 for both. Step i
+    # is nearest to probe i, whose speed is the median over the centred window of 2 probes, i-1
+    # and i: 100/150 of the median for code's four steps; for qa's, 1 (probes 3 and 4), then 200/150.
     assert t.loc["code", "predicted_speedup"] == pytest.approx(3 * 100 / 300)
     assert t.loc["qa", "predicted_speedup"] == pytest.approx(3 * (150 + 3 * 200) / (4 * 300))
