@@ -13,7 +13,7 @@ import pandas as pd
 
 from infersight.agent.state import AgentState
 from infersight.correlate import expert_parallel as ep_analysis
-from infersight.correlate import moe, spec_advice, spec_speedup, speculation
+from infersight.correlate import moe, spec_advice, spec_speedup
 from infersight.correlate.requests import REQUEST_FIELDS
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import quantile
@@ -145,8 +145,7 @@ def diagnosis(state: AgentState) -> dict[str, Any]:
                                         f"{layer['max_over_mean']:.1f}x the mean load"})
     with state.lock:
         by_task = _spec_by_task(state)
-        by_position = speculation.acceptance_by_position(state.spec_events)
-    recs = spec_advice.recommendations(by_task, by_position)
+    recs = spec_advice.recommendations(by_task)
     for r in by_task[by_task["basis"] != spec_speedup.MEASURED].itertuples(index=False):
         findings.append({"kind": "speculation_unmeasured", "task": r.task, "basis": r.basis,
                          "message": f"{r.task}: speculation's speedup not measured ({r.basis}); no advice"})

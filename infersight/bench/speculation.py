@@ -3,7 +3,7 @@ speedup the agent predicts from its probe records.
 
 Three engines of one process run the same task-labelled requests (infersight.workload), one
 task at a time at a fixed batch size (bench.fixed_batch), stepped in turn so that drift in the
-machine's speed hits them alike. Output lengths vary (2/3, 1 and 4/3 of max_tokens in turn), so
+machine's speed hits them alike. Output lengths differ (spread over 1/2 .. 3/2 of max_tokens), so
 requests finish at different steps with or without speculation, as in service: with one length
 for all, a plain batch would finish and refill in lockstep, its prefills never beside decodes.
 
@@ -13,8 +13,8 @@ for all, a plain batch would finish and refill in lockstep, its prefills never b
                steps, its records read from a probe ring       correlate functions (spec_speedup,
                                                                spec_advice)
 
-Each gamma the advice proposes (decrease_gamma / increase_gamma) is then measured too, the same way
-against `plain`, for the tasks it was advised for.
+    spec@G     the draft, G drafts per step, for each G in    measured: is another gamma faster?
+               `gammas`                                        (best_gamma, from measurement only)
 
 Measured speedup per task: decode tokens/s of `spec` over `plain` (decode tokens and the engine
 time of the steps each request decoded in), one ratio per round; reported: the median over the
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from infersight.bench.fixed_batch import FixedBatchRun
-from infersight.correlate import spec_advice, spec_speedup, speculation
+from infersight.correlate import spec_advice, spec_speedup
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
@@ -49,6 +49,7 @@ from infersight.workload import TASKS, WorkloadConfig, WorkloadRequest, build_wo
 
 #: The goal: predicted within this share of measured, per task.
 TOLERANCE = 0.15
+GOLDEN = 0.6180339887
 
 
 def _engine(model: str, draft: str | None, gamma: int, probe_every: int, device: str, batch: int,
@@ -101,16 +102,17 @@ def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks:
 def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma: int = 4, requests: int = 32,
                       batch: int = 4, rounds: int = 3, probe_every: int = 4, max_tokens: int = 48,
                       device: str = "cpu", threads: int | None = 1, seed: int = 0,
-                      check_advice: bool = True) -> dict[str, Any]:
-    """Run the comparison; returns the flat result (see the module docstring). check_advice: also
-    measure each advised gamma (decrease_gamma / increase_gamma) against plain, per task."""
+                      gammas: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Run the comparison; returns the flat result (see the module docstring). gammas: other draft
+    lengths to measure beside `gamma` (their engines join the same lockstep)."""
     if rounds < 1 or batch < 1 or probe_every < 2:
         raise ValueError(f"need rounds >= 1, batch >= 1 and probe_every >= 2 (got {rounds}, {batch}, {probe_every})")
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)  # a shared machine: oversubscribed threads make noise, not speed
     started = time.perf_counter()
-    workload = [replace(r, max_tokens=max(2, max_tokens * (2 + i % 3) // 3))  # lengths vary: see the docstring
+    # Lengths spread over 1/2 .. 3/2 of max_tokens (golden-ratio steps: no two alike): see the docstring.
+    workload = [replace(r, max_tokens=max(2, round(max_tokens * (0.5 + (i * GOLDEN) % 1.0))))
                 for i, r in enumerate(build_workload(WorkloadConfig(num_requests=requests, max_tokens=max_tokens,
                                                                     seed=seed)))]
     tasks = [t for t in TASKS if any(r.task == t for r in workload)]
@@ -120,7 +122,8 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
     try:
         plain = _engine(model, None, gamma, 0, device, batch)
         probed = _engine(model, draft, gamma, probe_every, device, batch, probe)
-        engines = {"plain": plain, "spec": _engine(model, draft, gamma, 0, device, batch), "probed": probed}
+        engines = {"plain": plain, "spec": _engine(model, draft, gamma, 0, device, batch), "probed": probed,
+                   **{f"spec@{g}": _engine(model, draft, g, 0, device, batch) for g in gammas if g != gamma}}
         records = _Records(consumer)
         # Warm-up, not measured: first-use costs (allocations, kernel compiles) of every shape.
         warm = [r for t in tasks for r in [w for w in workload if w.task == t][:batch]]
@@ -131,16 +134,7 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         dropped = consumer.stats()["dropped"]
         probes = probed.spec_probe
         by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing)
-        advice = {str(a["task"]): a for a in spec_advice.recommendations(
-            by_task, speculation.acceptance_by_position(frames.spec))}
-        advised: dict[str, list[float]] = {}
-        for g in sorted({int(a["gamma"]) for a in advice.values() if "gamma" in a} if check_advice else ()):
-            changed = [t for t, a in advice.items() if a.get("gamma") == g]
-            check_engines = {"plain": plain, "spec": _engine(model, draft, g, 0, device, batch)}
-            _measure(check_engines, [r for r in warm if r.task in changed], changed, batch, 1, lambda: None)
-            check = _measure(check_engines, workload, changed, batch, rounds, lambda: None)
-            for t in changed:
-                advised[t] = [s / p for s, p in zip(check["spec"][t], check["plain"][t])]
+        advice = {str(a["task"]): a for a in spec_advice.recommendations(by_task)}
     finally:
         consumer.close()
         probe.close()
@@ -176,7 +170,7 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
             f"{task}.samples": f"{row.verifications} verifications, {row.spec_steps} speculative and "
                                f"{row.probe_steps} plain probe steps",
             f"{task}.advice": advice.get(task, {}).get("action", "none"),
-            **_advised(task, advice.get(task, {}), advised.get(task), measured),
+            **_other_gammas(task, gamma, measured, rates),
             f"{task}.verdict": verdict,
         }
     result |= {"tasks_agree": verdicts.count("agrees"), "tasks_contradict": verdicts.count("contradicts"),
@@ -200,12 +194,18 @@ def _num(x: float) -> float | None:
     return round(x, 4) if math.isfinite(x) else None
 
 
-def _advised(task: str, advice: dict[str, Any], ratios: list[float] | None, measured: float) -> dict[str, Any]:
-    """The advised gamma, its modelled and measured speedup, and whether the measurement bears the
-    advice out (the advised gamma measured faster than the running one)."""
-    if "gamma" not in advice or ratios is None:
-        return {}
-    at = statistics.median(ratios)
-    return {f"{task}.advised_gamma": advice["gamma"], f"{task}.advised_modelled_speedup": _num(advice["modelled_speedup"]),
-            f"{task}.advised_measured_speedup": _num(at), f"{task}.advised_measured_rounds": [round(x, 4) for x in ratios],
-            f"{task}.advice_borne_out": bool(at > measured)}
+def _other_gammas(task: str, gamma: int, measured: float, rates: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """Measured speedup at each other gamma, and the best gamma by measurement (the running one
+    unless another is faster in every round)."""
+    out: dict[str, Any] = {}
+    best, best_s = gamma, measured
+    for name in sorted(n for n in rates if n.startswith("spec@")):
+        g = int(name.split("@")[1])
+        ratios = [s / p for s, p in zip(rates[name][task], rates["plain"][task])]
+        out[f"{task}.measured_speedup_gamma_{g}"] = _num(statistics.median(ratios))
+        spec_rounds = [s / p for s, p in zip(rates["spec"][task], rates["plain"][task])]
+        if all(x > y for x, y in zip(ratios, spec_rounds)) and statistics.median(ratios) > best_s:
+            best, best_s = g, statistics.median(ratios)
+    if out:
+        out[f"{task}.best_gamma"] = best
+    return out

@@ -40,7 +40,7 @@ def _speculation(args: argparse.Namespace) -> int:
     return print_result(bench_speculation(model=args.model, draft=args.draft, gamma=args.gamma, requests=args.requests,
                                           batch=args.batch, rounds=args.rounds, probe_every=args.probe_every,
                                           max_tokens=args.max_tokens, device=args.device,
-                                          threads=args.threads, check_advice=not args.no_check_advice), args.json)
+                                          threads=args.threads, gammas=tuple(args.try_gamma)), args.json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--max-tokens", type=int, default=48)
     sp.add_argument("--device", default="cpu")
     sp.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
-    sp.add_argument("--no-check-advice", action="store_true", help="do not measure the gammas the advice proposes")
+    sp.add_argument("--try-gamma", type=int, action="append", default=[], metavar="G",
+                    help="also measure this draft length (repeatable), to see whether another gamma is faster")
     sp.set_defaults(func=_speculation)
     for p in (rt, ov, ing, ag, sp):
         p.add_argument("--json", action="store_true", help="print only the JSON result")

@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar as PromExemplar
 
 from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
-from infersight.correlate import moe, spec_speedup, speculation
+from infersight.correlate import moe, spec_speedup
 from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
 from infersight.gpu.exposition import gpu_metric_families

@@ -199,7 +199,6 @@ class VllmProfilerTarget:
         directory = Path(cfg.profiler_dir)
         prefix = f"infersight-{capture_id}-{secrets.token_hex(4)}"  # unique across agents and restarts
         before = set(trace_files(directory))
-        start_count = self.steps()
         info: dict[str, Any] = {"steps_requested": steps, "profile_prefix": prefix}
         try:
             self._post("/start_profile", {"profile_prefix": prefix, "max_iterations": steps}, cfg.http_timeout_s)
@@ -207,6 +206,10 @@ class VllmProfilerTarget:
             return self._fail("profiler_http", f"{cfg.base_url}/start_profile failed ({exc}): was vLLM started "
                               "with --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": ...}'?",
                               info)
+        # Counted from after the start (iterations finished while it was being set up are not in the
+        # trace), with two to spare: vLLM's max_iterations bounds the trace itself, and the scraped
+        # count lags the worker, so stopping on exactly N could cut the window short.
+        start_count = self.steps()
         started = time.monotonic()
         deadline = started + cfg.step_wait_s
         counted = 0.0
@@ -216,7 +219,7 @@ class VllmProfilerTarget:
                 start_count = now_count
             elif now_count is not None:
                 counted = now_count - start_count
-            if counted >= steps or not self._wait(deadline - time.monotonic()):
+            if counted >= steps + 2 or not self._wait(deadline - time.monotonic()):
                 break
         info.update(steps_counted=int(counted), window_s=round(time.monotonic() - started, 3))
         try:

@@ -54,7 +54,7 @@ def test_the_batch_stays_full_until_every_listed_request_is_done() -> None:
 def test_bench_speculation_cli(capsys: pytest.CaptureFixture[str]) -> None:
     with one_torch_thread():
         assert main(["bench", "speculation", "--requests", "8", "--batch", "2", "--rounds", "1", "--max-tokens", "8",
-                     "--probe-every", "2", "--json"]) == 0
+                     "--probe-every", "2", "--try-gamma", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["tasks"] >= 2 and result["dropped"] == 0 and 0 < result["probe_share"] <= 1
     tasks = {k.split(".")[0] for k in result if "." in k}
@@ -62,6 +62,6 @@ def test_bench_speculation_cli(capsys: pytest.CaptureFixture[str]) -> None:
     for task in tasks:
         assert result[f"{task}.verdict"] in ("agrees", "contradicts", "inconclusive")
         assert result[f"{task}.measured_speedup"] > 0 and len(result[f"{task}.measured_rounds"]) == 1
-        assert result[f"{task}.advice"] in ("keep_speculation", "disable_speculation", "decrease_gamma",
-                                            "increase_gamma", "inconclusive", "none")
+        assert result[f"{task}.measured_speedup_gamma_2"] > 0 and result[f"{task}.best_gamma"] in (2, 4)
+        assert result[f"{task}.advice"] in ("keep_speculation", "disable_speculation", "inconclusive", "none")
     assert result["tasks_agree"] + result["tasks_contradict"] <= result["tasks"]

@@ -134,8 +134,8 @@ def test_analyses_leave_their_inputs_unchanged(run) -> None:
     moe.layer_imbalance(f.moe), moe.top_pairs(f.moe, 3)
     kv.transition_counts(f.kv_events), kv.block_states(f.kv_events, NUM_KV_BLOCKS), kv.block_lifetimes(f.kv_events)
     prefix.prefix_hit_rates(f.prefix), prefix.top_prefix_groups(f.prefix, 3)
-    by_task, by_pos = speculation.acceptance_by_task(f.spec), speculation.acceptance_by_position(f.spec)
-    spec_advice.recommendations(spec_speedup.speedup_by_task(f.spec, f.step_timing), by_pos)
+    speculation.acceptance_by_task(f.spec), speculation.acceptance_by_position(f.spec)
+    spec_advice.recommendations(spec_speedup.speedup_by_task(f.spec, f.step_timing))
     shares = cost.step_cost_shares(f.steps, f.batch)
     cost.cost_by_task(shares, table), cost.cost_by_request(shares)
     for name, frame in before.items():
