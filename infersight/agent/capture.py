@@ -7,14 +7,11 @@ same token, rate limit and one-at-a-time rules apply to it.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
+from infersight.agent.token_file import default_token_file, load_or_create_token  # noqa: F401  (re-exported)
 from infersight.probes.control import CaptureState, CaptureTool, ControlBlock, control_name
 
 log = logging.getLogger("infersight.agent")
@@ -67,23 +64,6 @@ class CaptureTarget(Protocol):
     def close(self) -> None: ...
 
 
-def default_token_file(port: int) -> Path:
-    base = os.environ.get("XDG_RUNTIME_DIR") or os.path.join(tempfile.gettempdir(), f"infersight-{os.getuid()}")
-    return Path(base) / "infersight" / f"agent-{port}.token"
-
-
-def load_or_create_token(path: Path) -> str:
-    """The token in `path`, or a new one written there readable by this user only (0600)."""
-    if path.is_file():
-        return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
-
-
 @dataclass
 class CaptureRules:
     """Auto-trigger thresholds; None disables a rule."""
@@ -103,6 +83,9 @@ class CaptureController:
     _last_request: float = -1e18
     _last_auto: float = -1e18
     target: CaptureTarget | None = None  # when set, every capture goes to it instead of a ring
+    # The flight recorder's current window (agent.flight_recorder): kept out of `records` (windows
+    # come often) and out of the rate limit, but one at a time with every capture.
+    window: CaptureRecord | None = None
 
     def _block(self, ring: str) -> ControlBlock:
         block = self._blocks.get(ring)
@@ -124,6 +107,8 @@ class CaptureController:
             raise CaptureRefused(503, "no engine attached: no probe ring to send the request to")
         if any(r.state == "running" or r.state == "requested" for r in self.records):
             raise CaptureRefused(409, "a capture is already in progress; one at a time")
+        if self.window is not None and self.window.state in ("requested", "running"):
+            raise CaptureRefused(409, "a flight-recorder window is in progress (a few steps); retry in a moment")
         now = time.monotonic()
         if now - self._last_request < self.min_interval_s:
             raise CaptureRefused(429, f"captures are rate-limited to one per {self.min_interval_s:.0f} s")
@@ -175,6 +160,56 @@ class CaptureController:
                 record.path = block.path
                 finished.append(record)
         return finished
+
+    def in_progress(self) -> list[CaptureRecord]:
+        """Captures and the recorder's window that are asked for or running (GPU counters pause for them)."""
+        active = [r for r in self.records if r.state in ("requested", "running")]
+        if self.window is not None and self.window.state in ("requested", "running"):
+            active.append(self.window)
+        return active
+
+    def request_window(self, rings: list[str], steps: int, tool: str = "torch-kernels") -> CaptureRecord:
+        """A flight-recorder window: like request(), but not rate-limited (the recorder keeps its own
+        budget) and not listed in `records`. CaptureRefused while any capture or window is in progress."""
+        if self.in_progress():
+            raise CaptureRefused(409, "a capture is already in progress; one at a time")
+        if self.target is not None:
+            capture_id = 1 + sum(1 for r in self.records if r.ring == self.target.name) + (self.window.capture_id
+                                                                                            if self.window else 0)
+            self.target.start(capture_id, steps)
+            self.window = CaptureRecord(capture_id, self.target.name, steps, "torch", "window", time.time(),
+                                        state="running")
+            return self.window
+        if not rings:
+            raise CaptureRefused(503, "no engine attached: no probe ring to send the request to")
+        tool_id = CaptureTool[tool.upper().replace("-", "_")]
+        try:
+            block = self._block(rings[0])
+        except (FileNotFoundError, ValueError) as exc:
+            raise CaptureRefused(503, f"the engine behind {rings[0]!r} has no control block: {exc}") from None
+        seq = block.request(steps, tool_id)
+        self.window = CaptureRecord(seq, rings[0], steps, tool, "window", time.time())
+        return self.window
+
+    def poll_window(self) -> CaptureRecord | None:
+        """The recorder's window once it has ended (done or failed), once; None before."""
+        record = self.window
+        if record is None or record.state not in ("requested", "running"):
+            return None
+        if self.target is not None and record.ring == self.target.name:
+            outcome = self.target.poll()
+            if outcome is None:
+                return None
+            record.state, record.path, record.analysis = outcome.state, outcome.path, outcome.analysis
+            return record
+        block = self._blocks.get(record.ring)
+        if block is None or block.ack_seq < record.capture_id:
+            return None
+        if block.state in (CaptureState.DONE, CaptureState.FAILED):
+            record.state, record.path = block.state.name.lower(), block.path
+            return record
+        record.state = "running"
+        return None
 
     def first_step(self, record: CaptureRecord) -> int:
         """The engine step the record's window began with (read before the next capture)."""

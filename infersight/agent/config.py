@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from infersight.agent.recorder_config import RecorderConfig
 
 
 class ConfigError(ValueError):
@@ -33,6 +37,11 @@ class AgentConfig:
     slo_itl_s: float | None = None
     slo_e2e_s: float | None = None
     retain_requests: int = 10_000
+    # The agent's own caps on what a producer sends (agent.record_limits): distinct task labels over all
+    # rings (beyond: "other", counted), MoE layer ids and experts per layer (beyond: the record is refused).
+    max_task_labels: int = 64
+    max_moe_layers: int = 256
+    max_moe_experts: int = 1024
     vllm_compat: bool = False
     model_name: str = "tiny-moe"
     retry_interval_s: float = 2.0
@@ -50,6 +59,15 @@ class AgentConfig:
     otlp_receiver: str | None = None
     otlp_receiver_grpc: str | None = None
     otlp_join_wait_s: float = 10.0
+    # Bounded memory and a prompt shutdown (infersight.tracing.export_queue): the export queue's span and
+    # byte limits (spans None: OTEL_BSP_MAX_QUEUE_SIZE, else 2048), one export's timeout (None:
+    # OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, else 2 s), the whole flush at shutdown, and the hook's and the
+    # span join's buffers together (estimated bytes). What does not fit is dropped and counted.
+    otlp_queue_spans: int | None = None
+    otlp_queue_bytes: int = 16 << 20
+    otlp_export_timeout_s: float | None = None
+    otlp_shutdown_timeout_s: float = 4.0
+    trace_buffer_bytes: int = 64 << 20
     # Captures: the bearer token of POST /api/v1/capture (None: read or create token_file, 0600).
     token: str | None = None
     token_file: str | None = None
@@ -78,6 +96,9 @@ class AgentConfig:
     vllm_metrics_interval_s: float = 2.0
     vllm_profiler_dir: str | None = None
     vllm_capture_wait_s: float = 60.0
+    # The flight recorder (agent.flight_recorder): sampled kernel windows inside an overhead budget, and
+    # full captures on a latency-objective breach or an anomaly. None: off. Its own config validates.
+    flight_recorder: "RecorderConfig | None" = None
 
     def __post_init__(self) -> None:
         if not self.rings and not self.discover and not self.vllm_kv_events and not self.vllm_url:
@@ -106,7 +127,8 @@ class AgentConfig:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if not 0.01 <= self.poll_interval_s <= 10:
             raise ConfigError(f"poll interval must be between 0.01 and 10 s, got {self.poll_interval_s}")
-        for name in ("max_expert_series", "top_hot_pairs", "slow_window", "min_requests_for_p99", "retain_requests"):
+        for name in ("max_expert_series", "top_hot_pairs", "slow_window", "min_requests_for_p99", "retain_requests",
+                     "max_task_labels", "max_moe_layers", "max_moe_experts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.slow_quantile < 1.0:
@@ -122,6 +144,14 @@ class AgentConfig:
             raise ConfigError("the OTLP receiver needs --otlp-endpoint: the joined spans are exported there")
         if not 0.0 <= self.otlp_join_wait_s <= 600.0:
             raise ConfigError(f"the OTLP join wait must be in [0, 600] s, got {self.otlp_join_wait_s}")
+        if self.otlp_queue_spans is not None and self.otlp_queue_spans < 1:
+            raise ConfigError(f"the OTLP queue must hold >= 1 span, got {self.otlp_queue_spans}")
+        if self.otlp_queue_bytes < 1 << 16 or self.trace_buffer_bytes < 1 << 16:
+            raise ConfigError("the OTLP queue and trace buffer byte limits must be >= 65536")
+        if self.otlp_export_timeout_s is not None and not 0 < self.otlp_export_timeout_s <= 60:
+            raise ConfigError(f"the OTLP export timeout must be in (0, 60] s, got {self.otlp_export_timeout_s}")
+        if not 0 < self.otlp_shutdown_timeout_s <= 5:
+            raise ConfigError(f"the OTLP shutdown timeout must be in (0, 5] s, got {self.otlp_shutdown_timeout_s}")
         self.energy_gpus = tuple(self.energy_gpus)
         if any(not isinstance(g, int) or g < 0 for g in self.energy_gpus):
             raise ConfigError(f"energy GPUs are device indices >= 0, got {self.energy_gpus}")

@@ -1,8 +1,10 @@
 """Attach to probe rings (by name or discovered), read them, decode batches into EventFrames.
 
 A ring that is missing or unreadable is logged once per retry interval and retried; it never
-stops the agent. Request ids are per engine process, so with several rings each ring's ids are
-shifted into their own range (ring index << 48).
+stops the agent. Each batch goes through the agent's RecordScreen (agent.record_limits) before it
+is decoded: records out of range or over the agent's limits are counted, never decoded. Request
+ids are per engine process, so with several rings each ring's ids are shifted into their own range
+(ring index << 48).
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infersight.correlate.frames import EventFrames, update_labels
+from infersight.agent.record_limits import RecordLimits, RecordScreen
+from infersight.correlate.frames import EventFrames
 from infersight.probes.control import control_name
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingConsumer, RingFormatError, list_rings
@@ -32,7 +35,7 @@ class AttachedRing:
 
 class RingSet:
     def __init__(self, names: list[str], discover: bool, retry_interval_s: float = 2.0,
-                 prefix: str = "infersight-") -> None:
+                 prefix: str = "infersight-", limits: RecordLimits | None = None) -> None:
         self.wanted = list(names)
         self.discover = discover
         self.prefix = prefix
@@ -41,6 +44,7 @@ class RingSet:
         self._next_try: dict[str, float] = {}
         self._registry = record_registry()
         self._indices: dict[str, int] = {}
+        self.screen = RecordScreen(limits if limits is not None else RecordLimits())
 
     def _index(self, name: str) -> int:
         return self._indices.setdefault(name, len(self._indices))
@@ -79,7 +83,7 @@ class RingSet:
                 continue
             if not records:
                 continue
-            ring.labels = update_labels(ring.labels, records)
+            records, ring.labels = self.screen.screen(ring.name, records, ring.labels)
             frames = EventFrames.from_records(records, ring.labels)
             if ring.index:
                 offset = np.int64(ring.index) << RING_ID_SHIFT

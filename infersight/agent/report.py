@@ -53,6 +53,7 @@ def summary(state: AgentState) -> dict[str, Any]:
         expert_tokens = state.expert_tokens.tolist()  # the full matrix: row = layer, column = expert
         by_task = _spec_by_task(state)
         rings = dict(state.ring_stats)
+        recorder = state.recorder_summary  # None unless the flight recorder runs
         engine_by_task = dict(state.counters[C.ENGINE_SECONDS.name].values)
         energy_by_task = dict(state.counters[C.ENERGY.name].values)
         energy = state.energy.describe(state.gpu_status)
@@ -62,10 +63,12 @@ def summary(state: AgentState) -> dict[str, Any]:
         seen = state.requests_seen
         gpu = {"status": state.gpu_status, "phase_breakdown": list(state.gpu_phases)}
         finished = state.counters[C.REQUESTS.name].total()  # all finished; `rows` keeps only the last retain_requests
+        orphaned = state.counters[C.REQUESTS_ORPHANED.name].total()  # finished, but began before we saw them
     col = (lambda c: rows[c].dropna().to_numpy()) if not rows.empty else (lambda c: np.empty(0))
     return _clean({
         "requests": int(finished),
         "requests_seen": seen,
+        "requests_orphaned": int(orphaned),
         "ttft_seconds": {"p50": quantile(col("ttft_s"), 0.5), "p99": quantile(col("ttft_s"), 0.99)},
         "e2e_seconds": {"p50": quantile(col("e2e_s"), 0.5), "p99": quantile(col("e2e_s"), 0.99)},
         "itl_mean_seconds": {"p50": quantile(col("itl_mean_s"), 0.5), "p99": quantile(col("itl_mean_s"), 0.99)},
@@ -88,8 +91,10 @@ def summary(state: AgentState) -> dict[str, Any]:
         "gpu": gpu,
         "expert_parallel": expert_parallel(state),
         "dropped_events": int(sum(s.get("dropped", 0) for s in rings.values())),
+        "lost_events": int(sum(s.get("reader_lost", 0) for s in rings.values())),  # with a killed agent
         "sources": dict(state.source_stats),
         "rings": rings,
+        "flight_recorder": recorder,
     })
 
 

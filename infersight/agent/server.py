@@ -7,13 +7,18 @@ GET /api/v1/diagnosis             findings and speculation recommendations
 POST /api/v1/capture              {"steps": N, "tool": "torch" | "cuda-profiler"}; bearer token required
 GET /api/v1/captures              captures so far, with their kernel analysis once written
 GET /health
+
+Every route sits behind infersight.http_limits (64 KiB bodies, JSON nesting, header and body
+deadlines) and every error, 404 and 405 included, is a JSON {"error": "..."}. The capture token is
+checked as RFC 7235 says: the scheme `Bearer` in any case, the credentials compared in constant time.
 """
 from __future__ import annotations
 
 import hmac
 import json
+import math
 from dataclasses import asdict
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -21,10 +26,15 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from infersight.agent import report
 from infersight.agent.capture import CaptureRecord, CaptureRefused
 from infersight.agent.state import AgentState
+from infersight.http_limits import HttpLimits, LimitedApp, simple_error_body
+
+#: The agent's bodies are capture requests of a few bytes.
+AGENT_LIMITS = HttpLimits(max_body_bytes=64 << 10, max_json_depth=16)
 
 
 class CaptureSurface(Protocol):
@@ -39,7 +49,25 @@ class CaptureSurface(Protocol):
     def capture_records(self) -> Sequence[CaptureRecord]: ...
 
 
-def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurface | None = None) -> Starlette:
+def bearer_matches(authorization: str, token: str) -> bool:
+    """Whether an Authorization header carries `token` as Bearer credentials (scheme in any case,
+    RFC 7235 2.1); compared in constant time, as bytes (a non-ASCII header is just a mismatch)."""
+    scheme, _, credentials = authorization.strip().partition(" ")
+    ok_scheme = scheme.lower() == "bearer"
+    return hmac.compare_digest(credentials.strip().encode("latin-1", "replace"), token.encode()) and ok_scheme
+
+
+def _steps(value: Any) -> int:
+    """An integer step count (20.0 counts; 1e999, true and "20" do not); its range is the capture's."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"steps must be an integer, got {json.dumps(value)[:40]}")
+    return value
+
+
+def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurface | None = None,
+              limits: HttpLimits = AGENT_LIMITS) -> ASGIApp:
     async def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encoder(registry), media_type=content_type)
@@ -66,25 +94,29 @@ def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurf
     async def capture(request: Request) -> Response:
         if agent is None:
             return JSONResponse({"error": "captures are not available here"}, status_code=404)
-        if not hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {agent.token}"):
+        if not bearer_matches(request.headers.get("authorization", ""), agent.token):
             return JSONResponse({"error": "a valid bearer token is required (see the agent's token file)"},
                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
         try:
             body = json.loads(await request.body() or b"{}")
             if not isinstance(body, dict):
                 raise ValueError("the body must be a JSON object")
-            record = agent.request_capture(int(body.get("steps", 20)), str(body.get("tool", "torch")))
+            tool = body.get("tool", "torch")
+            if not isinstance(tool, str):
+                raise ValueError(f"tool must be a string, got {json.dumps(tool)[:40]}")
+            record = agent.request_capture(_steps(body.get("steps", 20)), tool)
         except CaptureRefused as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
-        except (ValueError, TypeError) as exc:
-            return JSONResponse({"error": f"bad capture request: {exc}"}, status_code=400)
+        except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: only if the limits were bypassed
+            return JSONResponse({"error": f"bad capture request: {str(exc)[:200]}"}, status_code=400)
         return JSONResponse(asdict(record), status_code=202)
 
     async def captures(request: Request) -> Response:
         records = agent.capture_records if agent is not None else []
         return JSONResponse({"captures": [asdict(r) for r in records]})
 
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route("/metrics", metrics), Route("/api/v1/summary", summary), Route("/api/v1/requests", requests_),
         Route("/api/v1/diagnosis", diagnosis), Route("/health", health),
         Route("/api/v1/capture", capture, methods=["POST"]), Route("/api/v1/captures", captures)])
+    return LimitedApp(app, limits, simple_error_body)

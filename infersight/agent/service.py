@@ -20,8 +20,10 @@ from infersight.agent.capture import (
 )
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.ingest import RingSet
-from infersight.agent.server import build_app
+from infersight.agent.record_limits import RecordLimits
+from infersight.agent.server import AGENT_LIMITS, build_app
 from infersight.agent.state import AgentState
+from infersight.probes.ring_lease import lease_refusal
 from infersight.correlate.frames import EventFrames
 from infersight.exporters.prometheus import build_registry
 from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
@@ -75,9 +77,14 @@ class Agent:
     def __init__(self, config: AgentConfig, gpu_collector: GpuCollector | None = None) -> None:
         """gpu_collector: the GPU telemetry source (None: picked by open_collector from the config)."""
         self.config = config
+        for name in config.rings:  # one reader per ring: a second agent on a named ring is a usage error
+            refusal = lease_refusal(name)
+            if refusal is not None:
+                raise ConfigError(refusal)
         self.state = AgentState(config)
         self.rings = RingSet(config.rings, config.discover, config.retry_interval_s,
-                             config.discover_prefix)
+                             config.discover_prefix, RecordLimits(config.max_task_labels, config.max_moe_layers,
+                                                                  config.max_moe_experts))
 
         self.sink = self.frame_sink = None
         if config.parquet_dir:
@@ -117,12 +124,23 @@ class Agent:
                                         self.vllm_metrics.step_count)
             self.captures.target = target
             self.registry.register(target.collector())
+        self.recorder = None  # the flight recorder (opt-in: --flight-recorder): sampled kernel windows
+        if config.flight_recorder is not None:
+            from infersight.agent.flight_recorder import FlightRecorder
+            from infersight.exporters.recorder import RecorderCollector
+
+            self.recorder = FlightRecorder(config.flight_recorder, self.state, self.captures,
+                                           self.state.slow_rule.slos)
+            self.registry.register(RecorderCollector(self.recorder))
         token_file = Path(config.token_file) if config.token_file else default_token_file(self.port)
-        self.token = config.token or load_or_create_token(token_file)
+        self.token = config.token or load_or_create_token(token_file, private_dir=not config.token_file)
         self.token_file = None if config.token else token_file
+        if self.token_file is not None:
+            log.info("capture token (bearer for POST /api/v1/capture): %s", self.token_file)
         self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry, self), log_level="warning",
-                                                     access_log=False))
+                                                     access_log=False, **AGENT_LIMITS.uvicorn_options()))
         self._stop = threading.Event()
+        self._stop_at: float | None = None
         self._http: threading.Thread | None = None
         # -- tracing (opt-in): spans and OTLP metrics built from the probe events --------------------
         self.tracing = None
@@ -196,14 +214,20 @@ class Agent:
                 self._gpu_written_ns = max(r.ts_ns for r in new)
         self.rings.refresh()
         batches = self.rings.read()
+        self.state.count_rejected(self.rings.screen.take_rejected())
         for ring, frames in batches:
             self.state.ingest(frames)
+            if self.recorder is not None:
+                self.recorder.add_steps(frames.steps)
             if self.frame_sink is not None:
                 self.frame_sink.write(frames)
             if self.tracing is not None:
                 self.tracing.ingest(frames, ring.index, ring.consumer.anchor)
+            ring.consumer.commit()  # delivered: were we killed now, a successor would not count it lost
         if self.tracing is not None and not batches:
             self.tracing.process()  # rows still waiting for their steps time out even when idle
+        if self.tracing is not None:
+            self.state.source_stats["otlp_export"] = self.tracing.export_stats()
         if self.vllm_kv is not None:
             self.state.source_stats["vllm_kv_events"] = self.vllm_kv.stats()
             kv_frames = EventFrames(kv_events=self.vllm_kv.poll())
@@ -231,7 +255,7 @@ class Agent:
     def _pause_gpu_profiling(self) -> None:
         """GPU profiling counters (GPM, DCGM profiling fields) are paused while any capture is
         asked for or running, so Nsight tools and the profiler own the performance monitors."""
-        active = [r for r in self.captures.records if r.state in ("requested", "running")]
+        active = self.captures.in_progress()  # captures and the flight recorder's window
         self.gpu.pause_profiling(bool(active))
         for record in active:
             record.gpu_profiling = self.gpu.pause_note or "paused"
@@ -248,6 +272,8 @@ class Agent:
         kv_usage = last["kv_blocks_in_use"] / last["kv_blocks_total"] if last.get("kv_blocks_total") else None
         preempted = int(last.get("preempted", 0)) if last else 0
         self.captures.check_rules(sorted(self.rings.attached), self.state.recent_ttft_p99(), kv_usage, preempted)
+        if self.recorder is not None:
+            self.recorder.poll(sorted(self.rings.attached))
         self._pause_gpu_profiling()
 
     def run(self, duration_s: float | None = None) -> None:
@@ -262,9 +288,16 @@ class Agent:
             self.close()
 
     def stop(self) -> None:
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()  # the shutdown deadlines count from here (a signal, usually)
+            if self.tracing is not None:  # a poll in progress stops building spans at half the shutdown time
+                self.tracing.build_deadline = self._stop_at + self.config.otlp_shutdown_timeout_s / 2
         self._stop.set()
 
     def close(self) -> None:
+        if self._stop_at is None:
+            self.stop()
+        stop_at = self._stop_at if self._stop_at is not None else time.monotonic()
         if self.otlp_receiver is not None:
             self.otlp_receiver.stop()  # no new spans: what came is joined or forwarded by tracing.close
         # One last GPU reading after the engine's last step, so the energy account covers the whole run.
@@ -274,7 +307,11 @@ class Agent:
         if self.sink is not None:
             self.sink.write(self.state.take_new_rows())
         if self.tracing is not None:
-            self.tracing.close()
+            # within otlp_shutdown_timeout_s of the stop; what it could not send is counted
+            self.tracing.close(max(0.2, stop_at + self.config.otlp_shutdown_timeout_s - time.monotonic()))
+            self.state.source_stats["otlp_export"] = stats = self.tracing.export_stats()
+            log.info("OTLP export at exit: %d spans queued, %d exported, %d unsent at shutdown, dropped %s",
+                     stats["spans_queued"], stats["spans_exported"], stats["unsent_at_shutdown"], stats["dropped"])
         if self.sink is not None:
             self.sink.close()
         if self.frame_sink is not None:

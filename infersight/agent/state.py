@@ -72,9 +72,11 @@ class AgentState:
         self.source_stats: dict[str, dict[str, object]] = {}  # non-ring sources (e.g. vLLM KV events): their health
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
         self.requests_seen = 0
+        self.counters[C.REQUESTS_ORPHANED.name].inc((), 0)  # a 0 sample from the start, not a missing series
         self.recent_steps: deque[pd.DataFrame] = deque(maxlen=64)  # recent step batches, for GPU phases
         self.recent_batch: deque[pd.DataFrame] = deque(maxlen=256)  # for joining captures to requests
         self.kernel_by_request: OrderedDict[int, dict[str, object]] = OrderedDict()  # from captures
+        self.recorder_summary: dict[str, object] | None = None  # the flight recorder's block (agent.flight_recorder)
         self.gpu_status = "GPU telemetry: not started"
         self.gpu_phases: list[dict[str, object]] = []
         # -- requests served over HTTP (`infersight serve`): their NETWORK record follows FINISHED -----
@@ -96,6 +98,13 @@ class AgentState:
             self._network(frames)
             self._requests(frames.request_events)
             self._trim_attribution()
+
+    def count_rejected(self, rejected: dict[tuple[str, str], int]) -> None:
+        """Probe records the agent refused since the last call, {(ring, reason): n} (agent.record_limits)."""
+        if rejected:
+            with self.lock:
+                for labels, n in rejected.items():
+                    self.counters[C.PROBE_REJECTED.name].inc(labels, n)
 
     def set_ring_stats(self, stats: dict[str, dict[str, int]], anchor: tuple[int, int] | None) -> None:
         with self.lock:
@@ -180,18 +189,25 @@ class AgentState:
         np.add.at(self.expert_tokens, (load["layer"].to_numpy(), load["expert"].to_numpy()), load["tokens"].to_numpy())
 
     def _prefix(self, frame: pd.DataFrame) -> None:
-        for row in frame.itertuples(index=False):
-            task = (row.task,)
-            self.counters[C.PREFIX_QUERIED.name].inc(task, row.prompt_tokens)
-            self.counters[C.PREFIX_HIT.name].inc(task, row.cached_tokens)
-            self.counters[C.PREFIX_REQUESTS.name].inc(task)
-            if row.cached_tokens > 0:
-                self.counters[C.PREFIX_HIT_REQUESTS.name].inc(task)
-            if row.group_hash:
-                g = self.prefix_groups.setdefault(int(row.group_hash), [0, 0, 0])
-                g[0] += 1
-                g[1] += int(row.cached_tokens)
-                g[2] += int(row.prompt_tokens)
+        if frame.empty:
+            return
+        # Per task and per group, not per row: one groupby each (groups keep first-seen order).
+        by_task = frame.assign(hit=frame["cached_tokens"] > 0).groupby("task", sort=False).agg(
+            n=("prompt_tokens", "size"), prompt=("prompt_tokens", "sum"), cached=("cached_tokens", "sum"),
+            hits=("hit", "sum"))
+        for task, n, prompt, cached, hits in by_task.itertuples():
+            self.counters[C.PREFIX_QUERIED.name].inc((task,), prompt)
+            self.counters[C.PREFIX_HIT.name].inc((task,), cached)
+            self.counters[C.PREFIX_REQUESTS.name].inc((task,), n)
+            if hits:
+                self.counters[C.PREFIX_HIT_REQUESTS.name].inc((task,), hits)
+        grouped = frame[frame["group_hash"] != 0].groupby("group_hash", sort=False).agg(
+            n=("prompt_tokens", "size"), cached=("cached_tokens", "sum"), prompt=("prompt_tokens", "sum"))
+        for group_hash, n, cached, prompt in grouped.itertuples():
+            g = self.prefix_groups.setdefault(int(group_hash), [0, 0, 0])
+            g[0] += int(n)
+            g[1] += int(cached)
+            g[2] += int(prompt)
         if len(self.prefix_groups) > 4 * self.config.retain_requests:  # bounded: keep the biggest groups
             keep = sorted(self.prefix_groups.items(), key=lambda kv_: -kv_[1][0])[: self.config.retain_requests]
             self.prefix_groups = dict(keep)
@@ -246,6 +262,10 @@ class AgentState:
             return
         done_mask = self.open_events["request_id"].isin(done_ids)
         done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
+        # A request whose ARRIVED we never saw (it began before this agent attached, or the record
+        # was dropped) cannot be decomposed and gets no row: count it, never lose it silently.
+        arrived = done.loc[done["event"] == "ARRIVED", "request_id"].unique()
+        self.counters[C.REQUESTS_ORPHANED.name].inc((), len(done_ids) - len(np.intersect1d(done_ids, arrived)))
         rows = requests.request_table(done, self._network_rows(done_ids, done))
         rows["engine_seconds"] = [self.open_engine_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
         measured = [self.energy.take(int(r)) for r in rows["request_id"]]
@@ -262,7 +282,8 @@ class AgentState:
         for cause in causes.values():
             self.counters[C.SLOW.name].inc((cause,))
         self._observe_rows(rows, done)
-        records = rows.to_dict("records")
+        columns = list(rows.columns)  # as to_dict("records") (Python values), a third of its cost
+        records = [dict(zip(columns, values)) for values in zip(*(rows[c].tolist() for c in columns))]
         self.finished.extend(records)
         self.new_rows.extend(records)
         if self.on_rows is not None:

@@ -25,8 +25,6 @@ from infersight.probes.observer import ProbeObserver
 from infersight.runtime.observer import KVBlockEvent
 from infersight.runtime.stats import StepStats
 
-import torch
-
 
 @dataclass
 class AgentBenchResult:
@@ -39,13 +37,17 @@ class AgentBenchResult:
     dropped: int
 
 
-def _workload(probe: ProbeObserver, n_requests: int, tokens_per_request: int, pause_s: float = 0.0) -> None:
-    """Requests in waves of 32, each decoded for tokens_per_request steps (pause_s between waves)."""
+def synthetic_workload(probe: ProbeObserver, n_requests: int, tokens_per_request: int, pause_s: float = 0.0,
+                       first_id: int = 0, first_step: int = 0) -> int:
+    """Requests in waves of 32, each decoded for tokens_per_request steps (pause_s between waves);
+    request ids from first_id, step ids after first_step. Returns the last step id."""
+    import torch  # the probe's expert counts are a tensor (loaded here: tests use this without the bench)
+
     t = time.monotonic_ns()
     counts = torch.randint(0, 50, (4, 8))
-    step = 0
-    for wave in range(0, n_requests, 32):
-        ids = list(range(wave, min(n_requests, wave + 32)))
+    step = first_step
+    for wave in range(first_id, first_id + n_requests, 32):
+        ids = list(range(wave, min(first_id + n_requests, wave + 32)))
         for rid in ids:
             probe.on_request_arrived(rid, t, 100, ("code", "json", "chat", "creative")[rid % 4], 0)
             probe.on_request_scheduled(rid, t + 10, 100, 32, 12345)
@@ -65,6 +67,7 @@ def _workload(probe: ProbeObserver, n_requests: int, tokens_per_request: int, pa
             probe.on_kv_block(KVBlockEvent.CACHED, rid % 64, rid, 777)
             probe.on_request_finished(rid, t + 1, "length", tokens_per_request)
         time.sleep(pause_s)
+    return step
 
 
 def _vm_hwm_mb(pid: int) -> float:
@@ -81,7 +84,7 @@ def _ingest_rate(n_requests: int, tokens_per_request: int) -> tuple[int, float]:
     probe = ProbeObserver(ProbeConfig(ring_name=name, ring_capacity=1 << 22, nvtx=False))
     agent = Agent(AgentConfig(rings=[name], port=0))
     agent.poll_once()
-    _workload(probe, n_requests, tokens_per_request)
+    synthetic_workload(probe, n_requests, tokens_per_request)
     produced = probe.ring.stats()["produced"]
     t0 = time.perf_counter()
     agent.poll_once()
@@ -113,7 +116,7 @@ def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: in
                 if time.monotonic() > deadline:
                     raise RuntimeError("the agent did not start") from None
                 time.sleep(0.1)
-        _workload(probe, n_requests, tokens_per_request, pause_s=0.01)  # steady load, then latency probes
+        synthetic_workload(probe, n_requests, tokens_per_request, pause_s=0.01)  # steady load, then latency probes
         latencies = []
         step = 10**9
         for _ in range(trials):

@@ -1,7 +1,16 @@
-"""`infersight bench runtime`: prefill and decode tokens/s of the reference runtime.
+"""`infersight bench runtime`: prefill and decode of the reference runtime, against the roofline.
 
 Prefill: a batch of prompts fed through one step each (max_tokens=1, prefix cache off).
-Decode: a batch of requests already past prefill; the median of per-step decode tokens/s.
+Decode: a batch of requests already past prefill; the median wall time of whole engine steps
+(schedule, inputs, forward, sampling: what a user waits for), each between device syncs.
+With CUDA graphs on, compare_eager alternates graph and eager steps on the same engine and
+requests (the graphs are switched off for every other step), so both see the same contexts.
+
+The roofline is the decode step's bytes (weights read once, plus the KV cache at the mean
+decode context: infersight.kernels.roofline) over the measured copy bandwidth (DeviceCeilings);
+roofline_share = roofline time / step time. hf_anchor adds Hugging Face transformers on the same
+shape in the same process (bench.hf_anchor): "eager", or "all" for eager and static-cache +
+torch.compile. The KV pool is sized for this run only: max_model_len = prompt + decode steps.
 """
 from __future__ import annotations
 
@@ -14,6 +23,7 @@ import torch
 
 from infersight.bench.timing import sync
 from infersight.runtime import Engine, EngineConfig, SamplingParams
+from infersight.runtime.cuda_graphs import DecodeGraphs
 
 
 @dataclass
@@ -28,22 +38,87 @@ class RuntimeBenchResult:
     decode_tokens_per_s: float
     decode_step_ms: float
     machine: str
+    cuda_graphs: str = "off"            # "on", or why not
+    compile_layers: bool = False
+    eager_decode_step_ms: float | None = None
+    graph_replay_ms: float | None = None  # device time of the decode graph alone (CUDA events)
+    roofline_step_ms: float | None = None
+    roofline_share: float | None = None
+    eager_roofline_share: float | None = None
+    hf_eager_step_ms: float | None = None
+    hf_static_compile_step_ms: float | None = None
+    hf_note: str | None = None
 
+
+def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | None = None) -> float:
+    """ms to move one decode step's weight and KV bytes at the device's copy bandwidth."""
+    from infersight.kernels.roofline import DeviceCeilings, StepShape, analytic_work
+
+    dtype_bytes = engine.config.torch_dtype.itemsize
+    work = analytic_work(engine.config.model_config, StepShape("decode", batch, 1, context, dtype_bytes))
+    return float(work["bytes"].sum()) / ((gbps or DeviceCeilings().peak_gbps) * 1e9) * 1e3
+
+
+def _replay_ms(graphs: DecodeGraphs, n: int = 20) -> float:
+    """Median device ms of the most recently used decode graph replayed alone (its inputs are the
+    last step's, so it rewrites the same K/V slots with the same values)."""
+    graph = list(graphs.graphs.values())[-1][0]
+    times = []
+    for _ in range(n):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return round(statistics.median(times), 4)
+
+
+def _hf_anchor(result: RuntimeBenchResult, config: EngineConfig, modes: list[str], steps: int) -> None:
+    try:
+        from infersight.bench.hf_anchor import hf_decode_step_ms, hf_model
+
+        model = hf_model(config.model_config, config.torch_dtype, config.device)
+    except (ImportError, ValueError) as exc:
+        result.hf_note = f"no transformers anchor: {exc}"
+        return
+    notes = []
+    for mode in modes:
+        try:
+            ms = hf_decode_step_ms(model, result.batch, result.prompt_len, steps, mode)
+        except Exception as exc:  # noqa: BLE001 -- a mode that does not run here is reported, not fatal
+            notes.append(f"{mode} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+            continue
+        setattr(result, "hf_eager_step_ms" if mode == "eager" else "hf_static_compile_step_ms", ms)
+    result.hf_note = "; ".join(notes) or None
+    del model
+    if config.device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "float32", batch: int = 16,
                   prompt_len: int = 128, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
-                  decode_attention: str = "auto") -> RuntimeBenchResult:
-    budget = batch * prompt_len
+                  decode_attention: str = "auto", enforce_eager: bool = False, compare_eager: bool = False,
+                  hf_anchor: str = "none", compile_layers: bool = False) -> RuntimeBenchResult:
+    """Measure one shape; see the module docstring. hf_anchor: none, eager or all."""
+    if hf_anchor not in ("none", "eager", "all"):
+        raise ValueError(f"hf_anchor must be none, eager or all, got {hf_anchor!r}")
+    if min(batch, prompt_len, decode_steps, repeats) < 1:
+        raise ValueError("batch, prompt_len, decode_steps and repeats must be >= 1")
+    block = 16
+    max_model_len = prompt_len + decode_steps + 2
+    per_seq = -(-max_model_len // block)
     config = EngineConfig(model=model, device=device, dtype=dtype, seed=seed, enable_prefix_caching=False,
-                          decode_attention=decode_attention,
-                          max_num_seqs=batch, max_num_batched_tokens=budget,
-                          num_kv_blocks=batch * (-(-(prompt_len + decode_steps + 2) // 16)) + 64)
+                          decode_attention=decode_attention, max_num_seqs=batch,
+                          max_num_batched_tokens=batch * prompt_len, block_size=block,
+                          max_model_len=max_model_len, num_kv_blocks=batch * per_seq + 4,
+                          enforce_eager=enforce_eager, compile_layers=compile_layers)
     engine = Engine(config)
     gen = torch.Generator().manual_seed(seed)
+    vocab = config.model_config.vocab_size
 
     def prompts() -> list[list[int]]:
-        return [torch.randint(0, 256, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
+        return [torch.randint(0, min(vocab, 256), (prompt_len,), generator=gen).tolist() for _ in range(batch)]
 
     def drain() -> None:
         while engine.has_unfinished():
@@ -65,21 +140,49 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     for p in prompts():
         engine.add_request(p, SamplingParams(temperature=0, max_tokens=decode_steps + 2, ignore_eos=True))
     engine.step()  # prefill
-    step_times = []
-    for _ in range(decode_steps):
+    graphs = engine.target.graphs
+    alternate = compare_eager and graphs is not None
+    # Two warm-up steps (the first of each mode captures the graph or compiles kernels), then timed ones.
+    step_times: dict[bool, list[tuple[float, int]]] = {True: [], False: []}
+    for i in range(decode_steps):
+        use_graph = graphs is not None and not (alternate and i % 2)
+        engine.target.graphs = graphs if use_graph else None
         sync(device)
         t0 = time.perf_counter()
         stats = engine.step()
         sync(device)
-        step_times.append((time.perf_counter() - t0, stats.num_decode_tokens))
+        if i >= 2:
+            step_times[use_graph].append((time.perf_counter() - t0, stats.num_decode_tokens))
+    engine.target.graphs = graphs
+    replay_ms = _replay_ms(graphs) if graphs is not None and graphs.graphs else None
     drain()
-    decode_rates = [n / dt for dt, n in step_times[1:] if n]
+    main = step_times[graphs is not None] or step_times[False]
+    decode_rates = [n / dt for dt, n in main if n]
     machine = f"{platform.machine()} {torch.get_num_threads()} threads"
     if device.startswith("cuda"):
         machine = torch.cuda.get_device_name()
-    return RuntimeBenchResult(model, device, dtype, engine.decode_attention, batch, prompt_len,
-                              round(statistics.median(prefill_rates), 1), round(statistics.median(decode_rates), 1),
-                              round(1000 * statistics.median(dt for dt, _ in step_times[1:]), 3), machine)
+    step_ms = 1000 * statistics.median(dt for dt, _ in main)
+    result = RuntimeBenchResult(model, device, dtype, engine.decode_attention, batch, prompt_len,
+                                round(statistics.median(prefill_rates), 1), round(statistics.median(decode_rates), 1),
+                                round(step_ms, 3), machine,
+                                cuda_graphs="on" if graphs is not None else str(engine.target.graph_blocker),
+                                compile_layers=compile_layers)
+    result.graph_replay_ms = replay_ms
+    if alternate and step_times[False]:
+        result.eager_decode_step_ms = round(1000 * statistics.median(dt for dt, _ in step_times[False]), 3)
+    if device.startswith("cuda"):
+        roof = roofline_step_ms(engine, batch, prompt_len + decode_steps // 2)
+        result.roofline_step_ms = round(roof, 4)
+        result.roofline_share = round(roof / step_ms, 4)
+        if result.eager_decode_step_ms:
+            result.eager_roofline_share = round(roof / result.eager_decode_step_ms, 4)
+    if hf_anchor != "none":
+        del engine
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        _hf_anchor(result, config, ["eager"] if hf_anchor == "eager" else ["eager", "static-compile"],
+                   min(decode_steps, 64))
+    return result
 
 
 def as_dict(result: RuntimeBenchResult) -> dict[str, object]:

@@ -26,8 +26,13 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
+    if not args.parquet_dir:  # pyarrow is for Parquet only: about 35 MB less resident (agent/lean_imports.py)
+        from infersight.agent.lean_imports import import_pandas_without_pyarrow
+
+        import_pandas_without_pyarrow()
     from infersight.agent.config import AgentConfig
     from infersight.agent.service import Agent
+    from infersight.commands.agent_recorder import recorder_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s infersight-agent %(levelname)s %(message)s")
     host, port = parse_listen(args.listen)
@@ -36,18 +41,25 @@ def run(args: argparse.Namespace) -> int:
                               poll_interval_s=args.poll_interval, parquet_dir=args.parquet_dir,
                               vllm_compat=args.vllm_compat, model_name=args.model_name,
                               max_expert_series=args.max_expert_series, slow_quantile=args.slow_quantile,
+                              max_task_labels=args.max_task_labels, max_moe_layers=args.max_moe_layers,
+                              max_moe_experts=args.max_moe_experts,
                               slow_window=args.slow_window, slo_ttft_s=args.slo_ttft_s, slo_itl_s=args.slo_itl_s,
                               slo_e2e_s=args.slo_e2e_s, otlp_endpoint=args.otlp_endpoint,
                               otlp_protocol=args.otlp_protocol, trace_sample_ratio=args.trace_sample_ratio,
                               export_content=args.export_content, otlp_metrics=args.otlp_metrics,
                               otlp_receiver=args.otlp_receiver, otlp_receiver_grpc=args.otlp_receiver_grpc,
                               otlp_join_wait_s=args.otlp_join_wait,
+                              otlp_queue_spans=args.otlp_queue_spans, otlp_queue_bytes=args.otlp_queue_bytes,
+                              otlp_export_timeout_s=args.otlp_export_timeout,
+                              otlp_shutdown_timeout_s=args.otlp_shutdown_timeout,
+                              trace_buffer_bytes=args.trace_buffer_bytes,
                               vllm_kv_events=args.vllm_kv_events, vllm_kv_replay=args.vllm_kv_replay,
                               vllm_kv_topic=args.vllm_kv_topic,
                               vllm_url=args.vllm_url, vllm_metrics_interval_s=args.vllm_metrics_interval,
                               vllm_profiler_dir=args.vllm_profiler_dir, vllm_capture_wait_s=args.vllm_capture_wait,
                               gpu_source=args.gpu_source, gpu_url=args.gpu_url, gpu_interval_s=args.gpu_interval,
-                              energy_gpus=parse_gpu_list(args.energy_gpus)))
+                              energy_gpus=parse_gpu_list(args.energy_gpus),
+                              flight_recorder=recorder_config(args)))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: agent.stop())
     agent.run(args.duration)
@@ -66,6 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     agent.add_argument("--vllm-compat", action="store_true", help="also serve vLLM metric names")
     agent.add_argument("--model-name", default="tiny-moe", help="model_name label of the vLLM-compatible view")
     agent.add_argument("--max-expert-series", type=int, default=512, help="cap on layers x experts series")
+    agent.add_argument("--max-task-labels", type=int, default=64, metavar="N",
+                       help="distinct task labels over all rings; further ones count as \"other\" (default 64)")
+    agent.add_argument("--max-moe-layers", type=int, default=256, metavar="N",
+                       help="MoE records of layer N or above are refused and counted (default 256)")
+    agent.add_argument("--max-moe-experts", type=int, default=1024, metavar="N",
+                       help="MoE records of layers with more experts are refused and counted (default 1024)")
     agent.add_argument("--duration", type=float, help="stop after this many seconds")
     slow = agent.add_argument_group("slow requests (above a rolling quantile of e2e, or over an SLO when one is given)")
     slow.add_argument("--slow-quantile", type=float, default=0.99, metavar="Q",
@@ -95,6 +113,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="the same over OTLP/gRPC (vLLM's default protocol; default 127.0.0.1:4317)")
     tracing.add_argument("--otlp-join-wait", type=float, default=10.0, metavar="SECONDS",
                          help="how long a request's span and row wait for each other (default 10)")
+    tracing.add_argument("--otlp-queue-spans", type=int, metavar="N",
+                         help="spans the export queue holds (default OTEL_BSP_MAX_QUEUE_SIZE, else 2048)")
+    tracing.add_argument("--otlp-queue-bytes", type=int, default=16 << 20, metavar="BYTES",
+                         help="bytes the export queue holds (estimated; default 16 MiB); beyond: dropped, counted")
+    tracing.add_argument("--otlp-export-timeout", type=float, metavar="SECONDS",
+                         help="one OTLP export, retries included (default OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, else 2)")
+    tracing.add_argument("--otlp-shutdown-timeout", type=float, default=4.0, metavar="SECONDS",
+                         help="the last flush at exit (<= 5; default 4): what is still unsent is counted and logged")
+    tracing.add_argument("--trace-buffer-bytes", type=int, default=64 << 20, metavar="BYTES",
+                         help="what the tracing hook and the span join keep between batches (default 64 MiB)")
     gpu = agent.add_argument_group("GPU telemetry and energy per request")
     gpu.add_argument("--gpu-source", default="auto", choices=("auto", "dcgm", "dcgm-exporter", "nvml", "none"),
                      help="auto: DCGM, then --gpu-url, then NVML, then none")
@@ -121,4 +149,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                            "next N steps and analyse the worker's trace from DIR")
     vllm.add_argument("--vllm-capture-wait", type=float, default=60.0, metavar="SECONDS",
                       help="how long a vLLM capture waits for its steps, and then for the trace (default 60)")
+    from infersight.commands.agent_recorder import add_recorder_arguments
+
+    add_recorder_arguments(agent)
     agent.set_defaults(func=run)

@@ -16,6 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from infersight.commands.numeric_flags import bounded_float, bounded_int
+from infersight.kernels.bounded_run import DEFAULT_TIME_LIMIT_S
+from infersight.kernels.input_files import MAX_FILE_BYTES
+
+#: Ranges of the numeric flags: far above any real step, low enough that the roofline's per-sequence
+#: lists and products stay small (--batch 99999999999 used to allocate for each sequence).
+MAX_FLAG_SEQS = 1 << 20
+MAX_FLAG_TOKENS = 1 << 24
+MAX_ANALYZE_BYTES = 64 << 30
+
 
 def _emit(text: str) -> None:
     """print, tolerating a reader that stops early (`infersight analyze ... | head`)."""
@@ -40,12 +50,13 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _exposition(path: Path, fmt: str) -> int:
-    from infersight.kernels.frames import TraceError
+def _exposition(path: Path, fmt: str, max_bytes: int) -> str:
+    from infersight.kernels.errors import TraceError
+    from infersight.kernels.input_files import read_regular_file
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_regular_file(path, max_bytes).decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: cannot read it as text ({exc})") from None
     try:
         from infersight.gpu.analyze import analyze_exposition, format_exposition_table
@@ -54,10 +65,8 @@ def _exposition(path: Path, fmt: str) -> int:
                          f"(infersight.gpu.analyze) is not available in this build ({exc})") from None
     result = analyze_exposition(text)
     if fmt == "json":
-        _emit(json.dumps({"source": "prometheus", "path": str(path), "result": result}, default=_jsonable))
-    else:
-        _emit(format_exposition_table(result))
-    return 0
+        return json.dumps({"source": "prometheus", "path": str(path), "result": result}, default=_jsonable)
+    return format_exposition_table(result)
 
 
 def _roofline_inputs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
@@ -85,34 +94,55 @@ def _captured(args: argparse.Namespace, path: Path) -> Any:
     return load_capture_shapes(beside) if beside != path and beside.is_file() else None
 
 
-def _cpu_only(path: Path) -> bool:
-    from infersight.kernels.cpu_trace import has_device_activity
-    from infersight.kernels.kineto import read_json_document
-
-    return not has_device_activity(read_json_document(path))
-
-
-def _analyze(args: argparse.Namespace) -> int:
-    from infersight.kernels.load import detect_kind, load_trace
+def report_text(args: argparse.Namespace, model: Any = None, shapes: list[Any] | None = None) -> str:
+    """The analysis of one file as the text to print, unbounded: _analyze runs it in a bounded child.
+    args: the parsed `analyze` flags; model and shapes: _roofline_inputs(args)."""
+    path = Path(args.path)
+    from infersight.kernels.load import detect_kind, load_trace, malformed_as_trace_error
     from infersight.kernels.report import build_report, render_text
     from infersight.kernels.roofline import DeviceCeilings
 
-    path = Path(args.path)
-    kind = detect_kind(path)
+    kind = detect_kind(path, args.max_bytes)
     if kind == "prometheus":
-        return _exposition(path, args.format)
-    model, shapes = _roofline_inputs(args)
+        return _exposition(path, args.format, args.max_bytes)
     given = {"name": args.device_name, "peak_tflops": args.peak_tflops, "peak_gbps": args.peak_gbps}
     ceilings = DeviceCeilings(**{k: v for k, v in given.items() if v is not None})
-    if kind == "kineto" and _cpu_only(path):  # e.g. a vLLM CPU worker's trace: CPU ops, no kernels
-        from infersight.kernels.cpu_trace import cpu_report, parse_cpu_ops
-        from infersight.kernels.kineto import read_json_document
+    if kind == "kineto":  # read once; a CPU-only trace (a vLLM CPU worker's) gets the CPU-op report
+        from infersight.kernels.cpu_trace import cpu_report, has_device_activity, parse_cpu_ops
+        from infersight.kernels.kineto import parse_kineto, read_json_document
 
-        report = cpu_report(parse_cpu_ops(read_json_document(path), str(path)), top=args.top)
+        doc = read_json_document(path, args.max_bytes)
+        with malformed_as_trace_error(path, kind):
+            if not has_device_activity(doc):
+                report = cpu_report(parse_cpu_ops(doc, str(path)), top=args.top)
+                return json.dumps(report) if args.format == "json" else render_text(report)
+            trace = parse_kineto(doc, str(path))
     else:
-        trace = load_trace(path, kind)
-        report = build_report(trace, model, shapes, ceilings, top=args.top, captured=_captured(args, path))
-    _emit(json.dumps(report) if args.format == "json" else render_text(report))
+        trace = load_trace(path, kind, args.max_bytes)
+    with malformed_as_trace_error(path, kind):
+        report = build_report(trace, model, shapes or [], ceilings, top=args.top, captured=_captured(args, path))
+        return json.dumps(report) if args.format == "json" else render_text(report)
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    """Checks the path before anything opens it (a FIFO or a device would block the reader), then
+    analyses it in a child bounded by --time-limit and the machine's memory (kernels.bounded_run):
+    any bad file ends as one TraceError line (exit 2), never a traceback or a hang."""
+    from infersight.kernels.bounded_run import RunLimits, default_memory_bytes, run_bounded
+    from infersight.kernels.errors import TraceError
+    from infersight.kernels.input_files import check_regular_file
+
+    path = Path(args.path)
+    check_regular_file(path, args.max_bytes)
+    if args.shapes:
+        check_regular_file(args.shapes, args.max_bytes)
+    model, shapes = _roofline_inputs(args)  # flag errors before any work starts
+    limits = RunLimits(args.time_limit or None, default_memory_bytes())
+    try:
+        text = run_bounded(lambda: report_text(args, model, shapes), limits, str(path))
+    except TraceError as exc:
+        raise TraceError(" ".join(str(exc).split())) from None  # one line, whatever a library wrote
+    _emit(text)
     return 0
 
 
@@ -120,18 +150,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("analyze", help="where GPU time goes in a Kineto / nsys / ncu capture (or GPU metrics text)")
     p.add_argument("path", help="Kineto .json/.json.gz, nsys .sqlite, ncu .csv/.log, or Prometheus text")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--top", type=int, default=10, help="how many kernels to list")
+    p.add_argument("--top", type=bounded_int(0, 100_000), default=10, help="how many kernels to list")
+    p.add_argument("--time-limit", type=bounded_float(0, 86_400), default=DEFAULT_TIME_LIMIT_S, metavar="S",
+                   help=f"give up on the file after S seconds, exit 2 (default {DEFAULT_TIME_LIMIT_S:g}; 0: no limit)")
+    p.add_argument("--max-bytes", type=bounded_int(1, MAX_ANALYZE_BYTES), default=MAX_FILE_BYTES, metavar="N",
+                   help=f"refuse files larger than N bytes, and gzip that inflates past 2N (default {MAX_FILE_BYTES})")
     roof = p.add_argument_group("roofline (optional)")
     roof.add_argument("--shapes", help="an infersight capture's shapes file (capture-*.shapes.json): model every "
                       "captured step as it ran; found by itself beside an infersight Kineto capture")
     roof.add_argument("--model", help="model shape, e.g. tiny-moe, llama-1b-shape (infersight.runtime.config)")
-    roof.add_argument("--batch", type=int, help="sequences per step")
-    roof.add_argument("--context", type=int, help="tokens of KV context per sequence in decode")
-    roof.add_argument("--query-len", type=int, default=1, help="new tokens per sequence per decode step")
-    roof.add_argument("--prompt-len", type=int, help="prompt tokens per sequence in prefill (default: --context)")
+    roof.add_argument("--batch", type=bounded_int(1, MAX_FLAG_SEQS), help="sequences per step")
+    roof.add_argument("--context", type=bounded_int(1, MAX_FLAG_TOKENS), help="tokens of KV context per sequence in decode")
+    roof.add_argument("--query-len", type=bounded_int(1, MAX_FLAG_TOKENS), default=1,
+                      help="new tokens per sequence per decode step")
+    roof.add_argument("--prompt-len", type=bounded_int(1, MAX_FLAG_TOKENS),
+                      help="prompt tokens per sequence in prefill (default: --context)")
     roof.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "fp8"), default="bfloat16")
     roof.add_argument("--device-name", help="device the ceilings belong to (default: NVIDIA H200)")
-    roof.add_argument("--peak-tflops", type=float, help="peak TFLOP/s (default: 782, bf16 GEMM on our H200)")
-    roof.add_argument("--peak-gbps", type=float, help="peak GB/s (default: 4270, device copy on our H200)")
+    roof.add_argument("--peak-tflops", type=bounded_float(0, 1e6, low_open=True),
+                      help="peak TFLOP/s (default: 782, bf16 GEMM on our H200)")
+    roof.add_argument("--peak-gbps", type=bounded_float(0, 1e6, low_open=True),
+                      help="peak GB/s (default: 4270, device copy on our H200)")
     p.set_defaults(func=_analyze)
 

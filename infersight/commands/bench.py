@@ -12,7 +12,9 @@ def _runtime(args: argparse.Namespace) -> int:
     return print_result(as_dict(bench_runtime(model=args.model, device=args.device, dtype=args.dtype,
                                               batch=args.batch, prompt_len=args.prompt_len,
                                               decode_steps=args.decode_steps,
-                                              decode_attention=args.decode_attention)), args.json)
+                                              decode_attention=args.decode_attention,
+                                              enforce_eager=args.enforce_eager, compare_eager=args.compare_eager,
+                                              hf_anchor=args.hf_anchor, compile_layers=args.compile_layers)), args.json)
 
 
 def _overhead(args: argparse.Namespace) -> int:
@@ -59,6 +61,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     rt.add_argument("--decode-steps", type=int, default=32)
     rt.add_argument("--decode-attention", choices=("auto", "torch", "triton"), default="auto",
                     help="paged decode kernel (auto: triton on CUDA when installed)")
+    rt.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
+    rt.add_argument("--compare-eager", action="store_true",
+                    help="with CUDA graphs: alternate graph and eager decode steps, report both")
+    rt.add_argument("--compile-layers", action="store_true",
+                    help="torch.compile the layers' norms, RoPE and SwiGLU (CUDA; EngineConfig.compile_layers)")
+    rt.add_argument("--hf-anchor", choices=("none", "eager", "all"), default="none",
+                    help="also time Hugging Face transformers on the same shape (all: eager and static cache + compile)")
     rt.set_defaults(func=_runtime)
     ov = bench_sub.add_parser("overhead", help="probes off / NVTX only / all probes, interleaved decode steps")
     model_args(ov)

@@ -11,13 +11,14 @@ from pathlib import Path
 
 def run(args: argparse.Namespace) -> int:
     from infersight.agent.capture import default_token_file
+    from infersight.agent.token_file import read_token
     from infersight.commands.agent import parse_listen
 
     host, port = parse_listen(args.agent)
     token_file = Path(args.token_file) if args.token_file else default_token_file(port)
     if not token_file.is_file():
         raise ValueError(f"no token file at {token_file}; pass --token-file (the agent writes it at start)")
-    token = token_file.read_text().strip()
+    token = read_token(token_file)  # this user's and 0600, or a one-line refusal
     base = f"http://{host}:{port}"
     req = urllib.request.Request(base + "/api/v1/capture", method="POST",
                                  data=json.dumps({"steps": args.steps, "tool": args.tool}).encode(),

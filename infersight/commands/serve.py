@@ -21,9 +21,11 @@ def run(args: argparse.Namespace) -> int:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     config = ServeConfig(host=host, port=port, model_name=args.served_model_name or args.model,
                          max_body_bytes=args.max_body_bytes, max_header_bytes=args.max_header_bytes,
-                         max_pending=args.max_pending, export_content=args.export_content)
+                         max_pending=args.max_pending, export_content=args.export_content,
+                         header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout)
     engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
                                  seed=args.seed, num_kv_blocks=args.num_kv_blocks,
+                                 max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
                                  spec_probe_every=args.spec_probe_every if args.speculative_model else 0)
     agent = None
     if args.with_agent:
@@ -49,9 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-kv-blocks", type=int, help="device KV blocks (default: sized from the model)")
+    p.add_argument("--max-model-len", type=int, metavar="N",
+                   help="longest prompt + output served (default: the model's); longer prompts get a 400")
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
     p.add_argument("--max-pending", type=int, default=256, help="requests in flight before 429 (default 256)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit (413 beyond)")
     p.add_argument("--max-header-bytes", type=int, default=16 << 10, help="request header limit")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                   help="seconds from a request's first byte to its last header byte (408 and closed beyond)")
+    p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                   help="seconds to receive a request body once its headers are in (408 beyond)")
     p.add_argument("--ring", help="probe ring name (default infersight-<pid>)")
     p.add_argument("--nvtx", action="store_true", help="also emit NVTX ranges")
     p.add_argument("--export-content", action="store_true",

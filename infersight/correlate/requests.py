@@ -45,11 +45,24 @@ def _empty(dtypes: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in dtypes.items()})
 
 
+def _earliest(ev: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(request ids ascending, row position in ev of each one's earliest `name` event; ties: the
+    first in ev's order). Plain numpy over the columns: no string column is copied."""
+    rows = np.flatnonzero((ev["event"] == name).to_numpy(bool))
+    rows = rows[np.argsort(ev["ts_ns"].to_numpy(np.int64)[rows], kind="stable")]
+    ids, first = np.unique(ev["request_id"].to_numpy(np.int64)[rows], return_index=True)
+    return ids, rows[first]
+
+
 def _first(ev: pd.DataFrame, name: str, ids: pd.Index, col: str = "ts_ns", fill: int = -1) -> np.ndarray:
-    """Per id in ids, `col` of the earliest `name` event (fill where none). Reindexing with an int
-    fill keeps int64: a NaN round trip through float64 would lose ns beyond 2**53."""
-    sub = ev[ev["event"] == name].sort_values("ts_ns", kind="stable").drop_duplicates("request_id")
-    return sub.set_index("request_id")[col].astype(np.int64).reindex(ids, fill_value=fill).to_numpy()
+    """Per id in ids, `col` of the earliest `name` event (fill where none). Int64 all the way: a NaN
+    round trip through float64 would lose ns beyond 2**53."""
+    have, rows = _earliest(ev, name)
+    want = ids.to_numpy(np.int64)
+    pos = np.minimum(np.searchsorted(have, want), max(len(have) - 1, 0))
+    found = (have[pos] == want) if len(have) else np.zeros(len(want), bool)
+    values = ev[col].to_numpy(np.int64)[rows[pos]] if len(have) else np.zeros(len(want), np.int64)
+    return np.where(found, values, fill)
 
 
 def _overlap(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -77,9 +90,9 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
     decode window as the client sees it, stalls included. Both NaN without a first token.
     """
     ev = request_events
-    finished = ev[ev["event"] == "FINISHED"].sort_values("ts_ns", kind="stable").drop_duplicates("request_id")
+    done_ids, done_rows = _earliest(ev, "FINISHED")  # by request id, ascending
     arrived_ids = ev.loc[ev["event"] == "ARRIVED", "request_id"].unique()
-    finished = finished[finished["request_id"].isin(arrived_ids)].sort_values("request_id")
+    finished = ev.iloc[done_rows[np.isin(done_ids, arrived_ids)]]
     if finished.empty:
         return _empty(REQUEST_TABLE_DTYPES)
     ids = pd.Index(finished["request_id"].to_numpy(np.int64))
@@ -147,13 +160,20 @@ def inter_token_latencies(request_events: pd.DataFrame) -> pd.DataFrame:
     its previous TOKENS event divided by the tokens it emitted, repeated once per token, so a
     histogram weights by tokens (a speculative step emitting 3 tokens in 30 ms counts 3 x 10 ms).
     Gaps span preemption stalls: that is what the client sees. Empty input -> empty frame."""
-    tok = request_events[(request_events["event"] == "TOKENS") & (request_events["value0"] > 0)]
-    tok = tok.sort_values(["request_id", "ts_ns"], kind="stable")
-    prev = tok.groupby("request_id")["ts_ns"].shift(1, fill_value=-1).to_numpy(np.int64)
+    ev = request_events
+    rows = np.flatnonzero(((ev["event"] == "TOKENS") & (ev["value0"] > 0)).to_numpy(bool))
+    rid, ts = ev["request_id"].to_numpy(np.int64)[rows], ev["ts_ns"].to_numpy(np.int64)[rows]
+    order = np.lexsort((ts, rid))  # by request, then time; stable, like sort_values(kind="stable")
+    rows, rid, ts = rows[order], rid[order], ts[order]
+    prev = np.full(len(ts), -1, np.int64)
+    same = rid[1:] == rid[:-1]
+    prev[1:][same] = ts[:-1][same]  # the request's previous TOKENS event
     keep = prev >= 0
-    n = tok["value0"].to_numpy(np.int64)[keep]
-    gap = tok["ts_ns"].to_numpy(np.int64)[keep] - prev[keep]
-    return pd.DataFrame({
-        "request_id": np.repeat(tok["request_id"].to_numpy(np.int64)[keep], n),
-        "task": np.repeat(tok["task"].to_numpy(object)[keep], n),
-        "itl_s": np.repeat(gap / NS / np.maximum(n, 1), n)}).astype(ITL_DTYPES)
+    rows = rows[keep]
+    n = ev["value0"].to_numpy(np.int64)[rows]
+    gap = ts[keep] - prev[keep]
+    # Task names through their codes: one object per distinct task, not one str conversion per token.
+    codes, names = pd.factorize(ev["task"])
+    task = np.asarray(names, dtype=object)[np.repeat(codes[rows], n)]
+    return pd.DataFrame({"request_id": np.repeat(rid[keep], n), "task": pd.Series(task, dtype=object, copy=False),
+                         "itl_s": np.repeat(gap / NS / np.maximum(n, 1), n)})

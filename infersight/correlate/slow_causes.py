@@ -76,12 +76,14 @@ def slow_features(rows: pd.DataFrame, request_events: pd.DataFrame, steps: pd.Da
     ids = pd.Index(rows["request_id"].to_numpy(np.int64))
     out = rows.copy()
     out["uncached_tokens"] = (rows["prompt_tokens"] - rows["cached_tokens"]).clip(lower=0).to_numpy(np.int64)
-    ev = request_events[request_events["request_id"].isin(ids)]
-    pre = ev[ev["event"] == "PREEMPTED"]
+    # Masks first, then the few rows they pick: filtering every event row would copy its strings.
+    in_ids = request_events["request_id"].isin(ids).to_numpy(bool)
+    event = request_events["event"]
+    pre = request_events[in_ids & (event == "PREEMPTED").to_numpy(bool)]
     recompute = pre[pre["reason"] == "recompute"]
     out["recompute_preemptions"] = _per_request(recompute.groupby("request_id").size(), ids)
     out["swap_preemptions"] = _per_request(pre[pre["reason"] == "swap"].groupby("request_id").size(), ids)
-    chunks = ev[ev["event"] == "PREFILL_CHUNK"]
+    chunks = request_events[in_ids & (event == "PREFILL_CHUNK").to_numpy(bool)]
     first_recompute = recompute.groupby("request_id")["ts_ns"].min().astype(np.int64)
     since = first_recompute.reindex(chunks["request_id"], fill_value=_INT64_MAX).to_numpy(np.int64)
     redo = chunks[chunks["ts_ns"].to_numpy(np.int64) >= since]
@@ -113,29 +115,39 @@ def _decode_steps(rows: pd.DataFrame, chunks: pd.DataFrame, steps: pd.DataFrame 
              "decode_beside_prefill_s": np.zeros(len(ids))}
     if steps is None or batch is None or steps.empty or batch.empty:
         return zeros
-    cols = ["step_id", "start_ns", "end_ns", "prefill_tokens"]
-    b = batch[batch["request_id"].isin(ids)][["step_id", "request_id"]].merge(
-        steps[cols].drop_duplicates("step_id"), on="step_id")
-    if b.empty:
+    # Plain numpy over the columns (this runs on every batch row of every poll): batch row -> its
+    # request's position in ids and its step's row in steps (first record of a step id).
+    id_index = pd.Index(ids)
+    b_rid, b_step = batch["request_id"].to_numpy(np.int64), batch["step_id"].to_numpy(np.int64)
+    req = id_index.get_indexer(b_rid)
+    step_ids = steps["step_id"].to_numpy(np.int64)
+    uniq, first_row = np.unique(step_ids, return_index=True)
+    at = np.minimum(np.searchsorted(uniq, b_step), max(len(uniq) - 1, 0))
+    has_step = (uniq[at] == b_step) if len(uniq) else np.zeros(len(b_step), bool)
+    use = (req >= 0) & has_step
+    if not use.any():
         return zeros
-    by_id = rows.set_index("request_id")
-    first = by_id["first_token_ns"].astype(np.int64).reindex(b["request_id"]).to_numpy(np.int64)
-    finish = by_id["finish_ns"].astype(np.int64).reindex(b["request_id"]).to_numpy(np.int64)
-    start = b["start_ns"].to_numpy(np.int64)
-    own = pd.MultiIndex.from_arrays([b["request_id"], b["start_ns"]]).isin(
-        pd.MultiIndex.from_arrays([chunks["request_id"], chunks["ts_ns"]]))
+    req, srow = req[use], first_row[at[use]]
+    start = steps["start_ns"].to_numpy(np.int64)[srow]
+    first = rows["first_token_ns"].to_numpy(np.int64)[req]
+    finish = rows["finish_ns"].to_numpy(np.int64)[req]
+    # A request's own prefill chunk starts with the step it ran in: match (request, start) pairs as
+    # one int64 key each (request position x dense code of the time), so no MultiIndex is built.
+    creq = id_index.get_indexer(chunks["request_id"].to_numpy(np.int64))
+    cts = chunks["ts_ns"].to_numpy(np.int64)[creq >= 0]
+    times, code = np.unique(np.concatenate([start, cts]), return_inverse=True)
+    own = np.isin(req * len(times) + code[:len(start)], creq[creq >= 0] * len(times) + code[len(start):])
     decode = (first >= 0) & (start >= first) & (start <= finish) & ~own
-    beside = decode & (b["prefill_tokens"].to_numpy(np.int64) > 0)
+    beside = decode & (steps["prefill_tokens"].to_numpy(np.int64)[srow] > 0)
     clean = decode & ~beside
-    dur = (b["end_ns"].to_numpy(np.int64) - start).clip(min=0) / NS
-    rid = b["request_id"].to_numpy(np.int64)
+    dur = (steps["end_ns"].to_numpy(np.int64)[srow] - start).clip(min=0) / NS
 
-    def total(mask: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        return pd.Series(weights[mask]).groupby(rid[mask]).sum().reindex(ids, fill_value=0).to_numpy()
+    def total(mask: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
+        return np.bincount(req[mask], None if weights is None else weights[mask], minlength=len(ids))
 
-    ones = np.ones(len(b), np.int64)
-    return {"decode_clean_steps": total(clean, ones), "decode_clean_s": total(clean, dur),
-            "decode_beside_prefill_steps": total(beside, ones), "decode_beside_prefill_s": total(beside, dur)}
+    return {"decode_clean_steps": total(clean, None).astype(np.int64), "decode_clean_s": total(clean, dur),
+            "decode_beside_prefill_steps": total(beside, None).astype(np.int64),
+            "decode_beside_prefill_s": total(beside, dur)}
 
 
 def _median(values: np.ndarray) -> float:

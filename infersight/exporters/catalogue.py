@@ -162,6 +162,18 @@ PROBE_EVENTS = MetricSpec(P + "probe_events", "counter", "Probe events produced 
 PROBE_DROPPED = MetricSpec(P + "probe_events_dropped", "counter",
                            "Probe events the engine dropped because the ring was full.", ("ring",))
 PROBE_CORRUPT = MetricSpec(P + "probe_events_corrupt", "counter", "Probe records skipped as corrupt.", ("ring",))
+PROBE_REJECTED = MetricSpec(P + "probe_records_rejected", "counter",
+                            "Probe records the agent read but refused, by reason: a field out of range, an MoE layer "
+                            "or expert count over the agent's limits, a task label over --max-task-labels (its "
+                            "events count as task \"other\").", ("ring", "reason"))
+
+PROBE_LOST = MetricSpec(P + "probe_events_lost", "counter",
+                        "Probe events an agent took off the ring but never delivered: it died before folding "
+                        "them in, and its successor on the ring counted them.", ("ring",))
+REQUESTS_ORPHANED = MetricSpec(P + "requests_orphaned", "counter",
+                               "Finished requests whose ARRIVED event this agent never saw: they started before "
+                               "it attached (an agent restart) or their ARRIVED was dropped. Counted here, not "
+                               "decomposed into phases or counted in requests_total.")
 
 CATALOGUE: tuple[MetricSpec, ...] = (
     REQUESTS, TTFT, ITL, E2E, PHASE, SLOW, PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS, REQUESTS_RUNNING,
@@ -170,7 +182,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     KV_EVENTS, KV_AGE, KV_RECOMPUTED_TOKENS, PREFIX_QUERIED, PREFIX_HIT, PREFIX_REQUESTS, PREFIX_HIT_REQUESTS,
     EXPERT_TOKENS, HOT_EXPERT_TOKENS, MOE_IMBALANCE, SPEC_DRAFT, SPEC_ACCEPTED, SPEC_VERIFICATIONS,
     SPEC_POSITION_PROPOSED, SPEC_POSITION_ACCEPTED, SPEC_PREDICTED_SPEEDUP, SPEC_ACCEPT_RATE, PROBE_EVENTS,
-    PROBE_DROPPED, PROBE_CORRUPT,
+    PROBE_DROPPED, PROBE_CORRUPT, PROBE_REJECTED, PROBE_LOST, REQUESTS_ORPHANED,
 )
 
 
@@ -250,16 +262,31 @@ CATALOGUE = CATALOGUE + GPU_METRICS
 OTLP_SPANS_EXPORTED = MetricSpec(P + "otlp_spans_exported", "counter", "Spans handed to the OTLP exporter and accepted.")
 OTLP_SPANS_DROPPED = MetricSpec(P + "otlp_spans_dropped", "counter",
                                 "Spans built but not exported: queue_full (the bounded export queue was full) or "
-                                "export_failed (the OTLP endpoint refused them or was unreachable).", ("reason",))
+                                "export_failed (the OTLP endpoint refused them or was unreachable); queue_bytes "
+                                "(the queue's byte limit), shutdown (still unsent at the shutdown deadline).",
+                                ("reason",))
+TRACING_BUFFER_EVICTED = MetricSpec(P + "tracing_buffer_evicted", "counter",
+                                    "Entries the tracing hook forgot before their request's spans were built, by "
+                                    "buffer (steps, members, served, texts, rows, join_rows, join_spans, ...) and "
+                                    "reason (entries: its count limit; bytes: its byte limit).", ("buffer", "reason"))
 SERVER_TRACEPARENT_INVALID = MetricSpec(P + "server_traceparent_invalid", "counter",
                                         "Requests with a malformed traceparent header; each started a new trace.")
 SERVER_REJECTED = MetricSpec(P + "server_requests_rejected", "counter",
                              "HTTP requests answered with an error before or instead of generating, by reason "
-                             "(body_too_large, invalid_json, invalid_request, unknown_model, overloaded, engine_error).",
+                             "(body_too_large, invalid_json, invalid_request, unknown_model, overloaded, engine_error; "
+                             "the HTTP limits: headers_too_large, body_timeout, json_too_deep, client_disconnected).",
                              ("reason",))
+SERVER_REQUESTS_FAILED = MetricSpec(P + "server_requests_failed", "counter",
+                                    "Accepted requests the engine failed, by scope: request (its own sampling or "
+                                    "probes raised; the rest of the batch went on) or step (the whole step raised; "
+                                    "every request in flight failed).", ("scope",))
+SERVER_PROBE_WRITES_FAILED = MetricSpec(P + "server_probe_writes_failed", "counter",
+                                        "Server probe records (SERVED, REQUEST_TEXT, NETWORK) that could not be "
+                                        "written; the request itself went on.")
 
-TRACING_METRICS: tuple[MetricSpec, ...] = (OTLP_SPANS_EXPORTED, OTLP_SPANS_DROPPED)
-SERVE_METRICS: tuple[MetricSpec, ...] = (SERVER_TRACEPARENT_INVALID, SERVER_REJECTED)
+TRACING_METRICS: tuple[MetricSpec, ...] = (OTLP_SPANS_EXPORTED, OTLP_SPANS_DROPPED, TRACING_BUFFER_EVICTED)
+SERVE_METRICS: tuple[MetricSpec, ...] = (SERVER_TRACEPARENT_INVALID, SERVER_REJECTED, SERVER_REQUESTS_FAILED,
+                                         SERVER_PROBE_WRITES_FAILED)
 
 # -- The agent's OTLP receiver (infersight.tracing.receiver): an engine's own spans (vLLM's), joined
 # with the agent's rows. Served by the receiver's collector while --otlp-receiver[-grpc] is on.
@@ -327,3 +354,90 @@ CAPTURE_FAILURES = MetricSpec(P + "capture_failures", "counter",
                               "or did not answer; no_trace: no trace appeared in the profiler directory in time; "
                               "unreadable: the trace did not parse).", ("reason",))
 SOURCE_METRICS: tuple[MetricSpec, ...] = (SOURCE_SCRAPES, SOURCE_SCRAPE_ERRORS, CAPTURE_FAILURES)
+
+
+# =============================================================================================
+# -- The flight recorder (infersight.agent.flight_recorder): sampled kernel windows, its overhead
+# budget, and the captures latency objectives and anomalies trigger. KERNEL_METRICS is part of
+# CATALOGUE: its counters live in the agent state like the others; its gauges are rendered by
+# infersight.exporters.recorder. Kernel series sum over sampled windows only: read them as shares
+# and ratios (time by category over all time, idle over step window), not as absolute rates.
+# Label values are bounded: category is kernels.categories.CATEGORIES, phase is
+# correlate.kernel_windows.WINDOW_PHASES, reason and outcome are the enums below.
+# =============================================================================================
+def _per(num: str, den: str, by: str) -> str:
+    return (f"sum by ({by}) (rate({num}[$__rate_interval])) / "
+            f"clamp_min(sum by ({by}) (rate({den}[$__rate_interval])), 1e-9)")
+
+
+KERNEL_TIME = MetricSpec(P + "kernel_time_seconds", "counter",
+                         "Device activity time (kernels, copies; on a CPU engine: op time) in the flight recorder's "
+                         "sampled windows, by kernel category and engine phase.", ("category", "phase"), "seconds",
+                         views={"share": f"sum by (category) (rate({P}kernel_time_seconds_total[$__rate_interval]))"
+                                f" / ignoring(category) group_left sum(rate({P}kernel_time_seconds_total"
+                                f"[$__rate_interval]))"})
+KERNEL_ACTIVITIES = MetricSpec(P + "kernel_activities", "counter",
+                               "Kernels launched (on a CPU engine: op calls) in sampled windows, by phase.", ("phase",))
+KERNEL_SAMPLED_STEPS = MetricSpec(P + "kernel_sampled_steps", "counter",
+                                  "Engine steps covered by sampled windows, by the phases they ran.", ("phase",),
+                                  views={"kernels_per_step": _per(P + "kernel_activities_total",
+                                                                  P + "kernel_sampled_steps_total", "phase")})
+KERNEL_STEP_WINDOW = MetricSpec(P + "kernel_step_window_seconds", "counter",
+                                "Summed step windows of sampled steps (first to last activity of each step and "
+                                "phase), by phase.", ("phase",), "seconds")
+KERNEL_IDLE = MetricSpec(P + "kernel_idle_seconds", "counter",
+                         "Device idle time inside sampled step windows (launch gaps; on a CPU engine: time between "
+                         "ops), by phase.", ("phase",), "seconds",
+                         views={"gap_share": _per(P + "kernel_idle_seconds_total",
+                                                  P + "kernel_step_window_seconds_total", "phase")})
+KERNEL_FLOPS = MetricSpec(P + "kernel_modelled_flops", "counter",
+                          "FLOPs the roofline model assigns to the sampled steps (kernels.roofline), by category.",
+                          ("category",))
+KERNEL_BYTES = MetricSpec(P + "kernel_modelled_bytes", "counter",
+                          "Bytes the roofline model assigns to the sampled steps, by category.", ("category",), "bytes")
+KERNEL_ROOF_TIME = MetricSpec(P + "kernel_roofline_seconds", "counter",
+                              "Activity time of the modelled categories in sampled steps (the time the modelled "
+                              "FLOPs and bytes took), by category.", ("category",), "seconds",
+                              views={"flops_per_second": _per(P + "kernel_modelled_flops_total",
+                                                              P + "kernel_roofline_seconds_total", "category"),
+                                     "bytes_per_second": _per(P + "kernel_modelled_bytes_total",
+                                                              P + "kernel_roofline_seconds_total", "category")})
+KERNEL_ROOF_FRACTION = MetricSpec(P + "kernel_roofline_fraction", "gauge",
+                                  "Achieved FLOP/s over the roof at the category's arithmetic intensity, in the last "
+                                  "window that modelled it (1.0 = on the roofline).", ("category",), "ratio")
+KERNEL_PEAK_FLOPS = MetricSpec(P + "kernel_peak_flops_per_second", "gauge",
+                               "The compute ceiling the roofline uses, by ceiling name.", ("ceiling",))
+KERNEL_PEAK_BYTES = MetricSpec(P + "kernel_peak_bytes_per_second", "gauge",
+                               "The memory-bandwidth ceiling the roofline uses, by ceiling name.", ("ceiling",))
+RECORDER_WINDOWS = MetricSpec(P + "recorder_windows", "counter",
+                              "Flight-recorder windows, by outcome (analysed, failed: no trace or one that did not "
+                              "parse, refused: a capture was in progress).", ("outcome",))
+#: RECORDER_WINDOWS outcome values.
+RECORDER_OUTCOMES = ("analysed", "failed", "refused")
+RECORDER_COST = MetricSpec(P + "recorder_cost_seconds", "counter",
+                           "Engine time the flight recorder's windows (kind window) and triggered captures (kind "
+                           "triggered) cost, measured from step times in and right after them against the steps "
+                           "before.", ("kind",), "seconds")
+RECORDER_ENGINE = MetricSpec(P + "recorder_engine_seconds", "counter",
+                             "Engine step time observed by the flight recorder (steps that ran requests): the "
+                             "budget's denominator.", (), "seconds",
+                             views={"cost_ratio": f"sum(rate({P}recorder_cost_seconds_total[$__rate_interval])) / "
+                                    f"clamp_min(sum(rate({P}recorder_engine_seconds_total[$__rate_interval])), 1e-9)"})
+RECORDER_BUDGET = MetricSpec(P + "recorder_budget_ratio", "gauge",
+                             "The overhead budget: the share of engine time the flight recorder may cost.", (), "ratio")
+RECORDER_COST_RATIO = MetricSpec(P + "recorder_cost_ratio", "gauge",
+                                 "Measured cost of the flight recorder since the agent started, over engine time.",
+                                 (), "ratio")
+RECORDER_INTERVAL = MetricSpec(P + "recorder_window_interval_seconds", "gauge",
+                               "Engine seconds between windows that the budget allows at the current cost estimate.",
+                               (), "seconds")
+RECORDER_TRIGGERED = MetricSpec(P + "recorder_triggered_captures", "counter",
+                                "Full captures the flight recorder took on a trigger, by reason.", ("reason",))
+#: RECORDER_TRIGGERED reason values (agent.recorder_triggers).
+RECORDER_REASONS = ("slo_ttft", "slo_itl", "slo_e2e", "preemption_storm", "step_time_jump")
+KERNEL_METRICS: tuple[MetricSpec, ...] = (
+    KERNEL_TIME, KERNEL_ACTIVITIES, KERNEL_SAMPLED_STEPS, KERNEL_STEP_WINDOW, KERNEL_IDLE, KERNEL_FLOPS, KERNEL_BYTES,
+    KERNEL_ROOF_TIME, KERNEL_ROOF_FRACTION, KERNEL_PEAK_FLOPS, KERNEL_PEAK_BYTES, RECORDER_WINDOWS, RECORDER_COST,
+    RECORDER_ENGINE, RECORDER_BUDGET, RECORDER_COST_RATIO, RECORDER_INTERVAL, RECORDER_TRIGGERED,
+)
+CATALOGUE = CATALOGUE + KERNEL_METRICS

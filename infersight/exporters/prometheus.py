@@ -94,7 +94,8 @@ class AgentCollector(Collector):
                 if spec in C.GPU_METRICS:  # rendered from the sampler by gpu_metric_families
                     continue
                 if spec.kind == "counter" and spec.name not in (C.EXPERT_TOKENS.name, C.PROBE_EVENTS.name,
-                                                               C.PROBE_DROPPED.name, C.PROBE_CORRUPT.name):
+                                                               C.PROBE_DROPPED.name, C.PROBE_CORRUPT.name,
+                                                               C.PROBE_LOST.name):
                     yield _counter(spec, state.counters[spec.name])
                 elif spec.kind == "histogram":
                     yield _histogram(spec, state.histograms[spec.name])
@@ -149,7 +150,8 @@ class AgentCollector(Collector):
         yield _gauge(C.SPEC_ACCEPT_RATE, [([str(r.task)], float(r.accept_rate)) for r in by_task.itertuples(index=False)])
 
     def _probe_counters(self) -> Iterator[Metric]:
-        for spec, key in ((C.PROBE_EVENTS, "produced"), (C.PROBE_DROPPED, "dropped"), (C.PROBE_CORRUPT, "corrupt")):
+        for spec, key in ((C.PROBE_EVENTS, "produced"), (C.PROBE_DROPPED, "dropped"), (C.PROBE_CORRUPT, "corrupt"),
+                          (C.PROBE_LOST, "reader_lost")):
             data = LabelledCounter()
             for ring, stats in self.state.ring_stats.items():
                 data.inc((ring,), stats.get(key, 0))

@@ -17,9 +17,6 @@ import io
 from dataclasses import asdict
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from infersight.gpu.exporter_text import ParsedExposition, parse_exposition
 from infersight.gpu.fields import unit_of
 
@@ -37,6 +34,8 @@ def _warnings(parsed: ParsedExposition) -> list[str]:
            f"{' MIG ' + b.instance if b.instance else ''} = {b.value:.17g}" for b in parsed.blanks]
     if parsed.no_gpu_label:
         out.append(f"{parsed.no_gpu_label} DCGM series without a numeric `gpu` label were skipped")
+    if parsed.unreadable_values:
+        out.append(f"{parsed.unreadable_values} DCGM samples with a value too large for a float were skipped")
     if len(parsed.schemes) > 1:
         out.append("both pre-4.9 and 4.9 dcgm-exporter names are present; each was converted with its own units")
     if len(parsed.hostname_labels) > 1:
@@ -88,6 +87,9 @@ def _human(value: float, unit: str) -> str:
 
 def format_exposition_table(result: dict[str, Any], width: int = 110) -> str:
     """The analysis as text: one line per GPU, a table of converted values, then the warnings."""
+    from rich.console import Console  # only the CLI renders tables: the agent imports this module too
+    from rich.table import Table
+
     # markup off: metric names and label values may contain brackets rich would read as markup
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False, markup=False,
                       highlight=False)

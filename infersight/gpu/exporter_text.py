@@ -56,6 +56,7 @@ class ParsedExposition:
     schemes: set[str] = field(default_factory=set)    # "legacy" and/or "4.9", from the names seen
     hostname_labels: set[str] = field(default_factory=set)  # "Hostname" / "hostname" as spelled
     no_gpu_label: int = 0                              # DCGM series without a usable `gpu` label
+    unreadable_values: int = 0                         # DCGM samples whose value no float can hold
     dcgm_series: int = 0
 
 
@@ -85,7 +86,10 @@ def parse_exposition(text: str, ts_ns: int) -> ParsedExposition:
                 if spelling in s.labels:
                     out.hostname_labels.add(spelling)
             try:
-                gpu = int(s.labels["gpu"])
+                label = s.labels["gpu"]
+                if len(label) > 10:  # no GPU index has more digits; int() of 4,300 would be slow or refused
+                    raise ValueError(label)
+                gpu = int(label)
             except (KeyError, ValueError):
                 out.no_gpu_label += 1
                 continue
@@ -97,10 +101,14 @@ def parse_exposition(text: str, ts_ns: int) -> ParsedExposition:
                 continue
             if known.scheme != "both":
                 out.schemes.add(known.scheme)
-            meaning = blank_meaning(float(s.value))
-            if meaning is not None:
-                out.blanks.append(DroppedBlank(name, gpu, ident.instance, float(s.value), meaning))
+            try:  # the parser keeps integral text as a Python int: 400 digits do not fit a float
+                value = float(s.value)
+            except OverflowError:
+                out.unreadable_values += 1
                 continue
-            out.samples.append(GpuSample(gpu, ident.uuid, known.field, float(s.value) * known.scale, ts_ns,
-                                         ident.instance))
+            meaning = blank_meaning(value)
+            if meaning is not None:
+                out.blanks.append(DroppedBlank(name, gpu, ident.instance, value, meaning))
+                continue
+            out.samples.append(GpuSample(gpu, ident.uuid, known.field, value * known.scale, ts_ns, ident.instance))
     return out

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from infersight.kernels.errors import TraceError  # noqa: F401 - re-exported: readers raise it from here
+
 KERNEL_COLUMNS: dict[str, str] = {
     "ts_ns": "int64", "dur_ns": "int64", "name": "object", "category": "object", "device": "int64",
     "stream": "int64", "correlation": "int64", "grid": "object", "block": "object", "bytes": "int64",
@@ -60,13 +62,6 @@ RULE_COLUMNS: dict[str, str] = {
     "description": "object", "speedup_type": "object", "speedup": "float64"}
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-
-
-class TraceError(ValueError):
-    """A capture that cannot be analysed (unreadable, truncated, empty, or of an unknown kind).
-
-    The message is for people: it names the file and says what was expected. The CLI prints it
-    and exits with code 2."""
 
 
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
@@ -104,7 +99,7 @@ def format_dims(x: object, y: object = None, z: object = None) -> str | None:
     """"(x,y,z)" from three ints, a list of three, or ncu's "(x, y, z)" text; None when unknown."""
     if isinstance(x, str):
         parts = [p.strip() for p in x.strip().strip("()").split(",")]
-        if len(parts) == 3 and all(p.lstrip("-").isdigit() for p in parts):
+        if len(parts) == 3 and all(p.lstrip("-").isdigit() and len(p) <= 20 for p in parts):
             return "(" + ",".join(str(int(p)) for p in parts) + ")"
         return None
     if isinstance(x, (list, tuple)):

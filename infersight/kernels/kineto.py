@@ -21,11 +21,9 @@ Timestamps are µs with up to 3 decimals. At trace magnitudes (~5e12 µs) a floa
 """
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ import pandas as pd
 from infersight.kernels.frames import (
     KERNEL_COLUMNS, RANGE_COLUMNS, RUNTIME_COLUMNS, KernelTrace, TraceError, format_dims, typed_frame,
 )
+from infersight.kernels.input_files import MAX_FILE_BYTES, gunzip_bounded, read_regular_file
 from infersight.kernels.ranges import HELPER_COLUMNS, enclosing_range, nest_ranges
 
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "memcpy": "gpu_memcpy",
@@ -43,6 +42,10 @@ _LAUNCH_CATS = {"cuda_runtime", "runtime", "cuda_driver", "driver"}
 _RANGE_CATS = {"user_annotation": "cpu", "gpu_user_annotation": "gpu"}
 _TRAILING_INT = re.compile(r"(-?\d+)\s*$")
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
+# Decimal exponents past which a value cannot fit an int64 (in ns): checked before any conversion, as
+# int(Decimal("1e999999")) builds a million-digit integer (32 s for a 113-byte file) and
+# Decimal("1e999999") * 1000 overflows the decimal context.
+_MAX_ADJUSTED = 19
 
 
 def _int64(value: int) -> int | None:
@@ -50,18 +53,14 @@ def _int64(value: int) -> int | None:
     return value if _INT64[0] <= value <= _INT64[1] else None
 
 
-def read_json_document(path: str | Path) -> Any:
+def read_json_document(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> Any:
     """The parsed JSON of a .json or gzipped file (by content, not by name); JSON floats are
-    returned as their text (see the module docstring)."""
+    returned as their text (see the module docstring). A regular file of at most `max_bytes`
+    (gzip: inflating to at most twice that); TraceError for anything unreadable."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise TraceError(f"{p}: the gzip stream is truncated or corrupt ({exc})") from None
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read the file ({exc.strerror or exc})") from None
+    raw = read_regular_file(p, max_bytes)
+    if raw[:2] == b"\x1f\x8b":
+        raw = gunzip_bounded(raw, p, 2 * max_bytes)
     if not raw.strip():
         raise TraceError(f"{p}: the file is empty")
     try:
@@ -71,6 +70,10 @@ def read_json_document(path: str | Path) -> Any:
     except json.JSONDecodeError as exc:
         raise TraceError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}); "
                          "the trace may be truncated") from None
+    except RecursionError:
+        raise TraceError(f"{p}: JSON nested too deeply to be a trace") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits (int_max_str_digits)
+        raise TraceError(f"{p}: not a JSON trace ({str(exc)[:120]})") from None
 
 
 def us_to_ns(value: object) -> int | None:
@@ -81,8 +84,10 @@ def us_to_ns(value: object) -> int | None:
         return _int64(value * 1000)
     try:
         dec = value if isinstance(value, Decimal) else Decimal(str(value))
+        if not dec.is_finite() or dec.adjusted() > _MAX_ADJUSTED:
+            return None
         return _int64(int((dec * 1000).to_integral_value(rounding=ROUND_HALF_EVEN)))
-    except (InvalidOperation, ValueError, OverflowError):
+    except (ArithmeticError, ValueError):  # decimal's InvalidOperation and Overflow are ArithmeticErrors
         return None
 
 
@@ -97,13 +102,16 @@ def as_int(value: object, default: int = -1) -> int:
     if isinstance(value, (str, Decimal)):
         try:
             dec = Decimal(value)
+            if dec.is_finite() and dec.adjusted() > _MAX_ADJUSTED:
+                return default
             if dec.is_finite() and dec == dec.to_integral_value():
                 out = _int64(int(dec))
                 return default if out is None else out
             return default
-        except (InvalidOperation, ValueError):
+        except (ArithmeticError, ValueError):
             pass
-        m = _TRAILING_INT.search(value) if isinstance(value, str) else None
+        # the last 64 characters only: this search is quadratic in a long run of digits
+        m = _TRAILING_INT.search(value[-64:]) if isinstance(value, str) else None
         out = _int64(int(m.group(1))) if m else None
         return default if out is None else out
     return default
@@ -255,6 +263,6 @@ def _attribute(kernels: pd.DataFrame, runtime: pd.DataFrame, flow_start: dict[in
     return kernels.assign(range_path=path, step_id=step), public
 
 
-def load_kineto(path: str | Path) -> KernelTrace:
-    """Read and parse a Kineto trace (.json or .json.gz)."""
-    return parse_kineto(read_json_document(path), str(path))
+def load_kineto(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> KernelTrace:
+    """Read and parse a Kineto trace (.json or .json.gz) of at most `max_bytes`."""
+    return parse_kineto(read_json_document(path, max_bytes), str(path))

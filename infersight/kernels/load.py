@@ -9,9 +9,12 @@ Report files that need exporting first (.nsys-rep, .qdrep, .ncu-rep) get a messa
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from infersight.kernels.frames import KernelTrace, TraceError
+from infersight.kernels.input_files import MAX_FILE_BYTES, read_regular_file
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -38,17 +41,14 @@ def looks_like_exposition(text: str) -> bool:
     return samples > 0 and samples + comments >= 0.9 * len(lines)
 
 
-def detect_kind(path: str | Path) -> str:
-    """kineto | nsys | ncu | prometheus, or TraceError with what was expected."""
+def detect_kind(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """kineto | nsys | ncu | prometheus, or TraceError with what was expected (also for a path that
+    is not a regular file, or one over `max_bytes`: see input_files)."""
     p = Path(path)
     for suffix, hint in _EXPORT_HINTS.items():
         if p.name.endswith(suffix):
             raise TraceError(f"{p}: a binary report; {hint.format(path=p)}")
-    try:
-        with p.open("rb") as f:
-            head = f.read(1 << 16)
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read the file ({exc.strerror or exc})") from None
+    head = read_regular_file(p, max_bytes, head=1 << 16)
     if not head.strip():
         raise TraceError(f"{p}: the file is empty; expected {_KINDS}")
     if head.startswith(_SQLITE_MAGIC):
@@ -66,23 +66,34 @@ def detect_kind(path: str | Path) -> str:
     raise TraceError(f"{p}: not a recognised capture; expected {_KINDS}")
 
 
-def load_trace(path: str | Path, kind: str | None = None) -> KernelTrace:
-    """Parse a kernel-level capture (kineto, nsys or ncu) into a KernelTrace. A capture that is
-    well-formed at the file level but not in the shape its kind promises (a JSON object where
-    an event list should be, a column of the wrong type) is a TraceError too, not a traceback."""
-    kind = kind or detect_kind(path)
+@contextmanager
+def malformed_as_trace_error(path: str | Path, kind: str) -> Iterator[None]:
+    """Turns what a parser raises on a file that is well-formed at the file level but not in the
+    shape its kind promises (KeyError, TypeError, a number no column can hold, ...) into one
+    TraceError line naming the file and the kind."""
+    try:
+        yield
+    except TraceError:
+        raise
+    except (KeyError, TypeError, IndexError, AttributeError, ArithmeticError, RecursionError, ValueError) as exc:
+        detail = " ".join(str(exc).split())[:200]  # one line, whatever the library's message was
+        raise TraceError(f"{path}: a malformed {kind} capture ({type(exc).__name__}: {detail})") from None
+
+
+def load_trace(path: str | Path, kind: str | None = None, max_bytes: int = MAX_FILE_BYTES) -> KernelTrace:
+    """Parse a kernel-level capture (kineto, nsys or ncu) of at most `max_bytes` into a KernelTrace.
+    A malformed capture is a TraceError too, not a traceback (see malformed_as_trace_error)."""
+    kind = kind or detect_kind(path, max_bytes)
     if kind == "prometheus":
         raise TraceError(f"{path}: Prometheus text holds metrics, not kernels")
-    try:
+    with malformed_as_trace_error(path, kind):
         if kind == "kineto":
             from infersight.kernels.kineto import load_kineto
-            return load_kineto(path)
+            return load_kineto(path, max_bytes)
         if kind == "nsys":
             from infersight.kernels.nsys import load_nsys
-            return load_nsys(path)
+            return load_nsys(path, max_bytes)
         if kind == "ncu":
             from infersight.kernels.ncu import load_ncu
-            return load_ncu(path)
-    except (KeyError, TypeError, IndexError, AttributeError, OverflowError, RecursionError) as exc:
-        raise TraceError(f"{path}: a malformed {kind} capture ({type(exc).__name__}: {exc})") from None
+            return load_ncu(path, max_bytes)
     raise TraceError(f"{path}: unknown capture kind {kind!r}")

@@ -26,11 +26,14 @@ import pandas as pd
 from infersight.kernels.frames import (
     KERNEL_COLUMNS, METRIC_COLUMNS, RULE_COLUMNS, KernelTrace, TraceError, format_dims, typed_frame,
 )
+from infersight.kernels.input_files import MAX_FILE_BYTES, read_regular_file
 from infersight.kernels.kineto import as_int
 from infersight.kernels.units import parse_number, to_base_unit
 
 #: Metric names that give a kernel's duration, most specific first.
 DURATION_METRICS = ("gpu__time_duration.sum", "gpu__time_duration.avg", "gpu__time_duration", "Duration")
+#: A kernel duration above a day is a garbled number, read as "not collected" (0).
+MAX_KERNEL_NS = 86_400 * 10 ** 9
 # Columns that describe the launch rather than a metric (raw page).
 _IDENTITY = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Kernel Time", "Context",
              "Stream", "Block Size", "Grid Size", "Device", "CC", "Section Name", "Function Name",
@@ -39,11 +42,14 @@ _IDENTITY = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Ke
 
 def _table(text: str, path: str) -> tuple[list[str], list[list[str]]]:
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    for i, line in enumerate(lines):
-        header = next(csv.reader([line]))
-        if header and header[0] == "ID" and "Kernel Name" in header:
-            rows = [r + [""] * (len(header) - len(r)) for r in csv.reader(lines[i + 1:])]
-            return header, rows
+    try:
+        for i, line in enumerate(lines):
+            header = next(csv.reader([line]), [])
+            if header and header[0] == "ID" and "Kernel Name" in header:
+                rows = [r + [""] * (len(header) - len(r)) for r in csv.reader(lines[i + 1:])]
+                return header, rows
+    except csv.Error as exc:  # e.g. a field over csv.field_size_limit() (131,072 characters)
+        raise TraceError(f"{path}: not a readable Nsight Compute CSV table ({exc})") from None
     raise TraceError(f"{path}: no Nsight Compute CSV table (expected a header starting with \"ID\" and "
                      "naming \"Kernel Name\"; was ncu run with --csv?)")
 
@@ -101,8 +107,12 @@ def _kernel_frame(launches: dict[int, list[str]], col: dict[str, int], metrics: 
     timed = metrics[(metrics["base_unit"] == "second") & metrics["value"].notna()]
     for metric in reversed(DURATION_METRICS):  # most specific last, so it wins
         per_kernel = timed[timed["metric"] == metric].drop_duplicates("kernel_id").set_index("kernel_id")["value"]
-        dur.loc[per_kernel.index] = np.round(per_kernel.to_numpy() * 1e9).astype(np.int64)
+        ns = np.round(per_kernel.to_numpy() * 1e9)
+        sane = (ns >= 0) & (ns <= MAX_KERNEL_NS)  # a garbled value is no duration, and no int64 overflow
+        dur.loc[per_kernel.index[sane]] = ns[sane].astype(np.int64)
     dur_ns = dur.to_numpy(np.int64)
+    if float(dur_ns.sum(dtype=np.float64)) >= 2.0 ** 63:
+        raise TraceError("the kernel durations add up past what int64 nanoseconds can hold")
     field = (lambda kid, c: launches[kid][col[c]] if c in col else "")
     return typed_frame({
         "ts_ns": np.concatenate([[0], np.cumsum(dur_ns)[:-1]]).astype(np.int64), "dur_ns": dur_ns,
@@ -113,11 +123,9 @@ def _kernel_frame(launches: dict[int, list[str]], col: dict[str, int], metrics: 
         "step_id": -1, "source": "ncu"}, KERNEL_COLUMNS)
 
 
-def load_ncu(path: str | Path) -> KernelTrace:
-    """Read an ncu CSV (.csv, or a .log holding ncu's output) into a KernelTrace."""
+def load_ncu(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> KernelTrace:
+    """Read an ncu CSV (.csv, or a .log holding ncu's output) of at most `max_bytes` into a KernelTrace."""
     p = Path(path)
-    try:  # a stray non-UTF-8 byte (application output) must not hide the table
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read the file ({exc.strerror or exc})") from None
+    # a stray non-UTF-8 byte (application output) must not hide the table
+    text = read_regular_file(p, max_bytes).decode("utf-8", errors="replace")
     return parse_ncu_csv(text, str(p))

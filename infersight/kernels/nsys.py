@@ -30,6 +30,7 @@ import pandas as pd
 from infersight.kernels.frames import (
     KERNEL_COLUMNS, RANGE_COLUMNS, RUNTIME_COLUMNS, KernelTrace, TraceError, typed_frame,
 )
+from infersight.kernels.input_files import MAX_FILE_BYTES, check_regular_file
 from infersight.kernels.ranges import HELPER_COLUMNS, enclosing_range, nest_ranges
 
 # nsys event type ids, used only when the export lacks ENUM_NSYS_EVENT_TYPE (older schemas).
@@ -206,9 +207,10 @@ def _nvtx_frame(conn: sqlite3.Connection, tables: set[str], strings: _Strings) -
         "payload": payload.to_numpy(), "source": "nsys"})
 
 
-def load_nsys(path: str | Path) -> KernelTrace:
-    """Read an nsys SQLite export into a KernelTrace."""
+def load_nsys(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> KernelTrace:
+    """Read an nsys SQLite export (a regular file of at most `max_bytes`) into a KernelTrace."""
     p = Path(path)
+    check_regular_file(p, max_bytes)  # SQLite would open a FIFO and wait on it
     conn = _connect(p)
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}

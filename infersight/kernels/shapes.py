@@ -12,6 +12,7 @@ engine step the window began with (steps that scheduled nothing have no entry).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.kernels.frames import TraceError, typed_frame
+from infersight.kernels.input_files import read_regular_file
 from infersight.runtime.model_config import ModelConfig, model_config_from_dict
 
 FORMAT = "infersight-capture-shapes/1"
@@ -26,6 +28,15 @@ SUFFIX = ".shapes.json"
 PHASES = {"prefill", "decode", "mixed", "verify"}
 STEP_COLUMNS = {"step_id": "int64", "phase": "object", "request_id": "int64", "query_len": "int64",
                 "context_len": "int64"}
+# Ranges a shapes file's numbers must be in: far above any real model or capture, and low enough that
+# the roofline's products (tokens x context x heads x layers) and step_id + first_step stay finite
+# and inside int64.
+MAX_ID = 2 ** 52
+MAX_TOKENS = 2 ** 24
+MAX_SHAPES_BYTES = 256 << 20
+MODEL_FIELD_LIMITS = {"d_model": 2 ** 20, "n_layers": 2 ** 12, "n_heads": 2 ** 14, "n_kv_heads": 2 ** 14,
+                      "ffn_dim": 2 ** 22, "n_experts": 2 ** 16, "top_k": 2 ** 16, "vocab_size": 2 ** 24,
+                      "max_seq_len": 2 ** 26}
 
 
 @dataclass(frozen=True)
@@ -46,27 +57,63 @@ def shapes_path_for(capture_path: str | Path) -> Path:
     return p.with_name(stem + SUFFIX)
 
 
-def load_capture_shapes(path: str | Path) -> CaptureShapes:
-    """Parse a shapes file; a TraceError that says what is wrong when it is not one."""
+def _whole(value: object, what: str, low: int, high: int) -> int:
+    """An integer (an integral JSON number) in [low, high], else ValueError naming `what`: the
+    roofline multiplies these, so an unchecked 1e308 ends as an int64 overflow further on."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be an integer, got {str(value)[:40]!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OverflowError(f"{what} must be an integer, got {value}")
+    if not (low <= value <= high) or value != int(value):
+        raise ValueError(f"{what} must be an integer from {low} to {high}, got {str(value)[:40]}")
+    return int(value)
+
+
+def _model(fields: object) -> ModelConfig:
+    if not isinstance(fields, dict):
+        raise TypeError("model must be an object of ModelConfig fields")
+    for name, value in fields.items():
+        high = MODEL_FIELD_LIMITS.get(name)
+        if high is not None:
+            _whole(value, f"model.{name}", 0, high)
+    return model_config_from_dict(fields)
+
+
+def _rows(steps: object) -> list[tuple[int, str, int, int, int]]:
+    if not isinstance(steps, list):
+        raise TypeError("steps must be a list")
+    rows = []
+    for st in steps:
+        step_id = _whole(st["step_id"], "step_id", 0, MAX_ID)
+        phase = str(st["phase"])[:40]
+        for rid, n, ctx in st["seqs"]:
+            rows.append((step_id, phase, _whole(rid, "request id", -MAX_ID, MAX_ID),
+                         _whole(n, "tokens fed", 0, MAX_TOKENS), _whole(ctx, "KV length", 0, MAX_TOKENS)))
+    return rows
+
+
+def load_capture_shapes(path: str | Path, max_bytes: int = MAX_SHAPES_BYTES) -> CaptureShapes:
+    """Parse a shapes file (a regular file of at most `max_bytes`); a TraceError that says what is
+    wrong when it is not one, including numbers outside the ranges above."""
     p = Path(path)
+    raw = read_regular_file(p, max_bytes)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TraceError(f"{p}: cannot read the shapes file ({exc.strerror or exc})") from None
+        doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceError(f"{p}: not a shapes file (invalid JSON: {exc})") from None
+    except (RecursionError, ValueError) as exc:  # deep nesting; an integer of over 4,300 digits
+        raise TraceError(f"{p}: not a shapes file ({type(exc).__name__}: {str(exc)[:120]})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise TraceError(f"{p}: not a shapes file (expected \"format\": \"{FORMAT}\")")
     try:
-        model = model_config_from_dict(doc["model"])
-        dtype_bytes = int(doc["dtype_bytes"])
-        rows = [(int(st["step_id"]), str(st["phase"]), int(rid), int(n), int(ctx))
-                for st in doc["steps"] for rid, n, ctx in st["seqs"]]
+        model = _model(doc["model"])
+        dtype_bytes = _whole(doc["dtype_bytes"], "dtype_bytes", 1, 16)
+        rows = _rows(doc["steps"])
         first_step = doc.get("first_step")
-        first_step = None if first_step is None else int(first_step)
+        first_step = None if first_step is None else _whole(first_step, "first_step", 0, MAX_ID)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise TraceError(f"{p}: malformed shapes file ({type(exc).__name__}: {exc})") from None
-    if dtype_bytes < 1 or any(n < 1 or ctx < n for _, _, _, n, ctx in rows):
+        raise TraceError(f"{p}: malformed shapes file ({type(exc).__name__}: {str(exc)[:160]})") from None
+    if any(n < 1 or ctx < n for _, _, _, n, ctx in rows):
         raise TraceError(f"{p}: malformed shapes file (dtype_bytes >= 1, tokens >= 1 and KV length >= tokens)")
     unknown = sorted({phase for _, phase, _, _, _ in rows} - PHASES)
     if unknown:

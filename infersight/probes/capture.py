@@ -18,9 +18,10 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 
@@ -32,6 +33,25 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("infersight.probes")
 SHAPES_FORMAT = "infersight-capture-shapes/1"
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` 0700 if missing; refuse (OSError) a directory another user owns or can
+    write to, where our traces could be swapped or linked elsewhere."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise OSError(f"capture directory {path} is not a directory")
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise OSError(f"capture directory {path} is owned by uid {st.st_uid} with mode "
+                      f"{stat.S_IMODE(st.st_mode):04o}: it must be this user's and not writable by others")
+
+
+def open_private(path: Path) -> BinaryIO:
+    """``path`` opened for writing, readable by this user only (0600), never through a symlink."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file of the same name keeps its mode otherwise
+    return os.fdopen(fd, "wb")
 
 
 class StepCapture:
@@ -79,7 +99,7 @@ class StepCapture:
         self._left = max(1, steps)
         self._steps = []
         try:
-            if self._tool is CaptureTool.TORCH:
+            if self._tool in (CaptureTool.TORCH, CaptureTool.TORCH_KERNELS):
                 # Without it Kineto leaves CUPTI attached after the window, and a launch-bound
                 # engine keeps paying its callbacks (measured: 1.2x slower steps for good; see
                 # BENCHMARKS.md). Read when the profiler stops; a value set by the user wins.
@@ -87,7 +107,10 @@ class StepCapture:
                 activities = [torch.profiler.ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(torch.profiler.ProfilerActivity.CUDA)
-                self._profiler = torch.profiler.profile(activities=activities, record_shapes=True)
+                # A flight-recorder window (TORCH_KERNELS) records activity only: input shapes
+                # cost a copy of every op's sizes, and the recorder needs time per op, not shapes.
+                self._profiler = torch.profiler.profile(activities=activities,
+                                                        record_shapes=self._tool is CaptureTool.TORCH)
                 self._profiler.start()
             else:
                 torch.cuda.profiler.start()
@@ -99,16 +122,17 @@ class StepCapture:
     def _write_shapes(self, path: Path) -> None:
         doc = {"format": SHAPES_FORMAT, "model": self._model, "dtype_bytes": self._dtype_bytes,
                "first_step": self._first_step, "steps": self._steps}
-        path.write_text(json.dumps(doc, separators=(",", ":")))
+        with open_private(path) as f:
+            f.write(json.dumps(doc, separators=(",", ":")).encode())
 
     def _stop(self) -> None:
         stem = self.out_dir / f"capture-{os.getpid()}-{self._seq}"
         shapes = stem.with_name(stem.name + ".shapes.json")
         try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(self.out_dir)
             if self._model is not None:
                 self._write_shapes(shapes)
-            if self._tool is CaptureTool.TORCH and self._profiler is not None:
+            if self._tool in (CaptureTool.TORCH, CaptureTool.TORCH_KERNELS) and self._profiler is not None:
                 if torch.cuda.is_available():
                     torch.cuda.synchronize()
                 self._profiler.stop()
@@ -116,7 +140,8 @@ class StepCapture:
                 with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
                     raw = tmp.name
                 self._profiler.export_chrome_trace(raw)
-                with open(raw, "rb") as src, gzip.open(path, "wb") as dst:
+                with open(raw, "rb") as src, open_private(path) as out, \
+                        gzip.GzipFile(fileobj=out, mode="wb") as dst:
                     shutil.copyfileobj(src, dst)
                 os.unlink(raw)
                 self.control.set_state(CaptureState.DONE, str(path))

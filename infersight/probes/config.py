@@ -2,8 +2,15 @@
 from __future__ import annotations
 
 import os
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+def default_capture_dir() -> str:
+    """``${XDG_STATE_HOME:-~/.local/state}/infersight/captures``: this user's, not a shared /tmp
+    directory anyone can list (the engine creates it 0700 and writes captures 0600)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = state if os.path.isabs(state) else os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "infersight", "captures")
 
 
 @dataclass
@@ -21,7 +28,7 @@ class ProbeConfig:
     ring_capacity: int = 1 << 16
     task_labels: tuple[str, ...] | None = None
     max_task_labels: int = 32
-    capture_dir: str = os.path.join(tempfile.gettempdir(), "infersight-captures")
+    capture_dir: str = field(default_factory=default_capture_dir)
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 2:

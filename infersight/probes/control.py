@@ -27,6 +27,7 @@ _OLD_TRACKER = os.name == "posix" and sys.version_info < (3, 13)
 class CaptureTool(enum.IntEnum):
     TORCH = 1           # torch.profiler (CPU + CUDA activities, shapes) -> Kineto trace
     CUDA_PROFILER = 2   # cudaProfilerStart/Stop, for `nsys profile --capture-range=cudaProfilerApi`
+    TORCH_KERNELS = 3   # torch.profiler, activity only: no shapes, no stacks (flight-recorder windows)
 
 
 class CaptureState(enum.IntEnum):

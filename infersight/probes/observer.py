@@ -2,6 +2,8 @@
 
 Every callback packs one struct and hands the bytes to the ring; the ring never blocks and
 counts what it drops. Nothing here aggregates: that is the sidecar's job, outside the loop.
+Nothing here raises into the engine for a value: one that does not fit its field is coerced and
+counted (probes.record_encoding; ``encode_fixes``), the fast C pack being tried first.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import torch
 from infersight.probes.capture import StepCapture
 from infersight.probes.config import ProbeConfig, TaskLabels
 from infersight.probes.control import ControlBlock, control_name
+from infersight.probes.record_encoding import PACK_ERRORS
 from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.records import (
     MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_dtype, record_registry,
@@ -21,6 +24,7 @@ from infersight.probes.records import (
 )
 from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD
 from infersight.probes.ring import RingProducer
+from infersight.probes.token_batch import TokenBatch
 from infersight.runtime.model_config import ModelConfig
 from infersight.runtime.observer import EngineObserver, KVBlockEvent
 from infersight.runtime.ranges import RangeMarker
@@ -45,25 +49,51 @@ class ProbeObserver(EngineObserver):
         self._pending_counts: tuple[int, torch.Tensor, torch.cuda.Event] | None = None
         self._pinned: list[torch.Tensor] | None = None
         self._flip = 0
-        self._write = self.ring.write
-        self._pack = {kind: record_struct(kind).pack for kind in RecordKind}
+        self._ring_write = self.ring.write
+        # TOKENS records wait for one batched write; any other record flushes them first (ring order kept).
+        self._tokens = TokenBatch(self.ring, self._requests,
+                                  lambda rid, t, n: self._req(rid, t, 0, n, 0, RequestEvent.TOKENS, 0))
+        self._add_tokens = self._tokens.pending.append
+        self._structs = {kind: record_struct(kind) for kind in RecordKind}
+        self._pack = {kind: s.fast_pack for kind, s in self._structs.items()}  # raise PACK_ERRORS
+        self._safe = {kind: s.pack for kind, s in self._structs.items()}  # coerce and count
         self._member_dtype = record_dtype(RecordKind.BATCH_MEMBER)
 
     @property
     def ring_name(self) -> str:
         return self.ring.name
 
+    def _write(self, kind: RecordKind, data: bytes) -> bool:
+        if self._tokens.pending:
+            self._tokens.flush()
+        return self._ring_write(kind, data)
+
+    @property
+    def encode_fixes(self) -> dict[str, int]:
+        """Fields coerced to fit their record ("KIND field: reason" -> count); empty when all fit."""
+        return {f"{kind.name} {key}": n for kind, s in self._structs.items() for key, n in s.fixes.items()}
+
+    def _put(self, kind: RecordKind, *values: object) -> None:
+        try:
+            data = self._pack[kind](*values)
+        except PACK_ERRORS:
+            data = self._safe[kind](*values)
+        self._write(kind, data)
+
     def _req(self, rid: int, ts: int, end: int, v0: int, v1: int, event: RequestEvent, reason: int) -> None:
         hi, lo, task = self._requests.get(rid, _UNKNOWN_REQUEST)
-        self._write(RecordKind.REQUEST, self._pack[RecordKind.REQUEST](ts, end, rid, hi, lo, v0, v1, task, event, reason))
+        try:  # inline, not _put: the hottest record
+            data = self._pack[RecordKind.REQUEST](ts, end, rid, hi, lo, v0, v1, task, event, reason)
+        except PACK_ERRORS:
+            data = self._safe[RecordKind.REQUEST](ts, end, rid, hi, lo, v0, v1, task, event, reason)
+        self._write(RecordKind.REQUEST, data)
 
     # -- requests ---------------------------------------------------------------------------
     def on_request_arrived(self, request_id: int, t_ns: int, num_prompt_tokens: int,
                            task: str | None, trace_id: int) -> None:
         task_id, new = self.tasks.intern(task)
-        if new:
-            self._write(RecordKind.TASK_LABEL, self._pack[RecordKind.TASK_LABEL](
-                task_id, task.encode()[:32] if task else b""))
+        if new:  # a str label: the coercing pack encodes it (unencodable characters replaced, counted)
+            self._write(RecordKind.TASK_LABEL, self._safe[RecordKind.TASK_LABEL](task_id, task or b""))
         self._requests[request_id] = (*split_trace_id(trace_id), task_id)
         self._req(request_id, t_ns, 0, num_prompt_tokens, 0, RequestEvent.ARRIVED, 0)
 
@@ -71,8 +101,8 @@ class ProbeObserver(EngineObserver):
                              num_cached_tokens: int, prefix_group_hash: int) -> None:
         self._req(request_id, t_ns, 0, num_prompt_tokens, num_cached_tokens, RequestEvent.SCHEDULED, 0)
         task_id = self._requests.get(request_id, _UNKNOWN_REQUEST)[2]
-        self._write(RecordKind.PREFIX, self._pack[RecordKind.PREFIX](
-            t_ns, request_id, prefix_group_hash, num_prompt_tokens, num_cached_tokens, task_id))
+        self._put(RecordKind.PREFIX, t_ns, request_id, prefix_group_hash, num_prompt_tokens, num_cached_tokens,
+                  task_id)
 
     def on_prefill_chunk(self, request_id: int, start_ns: int, end_ns: int, start_pos: int,
                          num_tokens: int) -> None:
@@ -82,7 +112,7 @@ class ProbeObserver(EngineObserver):
         self._req(request_id, t_ns, 0, 0, 0, RequestEvent.FIRST_TOKEN, 0)
 
     def on_tokens_emitted(self, request_id: int, t_ns: int, num_tokens: int) -> None:
-        self._req(request_id, t_ns, 0, num_tokens, 0, RequestEvent.TOKENS, 0)
+        self._add_tokens((t_ns, request_id, num_tokens))  # written by the next record or the step's end
 
     def on_request_preempted(self, request_id: int, t_ns: int, reason: str) -> None:
         self._req(request_id, t_ns, 0, 0, 0, RequestEvent.PREEMPTED, _PREEMPT.get(reason, 0))
@@ -99,13 +129,11 @@ class ProbeObserver(EngineObserver):
         """The HTTP server's timing of a request (monotonic ns): body received, first and last
         response byte sent. Not an engine callback: `infersight serve` calls it from its engine
         thread (the ring's one producer) after the last byte, so it follows the FINISHED event."""
-        self._write(RecordKind.NETWORK, self._pack[RecordKind.NETWORK](
-            request_id, receive_ns, first_byte_ns, last_byte_ns))
+        self._put(RecordKind.NETWORK, request_id, receive_ns, first_byte_ns, last_byte_ns)
 
     # -- KV, MoE, speculation, steps ----------------------------------------------------------
     def on_kv_block(self, event: KVBlockEvent, block_id: int, request_id: int, block_hash: int) -> None:
-        self._write(RecordKind.KV_BLOCK, self._pack[RecordKind.KV_BLOCK](
-            time.monotonic_ns(), request_id, block_hash, block_id, event))
+        self._put(RecordKind.KV_BLOCK, time.monotonic_ns(), request_id, block_hash, block_id, event)
 
     def on_expert_counts(self, step_id: int, counts: torch.Tensor) -> None:
         if not counts.is_cuda:
@@ -126,14 +154,14 @@ class ProbeObserver(EngineObserver):
         self._pending_counts = (step_id, buf, event)
 
     def _write_moe(self, step_id: int, counts: np.ndarray) -> None:
-        pack = self._pack[RecordKind.MOE]
+        put = self._put
         n_layers, n_experts = counts.shape
         per = MOE_EXPERTS_PER_RECORD
         for layer in range(n_layers):
             for off in range(0, n_experts, per):
                 chunk = counts[layer, off:off + per].tolist()
                 chunk += [0] * (per - len(chunk))
-                self._write(RecordKind.MOE, pack(step_id, layer, off, n_experts, *chunk))
+                put(RecordKind.MOE, step_id, layer, off, n_experts, *chunk)
 
     def flush(self) -> None:
         """Write expert counts still waiting for their device copy."""
@@ -149,17 +177,17 @@ class ProbeObserver(EngineObserver):
         """One MoE layer's expert-parallel stats on this rank (see runtime.parallel.stats.EPLayerStats).
         Not an EngineObserver callback: ExpertParallelEngine calls it after each step. Peers and
         local experts beyond one record's width spill into further records (chunk 1, 2, ...)."""
-        pack = self._pack[RecordKind.EP_STATS]
+        put = self._put
         peers, slots = EP_PEERS_PER_RECORD, EP_EXPERTS_PER_RECORD
         n_slots = len(tokens_per_local_expert)
         for chunk in range(max(1, -(-world // peers), -(-n_slots // slots))):
             sent = list(bytes_to_peer[chunk * peers:(chunk + 1) * peers])
             ids = list(local_expert_ids[chunk * slots:(chunk + 1) * slots])
             tokens = list(tokens_per_local_expert[chunk * slots:(chunk + 1) * slots])
-            self._write(RecordKind.EP_STATS, pack(
+            put(RecordKind.EP_STATS,
                 step_id, layer, rank, world, chunk, n_slots, dispatch_ns, combine_ns, compute_ns, gather_ns,
                 total_ns, *sent, *[0] * (peers - len(sent)), *ids, *[0] * (slots - len(ids)),
-                *tokens, *[0] * (slots - len(tokens))))
+                *tokens, *[0] * (slots - len(tokens)))
 
     def on_spec_verified(self, request_id: int, num_proposed: int, num_accepted: int,
                          accept_mask: list[bool], draft_ns: int, verify_ns: int) -> None:
@@ -167,8 +195,8 @@ class ProbeObserver(EngineObserver):
         for i, ok in enumerate(accept_mask[:64]):
             mask |= int(ok) << i
         task_id = self._requests.get(request_id, _UNKNOWN_REQUEST)[2]
-        self._write(RecordKind.SPEC, self._pack[RecordKind.SPEC](
-            time.monotonic_ns(), request_id, draft_ns, verify_ns, mask, task_id, num_proposed, num_accepted))
+        self._put(RecordKind.SPEC, time.monotonic_ns(), request_id, draft_ns, verify_ns, mask, task_id, num_proposed,
+                  num_accepted)
 
     def on_model(self, model: ModelConfig, dtype_bytes: int) -> None:
         self.capture.on_model(model, dtype_bytes)
@@ -177,25 +205,32 @@ class ProbeObserver(EngineObserver):
         self.capture.on_step_begin(step_id)
 
     def on_step_end(self, stats: StepStats) -> None:
-        self._write(RecordKind.STEP, self._pack[RecordKind.STEP](
+        self._put(RecordKind.STEP,
             stats.step_id, stats.start_ns, stats.end_ns, stats.num_prefill_tokens, stats.num_decode_tokens,
             stats.num_spec_tokens, stats.num_spec_accepted, stats.kv_blocks_in_use, stats.kv_blocks_cached,
             stats.kv_blocks_total, stats.kv_block_size,
             stats.num_waiting, stats.num_running, stats.num_swapped, stats.num_preempted, len(stats.batch),
-            len(stats.finished)))
-        self._write(RecordKind.STEP_TIMING, self._pack[RecordKind.STEP_TIMING](
+            len(stats.finished))
+        self._put(RecordKind.STEP_TIMING,
             stats.step_id, stats.start_ns, stats.end_ns, stats.schedule_ns, stats.draft_ns, stats.target_ns,
             stats.num_decode_tokens, stats.num_prefill_tokens, stats.num_spec_tokens, stats.num_spec_accepted,
-            stats.draft_forwards, stats.spec_probe))
+            stats.draft_forwards, stats.spec_probe)
         if stats.batch:
             members = np.empty(len(stats.batch), self._member_dtype)
-            members["step_id"] = stats.step_id
-            members[["request_id", "num_tokens"]] = stats.batch  # one vectorised write for the batch
-            self.ring.write_many(RecordKind.BATCH_MEMBER, members)
+            try:
+                members["step_id"] = stats.step_id
+                members[["request_id", "num_tokens"]] = stats.batch  # one vectorised write for the batch
+            except (OverflowError, ValueError, TypeError):  # a value out of range: row by row, coerced
+                for rid, tokens in stats.batch:
+                    self._put(RecordKind.BATCH_MEMBER, stats.step_id, rid, tokens)
+            else:
+                self.ring.write_many(RecordKind.BATCH_MEMBER, members)
+        self._tokens.flush()  # an idle step writes no record above: its tokens go out here
         self.capture.on_step_end(stats)
 
     def close(self, unlink: bool = True) -> None:
         self.flush()
+        self._tokens.flush()
         self.capture.close()
         self.control.close()
         self.ring.close()

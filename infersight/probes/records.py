@@ -8,10 +8,10 @@ ring header carries the wall-clock anchor that converts them.
 from __future__ import annotations
 
 import enum
-import struct
 
 import numpy as np
 
+from infersight.probes.record_encoding import RecordStruct
 from infersight.probes.schema import RecordRegistry, RecordType
 
 #: Experts per MoE record; a layer with more experts spans several records (expert_offset).
@@ -154,9 +154,10 @@ def _numpy_format(code: str) -> object:
     return _NUMPY_CODES[code]
 
 
-def record_struct(kind: RecordKind) -> struct.Struct:
-    """Packed little-endian layout, identical byte for byte to record_dtype(kind)."""
-    return struct.Struct("<" + "".join(code for _, code in _LAYOUTS[kind][1]))
+def record_struct(kind: RecordKind) -> RecordStruct:
+    """Packed little-endian layout, identical byte for byte to record_dtype(kind); its ``pack``
+    coerces (and counts) values out of a field's range instead of raising (record_encoding)."""
+    return RecordStruct(RecordKind(kind).name, _LAYOUTS[kind][1])
 
 
 def record_dtype(kind: RecordKind) -> np.dtype:

@@ -5,9 +5,11 @@ One ring per producing process (named "infersight-<pid>" by convention)::
        0 +-------------------------------------------------------------+
          | magic "ISPRING\\0" | layout version | header size | slot size |
          | capacity | n types | producer pid | wall ns | monotonic ns  |
+      48 | lease_pid | reader_lost          (reader: attach/takeover) |
       64 | write_pos | produced | dropped               (producer only) |
+      88 | writer_start | writer_pidns           (producer, at create) |
      128 | read_pos | next_seq | consumed | corrupt | dropped_seen |    |
-         | pending_bad                                (consumer only) |
+         | pending_bad | in_flight | lease_beat         (consumer only) |
      192 | type table: n x (kind u16, version u16, itemsize u32, name) |
        H +-------------------------------------------------------------+  H: 64-aligned
          | slot 0: seq u64 | kind u16 | rsv u16 | length u32 | record  |
@@ -25,11 +27,21 @@ filled first and ``write_pos`` stored last, so a consumer that sees the new
 ``write_pos`` sees the whole slot.  Counters are 8-byte aligned u64s written
 through a ``memoryview`` cast to "Q" (one aligned 8-byte store each), so they
 are never torn.  Weakly ordered CPUs (ARM) would need fences this code lacks.
+
+A ring has one reader, which holds its lease (ring_lease.py).  ``consumed``
+counts records delivered; the last batch a reader took stays ``in_flight``
+until it commits (or reads again), so when a reader dies its successor moves
+that batch from ``consumed`` to ``reader_lost``: once a quiescent producer is
+drained, ``produced == consumed + dropped + corrupt + reader_lost`` exactly,
+across any number of reader deaths.  (A reader killed inside the few stores
+that publish a batch can leave those counters torn: a microsecond window.)
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import struct
 import sys
 import time
 from multiprocessing import resource_tracker
@@ -38,25 +50,69 @@ from typing import Iterable
 
 import numpy as np
 
+from infersight.probes.ring_lease import (
+    DEFAULT_LEASE_TIMEOUT_S, IN_FLIGHT, LEASE_PID, LEASE_WORDS, READER_LOST, SHM_DIR, WRITER_PIDNS, WRITER_START,
+    ReaderLease, RingLeaseError, process_start_ticks, writer_alive, writer_identity,
+)
+from infersight.probes.control import control_name
 from infersight.probes.schema import (
-    CONSUMED, CORRUPT, DROPPED, DROPPED_SEEN, NEXT_SEQ, PENDING_BAD, PRODUCED, READ_POS, SLOT_HEADER,
+    LAYOUT_VERSION, MAGIC, CONSUMED, CORRUPT, DROPPED, DROPPED_SEEN, NEXT_SEQ, PENDING_BAD, PRODUCED, READ_POS, SLOT_HEADER,
     SLOT_HEADER_SIZE, WRITE_POS, RecordRegistry, RecordType, RingFormatError, RingHeader, RingView,
     as_registry, decode_header, encode_header, plan_header, resolve_dtypes,
 )
 
-__all__ = ["ProbeRing", "RingProducer", "RingConsumer", "RingFormatError", "list_rings", "bench_ingest"]
+__all__ = ["ProbeRing", "RingProducer", "RingConsumer", "RingFormatError", "RingLeaseError", "RingWriterGone",
+           "list_rings", "bench_ingest"]
 
+log = logging.getLogger("infersight.probes")
 _pack_slot_header = SLOT_HEADER.pack_into
 _OLD_TRACKER = os.name == "posix" and sys.version_info < (3, 13)  # attach registers with the tracker
 
 
-def list_rings(prefix: str = "infersight-") -> list[str]:
-    """Names of shared memory segments starting with ``prefix`` (Linux /dev/shm; [] elsewhere)."""
+_WRITER = struct.Struct("<8sI16xI")  # magic, layout version, producer pid (offset 28)
+_WRITER_ID = struct.Struct("<QQ")  # writer_start, writer_pidns at byte 8 * WRITER_START
+
+
+def list_rings(prefix: str = "infersight-", live_only: bool = True) -> list[str]:
+    """Names of shared memory segments starting with ``prefix`` (Linux /dev/shm; [] elsewhere).
+    ``live_only``: leave out rings whose writer is known to have exited (stale_ring)."""
     try:
-        with os.scandir("/dev/shm") as entries:
-            return sorted(e.name for e in entries if e.name.startswith(prefix) and e.is_file())
+        with os.scandir(SHM_DIR) as entries:
+            names = sorted(e.name for e in entries if e.name.startswith(prefix) and e.is_file())
     except OSError:
         return []
+    return [n for n in names if not stale_ring(n)] if live_only else names
+
+
+def stale_ring(name: str) -> bool:
+    """True when ``name`` is a ring whose writer is known to have exited: its pid is gone (or is
+    another process now) in this pid namespace. False for live rings, for rings whose writer this
+    process cannot judge (another pid namespace), and for segments that are not rings."""
+    try:
+        with open(os.path.join(SHM_DIR, name), "rb") as f:
+            head = f.read(8 * WRITER_PIDNS + 8)
+    except OSError:
+        return False
+    if len(head) < 8 * WRITER_PIDNS + 8:
+        return False
+    magic, version, pid = _WRITER.unpack_from(head, 0)
+    if magic != MAGIC or version != LAYOUT_VERSION:
+        return False
+    start, pidns = _WRITER_ID.unpack_from(head, 8 * WRITER_START)
+    return writer_alive(pid, start, pidns) is False
+
+
+def remove_ring(name: str) -> bool:
+    """Unlink a dead writer's ring and its capture control block; False if it could not be."""
+    removed = True
+    for path in (name, control_name(name)):
+        try:
+            os.unlink(os.path.join(SHM_DIR, path))
+        except FileNotFoundError:
+            pass
+        except OSError:
+            removed = False  # someone else's (sticky /dev/shm): leave it
+    return removed
 
 
 class RingProducer(RingView):
@@ -80,6 +136,8 @@ class RingProducer(RingView):
         header = plan_header(capacity, slot_size, registry, os.getpid(), wall, mono)
         shm = SharedMemory(name=name, create=True, size=header.total_size)
         encode_header(shm.buf, header)  # a new segment is zero-filled: every counter starts at 0
+        # Who writes, once: a reader tells a dead writer's ring (or a reused pid) from a live one.
+        _WRITER_ID.pack_into(shm.buf, 8 * WRITER_START, *writer_identity())
         return cls(shm, header, registry)
 
     def write(self, kind: int, record: np.ndarray | np.void | bytes) -> bool:
@@ -168,20 +226,65 @@ class RingConsumer(RingView):
     ``read`` returns ``{kind: structured array}``: each kind's records in
     sequence order; kinds without records in the batch are absent.  The
     accounting lives in the ring, so once a quiescent producer is drained,
-    ``produced == consumed + dropped + corrupt`` and ``dropped_seen == dropped``.
+    ``produced == consumed + dropped + corrupt + reader_lost`` and
+    ``dropped_seen == dropped``.
+
+    The consumer holds the ring's reader lease (``lease=True``): attaching while
+    another live reader holds it raises RingLeaseError naming that reader's pid.
+    ``read`` raises RingWriterGone once a drained ring's writer has exited (the
+    ring is then unlinked), RingLeaseError if a successor took a hung reader's
+    lease over.
     """
 
-    def __init__(self, shm: SharedMemory, header: RingHeader, dtypes: dict[int, np.dtype]) -> None:
+    def __init__(self, shm: SharedMemory, header: RingHeader, dtypes: dict[int, np.dtype],
+                 lease_timeout_s: float | None = DEFAULT_LEASE_TIMEOUT_S) -> None:
         super().__init__(shm, header, dtypes)
         self.dtypes = dtypes
+        self._lw = shm.buf[:8 * LEASE_WORDS].cast("Q")
+        self._lease = None if lease_timeout_s is None else ReaderLease(self.name, self._lw, lease_timeout_s)
+        self.lost_at_attach = 0  # a dead predecessor's undelivered batch, moved to reader_lost
+        if self._lease is not None:
+            try:
+                self._lease.acquire()
+            except BaseException:
+                self._lw.release()
+                RingView.close(self)
+                raise
+            if self._lease.took_over is not None:
+                self.lost_at_attach = self._reclaim_in_flight()
+                prev = self._lease.took_over
+                log.warning("ring %r: took over the reader lease of pid %d (%s); %d records it had taken "
+                            "but not delivered are counted lost", self.name, prev.pid,
+                            "hung" if _pid_alive(prev.pid) else "gone", self.lost_at_attach)
         self._r, self._nxt, self._consumed, self._corrupt, self._seen, self._pending = (
             self._cc[i] for i in (READ_POS, NEXT_SEQ, CONSUMED, CORRUPT, DROPPED_SEEN, PENDING_BAD))
+        self.delivered_before = self._consumed  # by earlier readers of this ring
+        self.writer_gone = False
+        self._progress = (self._pc[PRODUCED], time.monotonic())  # (produced, when it last moved)
+        self._next_liveness_check = 0.0
+
+    @property
+    def lease(self) -> ReaderLease | None:
+        """This reader's lease (None when attached without one, to peek)."""
+        return self._lease
+
+    def _reclaim_in_flight(self) -> int:
+        """A dead reader took its last batch off the ring and never delivered it: count it lost."""
+        lw, cc = self._lw, self._cc
+        lost = min(int(lw[IN_FLIGHT]), int(cc[CONSUMED]))
+        if lost:
+            lw[READER_LOST] = lw[READER_LOST] + lost
+            cc[CONSUMED] = cc[CONSUMED] - lost
+        lw[IN_FLIGHT] = 0
+        return lost
 
     @classmethod
-    def attach(cls, name: str, record_types: RecordRegistry | Iterable[RecordType] | None = None
-               ) -> RingConsumer:
+    def attach(cls, name: str, record_types: RecordRegistry | Iterable[RecordType] | None = None,
+               lease: bool = True, lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S) -> RingConsumer:
         """Attach to ring ``name``.  Given ``record_types``, every kind on the ring
-        must match one (name, version, itemsize); else records come back raw."""
+        must match one (name, version, itemsize); else records come back raw.
+        ``lease=False`` attaches without the reader lease, to look at the counters only
+        (such a consumer must not ``read``)."""
         known = None if record_types is None else as_registry(record_types)
         shm = SharedMemory(name=name, **({} if _OLD_TRACKER else {"track": False}))
         if _OLD_TRACKER:
@@ -192,7 +295,7 @@ class RingConsumer(RingView):
             resource_tracker.unregister("/" + shm.name, "shared_memory")
         try:
             header = decode_header(shm.buf, shm.size)
-            return cls(shm, header, resolve_dtypes(header, known, name))
+            return cls(shm, header, resolve_dtypes(header, known, name), lease_timeout_s if lease else None)
         except BaseException:
             shm.close()
             raise
@@ -204,7 +307,11 @@ class RingConsumer(RingView):
 
     def read(self, max_records: int | None = None) -> dict[int, np.ndarray]:
         """Take up to ``max_records`` slots (all available if None) off the ring.
-        Bad slots are counted and skipped; only impossible counters raise."""
+        Bad slots are counted and skipped; only impossible counters raise.
+        Reading again commits the previous batch as delivered (so does ``commit``)."""
+        if self._lease is None:
+            raise RingLeaseError(f"ring {self.name!r} was attached without the reader lease: it cannot be read")
+        self._lease.beat()
         pc, cap, r = self._pc, self._capacity, self._r
         # Load order matters: produced, write_pos, dropped -- the reverse of the
         # producer's store order, so every event numbered below `produced` is
@@ -216,11 +323,11 @@ class RingConsumer(RingView):
                                   f"{written}, read position {r}, capacity {cap}")
         n = n if max_records is None else min(n, max(0, max_records))
         out: dict[int, np.ndarray] = {}
+        good = 0
         if n:
             idx = np.arange(r % cap, r % cap + n) % cap
             hdr = self._slot_hdr[idx]  # a copy; the slots stay ours until read_pos moves
             ok = self._check_seqs(hdr["seq"], dropped)
-            good = 0
             for kind, view in self._payload.items():
                 sel = (hdr["kind"] == kind) & (hdr["length"] == self._itemsize[kind])
                 if ok is not None:
@@ -238,10 +345,56 @@ class RingConsumer(RingView):
             self._seen += max(0, k - self._pending)
             self._pending, self._nxt = max(0, self._pending - k), produced
         cc = self._cc
-        cc[NEXT_SEQ], cc[CONSUMED], cc[CORRUPT] = self._nxt, self._consumed, self._corrupt
+        # in_flight next to consumed: a successor moves the batch back out if we die before commit
+        self._lw[IN_FLIGHT], cc[CONSUMED] = good, self._consumed
+        cc[NEXT_SEQ], cc[CORRUPT] = self._nxt, self._corrupt
         cc[DROPPED_SEEN], cc[PENDING_BAD] = self._seen, self._pending
         cc[READ_POS] = r  # last: this hands the slots back to the producer
+        if r == written:
+            self._check_writer(produced)
         return out
+
+    def commit(self) -> None:
+        """The last batch ``read`` returned is delivered (folded in, exported)."""
+        if self._lease is not None and not self._closed:
+            self._lw[IN_FLIGHT] = 0
+
+    def _check_writer(self, produced: int) -> None:
+        """On a drained ring whose producer has been quiet a second, ask whether it still runs
+        (once a second at most); a dead writer's ring is unlinked and RingWriterGone raised."""
+        now = time.monotonic()
+        if produced != self._progress[0]:
+            self._progress = (produced, now)
+            return
+        if now - self._progress[1] < 1.0 or now < self._next_liveness_check:
+            return
+        self._next_liveness_check = now + 1.0
+        h, lw = self.header, self._lw
+        if writer_alive(h.producer_pid, int(lw[WRITER_START]), int(lw[WRITER_PIDNS])) is False:
+            self.writer_gone = True
+            self.commit()
+            removed = remove_ring(self.name)
+            raise RingWriterGone(f"ring {self.name!r}: its writer, pid {h.producer_pid}, has exited; "
+                                 f"drained{' and removed' if removed else ' (could not remove it)'}")
+
+    def stats(self) -> dict[str, int]:
+        """The ring's counters (RingView.stats) plus the reader's: reader_lost (events dead
+        readers took but never delivered), delivered_before (by earlier readers) and
+        reader_pid (the lease holder the header names, 0: none)."""
+        st = super().stats()
+        lw = self._lw
+        st.update(reader_lost=int(lw[READER_LOST]), in_flight=int(lw[IN_FLIGHT]),
+                  delivered_before=int(self.delivered_before), reader_pid=int(lw[LEASE_PID]) & 0xFFFFFFFF)
+        return st
+
+    def close(self) -> None:
+        """Commit, give the lease back and unmap."""
+        if not getattr(self, "_closed", True) and hasattr(self, "_lw"):
+            if getattr(self, "_lease", None) is not None:
+                self.commit()
+                self._lease.release()
+            self._lw.release()
+        super().close()
 
     def _check_seqs(self, seqs: np.ndarray, dropped: int) -> np.ndarray | None:
         """Count sequence gaps as drops; return a mask of slots with a usable
@@ -263,6 +416,14 @@ class RingConsumer(RingView):
                 seen, pending, nxt = seen + max(0, gap - pending), 0, s + 1
         self._nxt, self._seen, self._pending = nxt, seen, pending
         return ok
+
+
+def _pid_alive(pid: int) -> bool:
+    return process_start_ticks(pid) is not None
+
+
+class RingWriterGone(RingFormatError):
+    """The ring's writer has exited and the ring is drained: detach (it was unlinked if it could be)."""
 
 
 class ProbeRing:

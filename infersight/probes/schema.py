@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, NamedTuple, TypeVar
 import numpy as np
 
 MAGIC = b"ISPRING\x00"
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2  # 2: reader lease, in-flight batch and writer identity (probes/ring_lease.py)
 
 # Static header: magic, layout version, header size, slot size, capacity,
 # number of record types, producer pid, wall/monotonic anchor (ns).
@@ -191,7 +191,8 @@ def decode_header(buf: memoryview, region_size: int) -> RingHeader:
         raise RingFormatError(f"not an infersight probe ring: magic {magic!r}, expected {MAGIC!r}")
     if version != LAYOUT_VERSION:
         raise RingFormatError(f"ring layout version {version} is not supported "
-                              f"(this reader understands version {LAYOUT_VERSION})")
+                              f"(this reader understands version {LAYOUT_VERSION}): the engine and the "
+                              "agent run different infersight versions; upgrade both")
     if not 0 < n_types <= MAX_TYPES:
         raise RingFormatError(f"ring header declares {n_types} record types (expected 1..{MAX_TYPES})")
     if capacity == 0 or slot_size % 8 or slot_size <= SLOT_HEADER_SIZE:

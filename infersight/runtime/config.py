@@ -30,6 +30,12 @@ class EngineConfig:
     spec_probe_every: with a speculative model, N >= 2 runs one in N pure-decode steps at each batch
     size without speculation (see runtime.spec_probe), so the sidecar can time a plain step against
     a speculative one at the same batch size; 0 never does.
+    max_model_len: the longest sequence (prompt + output) the engine serves, vLLM's name; None: the
+    model's max_seq_len. A smaller value lets a small KV pool (num_kv_blocks) be used; longer
+    prompts are refused (InvalidRequestError).
+    enforce_eager: never run decode steps as CUDA graphs (vLLM's name); on the CPU they never are.
+    compile_layers: on CUDA, torch.compile each layer's norms, RoPE and SwiGLU (fewer, fused
+    kernels; seconds of compilation at start and at new shapes); ignored on the CPU.
     """
 
     model: str | ModelConfig = "tiny-moe"
@@ -49,6 +55,9 @@ class EngineConfig:
     attention_backend: str = "auto"
     decode_attention: str = "auto"
     spec_probe_every: int = 0
+    max_model_len: int | None = None
+    enforce_eager: bool = False
+    compile_layers: bool = False
     model_config: ModelConfig = field(init=False)
     draft_config: ModelConfig | None = field(init=False)
 
@@ -76,13 +85,20 @@ class EngineConfig:
             raise ValueError(f"spec_probe_every must be 0 (off) or >= 2, got {self.spec_probe_every}")
         if self.cpu_offload_blocks < 0:
             raise ValueError(f"cpu_offload_blocks must be >= 0, got {self.cpu_offload_blocks}")
+        model_len = self.model_config.max_seq_len
+        if self.max_model_len is None:
+            self.max_model_len = model_len
+        if not isinstance(self.max_model_len, int) or not 2 <= self.max_model_len <= model_len:
+            raise ValueError(f"max_model_len must be an integer in [2, {model_len}] ({self.model_config.name}'s "
+                             f"max_seq_len), got {self.max_model_len!r}")
         if self.num_kv_blocks is None:
-            per_seq = -(-self.model_config.max_seq_len // self.block_size)
+            per_seq = -(-self.max_model_len // self.block_size)
             self.num_kv_blocks = per_seq * min(self.max_num_seqs, 16)
-        max_blocks = -(-self.model_config.max_seq_len // self.block_size)
+        max_blocks = -(-self.max_model_len // self.block_size)
         if self.num_kv_blocks < max_blocks:
             raise ValueError(f"num_kv_blocks={self.num_kv_blocks} cannot hold one max-length sequence "
-                             f"({max_blocks} blocks of {self.block_size} tokens)")
+                             f"({max_blocks} blocks of {self.block_size} tokens for max_model_len="
+                             f"{self.max_model_len}); lower max_model_len or raise num_kv_blocks")
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -18,8 +18,8 @@ from infersight.runtime.kv_cache import KVCacheManager
 from infersight.runtime.model_runner import FeedItem, ModelRunner
 from infersight.runtime.observer import EngineObserver
 from infersight.runtime.outputs import RequestOutput
-from infersight.runtime.request import Request
-from infersight.runtime.sampling import SamplingParams, probs_from_logits, sample
+from infersight.runtime.request import Request, checked_params
+from infersight.runtime.sampling import SamplingParams, probs_from_logits, sample, sample_batch
 from infersight.runtime.scheduler import Scheduler, ScheduledRequest
 from infersight.runtime.spec_probe import SpecProbe
 from infersight.runtime.speculative import verify
@@ -59,6 +59,7 @@ class Engine:
                              weights=config.weights, attention_backend=backend, ranges=self.ranges,
                              decode_attention=self.decode_attention)
         self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
+        self.target.use_cuda_graphs(config, self.decode_attention)  # decode steps as CUDA graphs, when they can be
         self.draft: ModelRunner | None = None
         if config.draft_config is not None:
             draft = build_model(config.draft_config, dtype=config.torch_dtype, device=config.device,
@@ -84,6 +85,7 @@ class Engine:
 
         trace_id: the caller's 128-bit W3C trace id (from its traceparent); 0 generates one."""
         params = params if params is not None else SamplingParams()
+        params = checked_params(params, self.config.max_model_len)  # InvalidParamError names the field
         if isinstance(prompt, str):
             if not prompt:
                 raise InvalidRequestError("prompt is empty")
@@ -95,10 +97,10 @@ class Engine:
             vocab = self.config.model_config.vocab_size
             if not all(isinstance(t, int) and 0 <= t < vocab for t in token_ids):
                 raise InvalidRequestError(f"prompt token ids must be integers in [0, {vocab})")
-        max_len = self.config.model_config.max_seq_len
+        max_len = self.config.max_model_len
         if len(token_ids) >= max_len:
-            raise InvalidRequestError(f"prompt has {len(token_ids)} tokens; the model's maximum length "
-                                      f"is {max_len} including at least one generated token")
+            raise InvalidRequestError(f"prompt has {len(token_ids)} tokens; the maximum length is {max_len} "
+                                      f"(max_model_len) including at least one generated token")
         rid = self.next_request_id
         self.next_request_id += 1
         seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + rid
@@ -115,6 +117,22 @@ class Engine:
         req = self.requests.get(request_id)
         if req is not None and not req.is_finished:
             self._finish(req, "abort")
+
+    def fail_request(self, req: Request, exc: Exception, stats: StepStats | None = None) -> None:
+        """Finish a request whose own sampling, commit or probes raised: reason "error", req.error set
+        (a caller reads it from there); the rest of the batch goes on. A request that had already
+        finished keeps its result (what raised came after it)."""
+        log.error("request %d failed in step %d: %s: %s", req.request_id, self.step_id, type(exc).__name__, exc,
+                  exc_info=exc)
+        if req.is_finished:
+            return
+        req.error = exc
+        try:
+            self._finish(req, "error")
+        except Exception:  # noqa: BLE001 -- the scheduler has let it go; only its FINISHED record is lost
+            log.exception("request %d: finishing it after its failure raised too", req.request_id)
+        if stats is not None:
+            stats.finished.append(req.request_id)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -180,6 +198,7 @@ class Engine:
             self.forward_timer.stop()
         end_forward = time.monotonic_ns()
         with self.ranges.range("sampling"):
+            sampled = self._sample_plain(sched, logits, drafts)
             for s, lg in zip(sched, logits):
                 req = s.req
                 stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
@@ -191,10 +210,14 @@ class Engine:
                                                    s.num_new_tokens)
                 else:
                     stats.num_decode_tokens += s.num_new_tokens
-                new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id), stats)
-                self.kv.commit(req)
-                if new_tokens:
-                    self._emit(req, new_tokens, stats)
+                try:
+                    new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
+                                               stats, sampled.get(req.request_id))
+                    self.kv.commit(req)
+                    if new_tokens:
+                        self._emit(req, new_tokens, stats)
+                except Exception as exc:  # noqa: BLE001 -- one request's failure ends that request only
+                    self.fail_request(req, exc, stats)
         if stats.target_ns < 0:
             stats.target_ns = self.forward_timer.elapsed_ns()
         if self.expert_counts is not None:
@@ -245,15 +268,39 @@ class Engine:
         items = []
         for s in sched:
             req = s.req
-            toks = req.token_ids[req.num_computed:req.num_computed + s.num_new_tokens]
+            if s.num_new_tokens == 1 and req.output_token_ids and req.num_computed == req.num_tokens - 1:
+                toks = req.output_token_ids[-1:]  # a decode: no copy of the whole prompt + output
+            else:
+                toks = req.token_ids[req.num_computed:req.num_computed + s.num_new_tokens]
             if s.num_spec_tokens:
                 items.append(FeedItem(req, req.num_computed, toks + drafts[req.request_id], s.num_spec_tokens + 1))
             else:
                 items.append(FeedItem(req, req.num_computed, toks, 1 if s.samples else 0))
         return items
 
+    def _sample_plain(self, sched: list[ScheduledRequest], logits: list[torch.Tensor],
+                      drafts: dict[int, list[int]]) -> dict[int, int]:
+        """The next token of every request that samples without verifying drafts: one batched draw
+        (runtime.sampling.sample_batch) and one host sync for the whole step. Should the draw raise,
+        {} sends each request down its own sampling path, where a failure ends that request only."""
+        rows = [(s.req, lg) for s, lg in zip(sched, logits)
+                if s.samples and not (s.num_spec_tokens and s.req.request_id in drafts)]
+        if not rows:
+            return {}
+        reqs = [r for r, _ in rows]
+        try:
+            full = self.target.last_logits
+            batch = (full if full is not None and len(rows) == len(sched) == full.shape[0]
+                     else torch.stack([lg[-1] for _, lg in rows]))
+            tokens = sample_batch(batch, [r.params for r in reqs], [r.generator.initial_seed() for r in reqs],
+                                  [len(r.output_token_ids) for r in reqs]).tolist()
+        except Exception:  # noqa: BLE001 -- see the docstring
+            log.exception("step %d: batched sampling failed; sampling request by request", self.step_id)
+            return {}
+        return {r.request_id: t for r, t in zip(reqs, tokens)}
+
     def _advance(self, s: ScheduledRequest, logits: torch.Tensor, drafted: list[int] | None,
-                 q: torch.Tensor | None, stats: StepStats) -> list[int]:
+                 q: torch.Tensor | None, stats: StepStats, sampled: int | None = None) -> list[int]:
         """Move the request's computed counters forward and return the tokens it gained."""
         req = s.req
         if s.num_spec_tokens and drafted is not None and q is not None:
@@ -278,6 +325,8 @@ class Engine:
         req.num_computed += s.num_new_tokens
         if not s.samples:
             return []
+        if sampled is not None:
+            return [sampled]
         return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]
 
     def _emit(self, req: Request, tokens: list[int], stats: StepStats) -> None:
@@ -293,7 +342,7 @@ class Engine:
             if t == self.tokenizer.eos_id and not req.params.ignore_eos:
                 reason = "stop"
             elif (len(req.output_token_ids) >= req.params.max_tokens
-                  or req.num_tokens >= self.config.model_config.max_seq_len):
+                  or req.num_tokens >= self.config.max_model_len):
                 reason = "length"
             if reason:
                 break

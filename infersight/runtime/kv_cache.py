@@ -34,7 +34,10 @@ class KVCacheManager:
         self.ranges = observer.ranges
         models = [config.model_config] + ([config.draft_config] if config.draft_config else [])
         dtype, device = config.torch_dtype, config.device
-        self.device_kv = [_kv_tensors(m, config.num_kv_blocks, self.block_size, dtype, device) for m in models]
+        # On CUDA one spare block past the pool: CUDA-graph padding rows write their K/V there (cuda_graphs).
+        spare = 1 if device.startswith("cuda") else 0
+        self.device_kv = [_kv_tensors(m, config.num_kv_blocks + spare, self.block_size, dtype, device)
+                          for m in models]
         pin = device.startswith("cuda")
         self.cpu_kv = [_kv_tensors(m, config.cpu_offload_blocks, self.block_size, dtype, "cpu", pin)
                        for m in models] if config.cpu_offload_blocks else []

@@ -12,17 +12,22 @@ from infersight.runtime.sampling import SamplingParams
 
 
 class LLM:
-    """A batch generator over one Engine. Extra keyword arguments go to EngineConfig."""
+    """A batch generator over one Engine. Extra keyword arguments go to EngineConfig.
+
+    max_model_len: the longest prompt + output served (None: the model's max_seq_len); a smaller
+    one lets a small num_kv_blocks be used. enforce_eager: no CUDA graphs for decode steps."""
 
     def __init__(self, model: str | ModelConfig = "tiny-moe", *, device: str = "cpu", seed: int = 0,
                  speculative_model: str | ModelConfig | None = None, num_speculative_tokens: int = 4,
                  enable_prefix_caching: bool = True, num_kv_blocks: int | None = None,
                  cpu_offload_blocks: int = 0, weights: str | Path | None = None,
+                 max_model_len: int | None = None, enforce_eager: bool = False,
                  observer: EngineObserver | None = None, **engine_kwargs: object) -> None:
         config = EngineConfig(model=model, device=device, seed=seed, speculative_model=speculative_model,
                               num_speculative_tokens=num_speculative_tokens,
                               enable_prefix_caching=enable_prefix_caching, num_kv_blocks=num_kv_blocks,
                               cpu_offload_blocks=cpu_offload_blocks, weights=weights,
+                              max_model_len=max_model_len, enforce_eager=enforce_eager,
                               **engine_kwargs)  # type: ignore[arg-type]
         self.engine = Engine(config, observer)
 

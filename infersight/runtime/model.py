@@ -1,4 +1,10 @@
-"""Decoder-only transformer over a paged KV cache: RMSNorm, RoPE, GQA attention, SwiGLU or MoE FFN."""
+"""Decoder-only transformer over a paged KV cache: RMSNorm, RoPE, GQA attention, SwiGLU or MoE FFN.
+
+On CUDA a decode forward (Triton decode attention, sync-free MoE paths) reads no device value on
+the host and creates no host tensor, so a CUDA graph can hold it (benchmarks/forward_sync_check.py
+checks both on the GPU). The per-layer ranges are Python calls: they mark eager forwards and the
+capture of a graph, never its replays, whose step and phase ranges come from the graph runner.
+"""
 from __future__ import annotations
 
 import torch

@@ -1,13 +1,25 @@
-"""Turns "feed these tokens of these requests" into a ForwardBatch and runs one model on it."""
+"""Turns "feed these tokens of these requests" into a ForwardBatch and runs one model on it.
+
+Pure decode steps replay a CUDA graph when use_cuda_graphs() found that they can (cuda_graphs);
+everything else, and every step on the CPU, runs the model eagerly.
+"""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
+from infersight.runtime.cuda_graphs import DecodeGraphs, bucket_for, compile_layers, graph_blocker, width_buckets
 from infersight.runtime.forward_batch import ForwardBatch, Segment
 from infersight.runtime.model import Transformer
 from infersight.runtime.request import Request
+
+if TYPE_CHECKING:
+    from infersight.runtime.config import EngineConfig
+
+log = logging.getLogger("infersight.runtime")
 
 
 @dataclass
@@ -29,6 +41,32 @@ class ModelRunner:
         self.k_caches, self.v_caches = k_caches, v_caches
         self.block_size = block_size
         self.device = device
+        self.graphs: DecodeGraphs | None = None
+        self.graph_blocker: str | None = "not set up"
+        # Decode block tables are padded to these widths (the Triton kernel's splits follow the
+        # width), so eager and graph steps of one batch run the same kernels on the same shapes.
+        self.decode_widths: list[int] | None = None
+        self.last_logits: torch.Tensor | None = None  # the last run's logits, all items' rows
+
+    def use_cuda_graphs(self, config: "EngineConfig", decode_attention: str) -> str | None:
+        """Run pure decode steps as CUDA graphs where they can be; returns why not (None: they are)."""
+        assert config.max_model_len is not None
+        max_blocks = -(-config.max_model_len // self.block_size)
+        if decode_attention == "triton" and self.device.startswith("cuda"):
+            self.decode_widths = width_buckets(max_blocks)
+        if config.compile_layers and self.device.startswith("cuda"):
+            compile_layers(self.model)
+        reason = graph_blocker(self.model, self.device, decode_attention, config.enforce_eager)
+        if reason is None and self.k_caches.shape[1] <= (config.num_kv_blocks or 0):
+            reason = "no spare KV block for padding rows"
+        self.graph_blocker = reason
+        if reason is None:
+            self.graphs = DecodeGraphs(self.model, self.k_caches, self.v_caches, self.block_size,
+                                       config.max_num_seqs, config.max_model_len,
+                                       pad_block=self.k_caches.shape[1] - 1, device=self.device)
+        else:
+            log.info("decode steps run eagerly: %s", reason)
+        return reason
 
     def build_batch(self, items: list[FeedItem], expert_counts: torch.Tensor | None) -> ForwardBatch:
         bs = self.block_size
@@ -57,6 +95,8 @@ class ModelRunner:
             else:
                 segments.append(Segment(start, n, context, torch.tensor(table, device=self.device)))
         width = max((len(t) for t in decode_tables), default=0)
+        if self.decode_widths and width:
+            width = bucket_for(width, self.decode_widths) or width
         padded = [t + [0] * (width - len(t)) for t in decode_tables]
 
         def as_tensor(values: list[int] | list[list[int]]) -> torch.Tensor:
@@ -74,5 +114,8 @@ class ModelRunner:
         """Logits [item.logits, V] for each item, in order."""
         if not items:
             return []
-        logits = self.model(self.build_batch(items, expert_counts), self.k_caches, self.v_caches)
+        logits = self.graphs.run(items, expert_counts) if self.graphs is not None else None
+        if logits is None:
+            logits = self.model(self.build_batch(items, expert_counts), self.k_caches, self.v_caches)
+        self.last_logits = logits
         return list(logits.split([item.logits for item in items]))

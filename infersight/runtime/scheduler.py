@@ -49,7 +49,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
-        self.max_seq_len = config.model_config.max_seq_len
+        self.max_seq_len = config.max_model_len  # type: ignore[assignment]  # resolved in EngineConfig
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)

@@ -11,8 +11,11 @@ x-infersight-task (the task label), x-infersight-session-id and x-infersight-use
 session.id and user.id; the body's `user` also sets user.id). Response headers carry the engine's
 x-infersight-request-id and the x-infersight-trace-id it ran under.
 
-Each generating response is timed from the handler's start (body not yet read) to its first and
+Each generating response is timed from its arrival (body not yet read) to its first and
 last body byte; the times go to the engine thread, which writes the NETWORK record.
+
+The whole app sits behind infersight.http_limits.LimitedApp (headers 431, body 413, slow body 408,
+JSON nesting 400, and JSON bodies for 404, 405 and 500), each refusal counted by reason.
 """
 from __future__ import annotations
 
@@ -28,8 +31,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from infersight.http_limits import RECEIVED_NS, LimitedApp
 from infersight.probes.records import TextField
 from infersight.serve import protocol as P
+from infersight.serve.api_error import openai_error_body
 from infersight.serve.config import ServeConfig
 from infersight.serve.engine_loop import Accepted, Delta, Done, EngineLoop, Event, Failed, Submission
 from infersight.serve.metrics import ServerCounters
@@ -43,21 +48,6 @@ USER_HEADER = "x-infersight-user-id"
 
 def error_response(err: P.APIError, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
-
-
-class HeaderLimit:
-    """431 for requests whose headers exceed the bound (uvicorn's h11 limit guards the socket; this
-    guards the app under any server)."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and sum(len(k) + len(v) for k, v in scope["headers"]) > self.max_bytes:
-            err = P.APIError(431, f"request headers exceed {self.max_bytes} bytes", reason="headers_too_large")
-            await error_response(err)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
 
 
 class TimedResponse(Response):
@@ -86,36 +76,30 @@ class TimedResponse(Response):
             self.on_done(first or end, last or end)
 
 
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object: 413 past `limit` bytes (checked as it arrives), 400 if not JSON."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise P.APIError(413, f"request body exceeds {limit} bytes", reason="body_too_large")
-    buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > limit:
-            raise P.APIError(413, f"request body exceeds {limit} bytes", reason="body_too_large")
+async def read_json(request: Request) -> dict[str, Any]:
+    """The body as a JSON object, 400 if it is not one. Its size and nesting are bounded before it
+    gets here (LimitedApp); RecursionError is caught all the same, whatever the server in front."""
     try:
-        body = json.loads(buf)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise P.APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json", reason="invalid_json")
+        body = json.loads(await request.body())
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise P.APIError(400, f"request body is not valid JSON: {str(exc)[:200]}", code="invalid_json",
+                         reason="invalid_json")
     if not isinstance(body, dict):
         raise P.APIError(400, "request body must be a JSON object", code="invalid_json", reason="invalid_json")
     return body
 
 
 def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters | None = None) -> ASGIApp:
-    counters = counters if counters is not None else ServerCounters()
+    counters = counters if counters is not None else engine.counters
     registry = counters.registry()
 
     def bounded(value: str | None) -> str | None:
         return value[: config.max_id_bytes] if value else None
 
     async def generate(request: Request, parse: Callable[..., P.GenerationRequest]) -> Response:
-        receive_ns = time.monotonic_ns()
+        receive_ns = request.scope.get(RECEIVED_NS) or time.monotonic_ns()  # before the limits read the body
         try:
-            req = parse(await read_json(request, config.max_body_bytes), config.model_name, config.default_max_tokens)
+            req = parse(await read_json(request), config.model_name, config.default_max_tokens, engine.max_model_len)
         except P.APIError as err:
             counters.reject(err.reason)
             return error_response(err)
@@ -142,10 +126,10 @@ def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters 
         engine.submit(sub)
         first = await sub.events.get()
         if isinstance(first, Failed):
-            counters.reject("invalid_request" if isinstance(first.error, ValueError) else "engine_error")
-            status = 400 if isinstance(first.error, ValueError) else 500
-            return error_response(P.APIError(status, str(first.error), param="prompt" if status == 400 else None,
-                                             type="invalid_request_error" if status == 400 else "server_error"))
+            refused = first.status == 400
+            counters.reject("invalid_request" if refused else "engine_error")
+            return error_response(P.APIError(first.status, str(first.error), param=first.param,
+                                             type="invalid_request_error" if refused else "server_error"))
         assert isinstance(first, Accepted)
         rid = first.request_id
         prefix = "chatcmpl" if req.operation == "chat" else "cmpl"
@@ -195,7 +179,7 @@ def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters 
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models), Route("/health", health), Route("/metrics", metrics)])
-    return HeaderLimit(app, config.max_header_bytes)
+    return LimitedApp(app, config.limits, openai_error_body, lambda reason, message: counters.reject(reason))
 
 
 async def _collect(sub: Submission, request: Request) -> list[Event]:

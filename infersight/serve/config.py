@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infersight.http_limits import HttpLimits
+
 
 @dataclass
 class ServeConfig:
@@ -21,6 +23,9 @@ class ServeConfig:
     export_content: bool = False
     max_text_bytes: int = 32 << 10
     max_id_bytes: int = 256  # session and user ids, task labels
+    max_json_depth: int = 64  # nesting of arrays/objects in a body (400 beyond, before parsing)
+    header_timeout_s: float = 10.0  # from a request's first byte to its last header byte (408 beyond)
+    body_timeout_s: float = 30.0  # to read the whole body once the headers are in (408 beyond)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -31,3 +36,11 @@ class ServeConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.model_name:
             raise ValueError("model_name must not be empty")
+        self.limits  # noqa: B018 -- validates the HTTP limits now (ValueError)
+
+    @property
+    def limits(self) -> HttpLimits:
+        """The HTTP limits this server applies (infersight.http_limits)."""
+        return HttpLimits(max_body_bytes=self.max_body_bytes, max_header_bytes=self.max_header_bytes,
+                          max_json_depth=self.max_json_depth, header_timeout_s=self.header_timeout_s,
+                          body_timeout_s=self.body_timeout_s)

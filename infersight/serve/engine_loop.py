@@ -8,6 +8,11 @@ Handlers run on the asyncio loop; the engine runs here. They meet through two on
 Keeping every engine call and every probe-ring write on this thread means neither needs a lock:
 the engine is not thread-safe, and the ring has a single producer. Admission is bounded
 (`try_reserve`): past max_pending unfinished requests the handler answers 429 instead of queueing.
+
+Failures are confined and counted: a request whose own sampling or probes raise is finished by
+the engine with reason "error" and only its handler gets Failed (scope "request"); a step that
+raises as a whole fails the requests in flight (scope "step"); a probe record that cannot be
+written is counted and the request goes on.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from typing import Any, Union
 from infersight.probes.records import TextField
 from infersight.runtime.engine import Engine
 from infersight.runtime.outputs import RequestOutput
+from infersight.serve.metrics import ServerCounters
 from infersight.serve.probe_records import ProbeWriter, ServedRecord
 
 log = logging.getLogger("infersight.serve")
@@ -46,7 +52,12 @@ class Done:
 
 @dataclass
 class Failed:
+    """The request ended without output. status: 400 when the engine refused it at admission
+    (param names the field), 500 when it failed while running."""
+
     error: Exception
+    status: int = 500
+    param: str | None = None
 
 
 Event = Union[Accepted, Delta, Done, Failed]
@@ -82,10 +93,13 @@ class _Active:
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, writer: ProbeWriter | None, max_pending: int = 256) -> None:
+    def __init__(self, engine: Engine, writer: ProbeWriter | None, max_pending: int = 256,
+                 counters: ServerCounters | None = None) -> None:
         self.engine = engine
         self.writer = writer
         self.max_pending = max_pending
+        self.counters = counters if counters is not None else ServerCounters()
+        self.max_model_len = int(engine.config.max_model_len or engine.config.model_config.max_seq_len)
         self._commands: queue.SimpleQueue[tuple[str, Submission, tuple[int, ...]]] = queue.SimpleQueue()
         self._active: dict[int, _Active] = {}
         self._pending = 0
@@ -143,7 +157,8 @@ class EngineLoop:
                     self._deliver()
             except Exception as exc:  # noqa: BLE001 -- fail the requests in flight, keep serving
                 log.exception("engine step failed; failing %d requests in flight", len(self._active))
-                self._fail_all(exc)
+                self.counters.request_failed("step", len(self._active))
+                self._fail_all(RuntimeError(f"the engine step failed: {type(exc).__name__}: {exc}"))
         self._fail_all(RuntimeError("the server is shutting down"))
 
     def _drain(self, block: bool) -> None:
@@ -166,7 +181,7 @@ class EngineLoop:
                 if sub.request_id in self._active:
                     self.engine.abort_request(sub.request_id)
             elif kind == "network" and sub.request_id >= 0 and self.writer is not None:
-                self.writer.network(sub.request_id, *args)
+                self._write(self.writer.network, sub.request_id, *args)
         except Exception as exc:  # noqa: BLE001 -- one bad command must not stop the thread
             log.exception("engine command %s failed", kind)
             if kind == "submit" and sub.request_id < 0:
@@ -177,17 +192,26 @@ class EngineLoop:
         try:
             rid = self.engine.add_request(sub.prompt, sub.record.params, task=sub.task,
                                           trace_id=sub.record.trace.trace_id)
-        except ValueError as exc:  # InvalidRequestError: the prompt (e.g. too long); nothing was queued
+        except ValueError as exc:  # InvalidRequestError: the prompt or a parameter; nothing was queued
             self._release()
-            sub.post(Failed(exc))
+            sub.post(Failed(exc, 400, getattr(exc, "param", "prompt")))
             return
         sub.request_id = rid
         self._active[rid] = _Active(sub)
         sub.post(Accepted(rid))
         if self.writer is not None:  # right after ARRIVED, so the sidecar sees it before FINISHED
-            self.writer.served(rid, sub.record)
+            self._write(self.writer.served, rid, sub.record)
             for text_field, text in sub.texts.items():
-                self.writer.text(rid, text_field, text)
+                self._write(self.writer.text, rid, text_field, text)
+
+    def _write(self, write: Any, *args: Any) -> None:
+        """One probe record; a failure costs that record and a count, never the request."""
+        try:
+            write(*args)
+        except Exception as exc:  # noqa: BLE001
+            self.counters.probe_write_failed()
+            log.warning("probe record not written (%s): %s: %s", getattr(write, "__name__", "?"),
+                        type(exc).__name__, exc)
 
     def _deliver(self) -> None:
         """New tokens of every active request to its handler; finished ones leave the engine."""
@@ -202,11 +226,17 @@ class EngineLoop:
                 tail = act.decoder.decode(b"", final=True)
                 if tail:
                     act.sub.post(Delta(tail, 0))
+                error = req.error
                 out = self.engine.release(rid)
                 del self._active[rid]
-                if act.sub.export_completion and self.writer is not None:
-                    self.writer.text(rid, TextField.COMPLETION, out.text)
                 self._release()
+                if error is not None:  # the engine failed this request alone (Engine.fail_request)
+                    self.counters.request_failed("request")
+                    act.sub.post(Failed(RuntimeError(f"the engine failed this request: {type(error).__name__}: "
+                                                     f"{error}")))
+                    continue
+                if act.sub.export_completion and self.writer is not None:
+                    self._write(self.writer.text, rid, TextField.COMPLETION, out.text)
                 act.sub.post(Done(out))
 
     def _fail_all(self, exc: Exception) -> None:

@@ -1,4 +1,5 @@
-"""The server's own counters (rejections by reason, malformed traceparents), served on its /metrics.
+"""The server's own counters (rejections by reason, malformed traceparents, requests the engine failed,
+probe records not written), served on its /metrics.
 
 Names and help come from the catalogue (SERVE_METRICS); the registry is the server's own, never the
 process-global default one.
@@ -16,14 +17,27 @@ from infersight.exporters import catalogue as C
 
 
 class ServerCounters(Collector):
+    """Thread-safe: the handlers (asyncio loop) and the engine thread both count."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.traceparent_invalid = 0
         self.rejected: dict[str, int] = {}
+        self.failed: dict[str, int] = {"request": 0, "step": 0}
+        self.probe_writes_failed = 0
 
     def reject(self, reason: str) -> None:
         with self._lock:
             self.rejected[reason] = self.rejected.get(reason, 0) + 1
+
+    def request_failed(self, scope: str, n: int = 1) -> None:
+        """n accepted requests failed by the engine; scope: request (confined) or step (all in flight)."""
+        with self._lock:
+            self.failed[scope] = self.failed.get(scope, 0) + n
+
+    def probe_write_failed(self) -> None:
+        with self._lock:
+            self.probe_writes_failed += 1
 
     def invalid_traceparent(self) -> None:
         with self._lock:
@@ -31,7 +45,8 @@ class ServerCounters(Collector):
 
     def snapshot(self) -> dict[str, object]:
         with self._lock:
-            return {"traceparent_invalid": self.traceparent_invalid, "rejected": dict(self.rejected)}
+            return {"traceparent_invalid": self.traceparent_invalid, "rejected": dict(self.rejected),
+                    "failed": dict(self.failed), "probe_writes_failed": self.probe_writes_failed}
 
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot()
@@ -41,6 +56,13 @@ class ServerCounters(Collector):
         for reason, n in sorted(snap["rejected"].items()):  # type: ignore[union-attr]
             fam.add_metric([reason], n)
         yield fam
+        fam = CounterMetricFamily(C.SERVER_REQUESTS_FAILED.name, C.SERVER_REQUESTS_FAILED.help,
+                                  labels=list(C.SERVER_REQUESTS_FAILED.labels))
+        for scope, n in sorted(snap["failed"].items()):  # type: ignore[union-attr]
+            fam.add_metric([scope], n)
+        yield fam
+        yield CounterMetricFamily(C.SERVER_PROBE_WRITES_FAILED.name, C.SERVER_PROBE_WRITES_FAILED.help,
+                                  value=snap["probe_writes_failed"])
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry(auto_describe=True)

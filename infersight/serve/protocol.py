@@ -3,33 +3,31 @@
 Supported: POST /v1/completions (one prompt: a string or a list of token ids) and POST
 /v1/chat/completions (text messages), with stream, stream_options.include_usage, max_tokens
 (max_completion_tokens for chat), temperature, top_p, seed, user, n=1, and the vLLM extensions
-top_k and ignore_eos. Anything the engine cannot honour (n > 1, stop sequences, logprobs, tools)
-is a 400, not silently ignored. Errors are OpenAI-style: {"error": {message, type, param, code}}.
+top_k and ignore_eos. Anything the engine cannot honour (n > 1, stop sequences, logprobs, tools,
+penalties other than neutral) is a 400, not silently ignored; unknown fields are ignored, as vLLM
+does. Every field is checked at the door, with vLLM's ranges and messages (runtime.request's
+checked_sampling_fields): a value the sampler or the probe records could not take never reaches
+the engine. Errors are OpenAI-style: {"error": {message, type, param, code}}.
 """
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from infersight.runtime.errors import InvalidRequestError
+from infersight.runtime.request import InvalidParamError, checked_sampling_fields
 from infersight.runtime.sampling import SamplingParams
+from infersight.serve import fields as F
+from infersight.serve.api_error import APIError
+from infersight.serve.fields import check
+
+__all__ = ["APIError", "GenerationRequest", "parse_completion", "parse_chat", "render_chat", "usage",
+           "response_body", "chunk_body", "finish_reason"]
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
-
-
-class APIError(Exception):
-    """An HTTP error with an OpenAI-style body; `reason` labels the rejection counter."""
-
-    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, reason: str = "invalid_request") -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code, self.reason = status, message, type, param, code, reason
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+_NO_MODEL_LIMIT = 1 << 62  # when the caller does not say (the engine checks again at admission)
 
 
 @dataclass
@@ -47,78 +45,89 @@ class GenerationRequest:
     prompt_record: str
 
 
-def _check(cond: bool, param: str, message: str) -> None:
-    if not cond:
-        raise APIError(400, message, param=param)
-
-
-_KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "boolean": (bool,), "integer": (int,),
-                                      "number": (int, float), "object": (dict,)}
-
-
-def _opt(body: Mapping[str, Any], key: str, kind: str, default: Any) -> Any:
-    """body[key] if present and not null, checked to be of JSON type `kind` (true is no integer)."""
-    value = body.get(key)
-    if value is None:
-        return default
-    ok = isinstance(value, _KINDS[kind]) and (kind == "boolean" or not isinstance(value, bool))
-    if ok and kind == "number":
-        ok = abs(value) < 1e300 and math.isfinite(value)  # also keeps float() of a huge integer from raising
-    _check(ok, key, f"{key} must be a{'n' if kind[0] in 'aeio' else ''} {kind}, got {json.dumps(value)[:40]}")
-    return value
-
-
 def _unsupported(body: Mapping[str, Any]) -> None:
-    n = body.get("n")
-    _check(n in (None, 1), "n", "only n=1 is supported")
-    for key in ("stop", "logprobs", "tools", "logit_bias", "suffix"):
-        _check(body.get(key) in (None, False, [], {}), key, f"{key} is not supported by this server")
-    _check(body.get("echo") in (None, False), "echo", "echo is not supported by this server")
-    best_of = body.get("best_of")
-    _check(best_of in (None, 1), "best_of", "only best_of=1 is supported")
+    """Fields the engine has no use for other than their neutral value: type- and range-checked."""
+    for key in ("n", "best_of"):
+        n = F.integer(body, key, 1)
+        check(n >= 1, key, f"{key} must be at least 1, got {n}.")
+        check(n == 1, key, f"only {key}=1 is supported")
+    check(not F.strings(body, "stop"), "stop", "stop is not supported by this server")
+    check(not F.optional(body, "stop_token_ids", "array", []), "stop_token_ids",
+          "stop_token_ids is not supported by this server")
+    logprobs = body.get("logprobs")
+    check(logprobs is None or logprobs is False or (type(logprobs) is int and logprobs == 0), "logprobs",
+          "logprobs is not supported by this server")
+    check(body.get("top_logprobs") in (None, 0), "top_logprobs", "top_logprobs is not supported by this server")
+    for key, kind in (("tools", "array"), ("logit_bias", "object"), ("suffix", "string")):
+        check(not F.optional(body, key, kind, None), key, f"{key} is not supported by this server")
+    check(not F.optional(body, "echo", "boolean", False), "echo", "echo is not supported by this server")
+    for key in ("presence_penalty", "frequency_penalty"):
+        F.in_range(body, key, -2.0, 2.0, 0.0)
+    F.in_range(body, "repetition_penalty", 0.0, 1e300, 1.0)
+    F.in_range(body, "min_p", 0.0, 1.0, 0.0)
+    min_tokens = F.integer(body, "min_tokens", 0)
+    check(min_tokens >= 0, "min_tokens", f"min_tokens must be greater than or equal to 0, got {min_tokens}.")
+    check(min_tokens == 0, "min_tokens", "min_tokens is not supported by this server")
+    fmt = F.optional(body, "response_format", "object", {})
+    check(fmt.get("type", "text") == "text", "response_format", "only response_format type text is supported")
 
 
-def _params(body: Mapping[str, Any], max_tokens: Any, default_max_tokens: int) -> SamplingParams:
-    seed = _opt(body, "seed", "integer", None)
-    _check(seed is None or 0 <= seed < 2**63, "seed", "seed must be in [0, 2**63)")
+def _params(body: Mapping[str, Any], max_tokens: int | None, max_tokens_key: str, default_max_tokens: int,
+            max_model_len: int) -> SamplingParams:
     try:
-        return SamplingParams(temperature=float(_opt(body, "temperature", "number", 1.0)),
-                              top_p=float(_opt(body, "top_p", "number", 1.0)), top_k=_opt(body, "top_k", "integer", -1),
-                              max_tokens=max_tokens if max_tokens is not None else default_max_tokens, seed=seed,
-                              ignore_eos=_opt(body, "ignore_eos", "boolean", False))
-    except InvalidRequestError as exc:
+        checked = checked_sampling_fields(
+            F.number(body, "temperature", 1.0), F.number(body, "top_p", 1.0), F.integer(body, "top_k", -1),
+            max_tokens if max_tokens is not None else min(default_max_tokens, max_model_len),
+            F.integer(body, "seed", None), max_model_len)
+        return SamplingParams(**checked, ignore_eos=F.optional(body, "ignore_eos", "boolean", False))
+    except InvalidParamError as exc:
+        if exc.param == "max_tokens":  # say it in the client's words
+            raise APIError(400, str(exc).replace("max_tokens", max_tokens_key), param=max_tokens_key) from None
+        raise APIError(400, str(exc), param=exc.param) from None
+    except InvalidRequestError as exc:  # SamplingParams' own checks, if stricter
         raise APIError(400, str(exc), param=str(exc).split(" ", 1)[0]) from None
 
 
-def _common(body: Mapping[str, Any], served_model: str, max_tokens_key: str) -> tuple[str, bool, bool, str | None, Any]:
-    model = _opt(body, "model", "string", served_model)
+def _common(body: Mapping[str, Any], served_model: str, max_tokens_key: str
+            ) -> tuple[str, bool, bool, str | None, int | None, str]:
+    model = F.optional(body, "model", "string", served_model)
     if model != served_model:
-        raise APIError(404, f"the model {model!r} does not exist; this server serves {served_model!r}",
+        raise APIError(404, f"the model {F.show(model)} does not exist; this server serves {served_model!r}",
                        param="model", code="model_not_found", reason="unknown_model")
     _unsupported(body)
-    stream = _opt(body, "stream", "boolean", False)
-    include_usage = bool(_opt(body, "stream_options", "object", {}).get("include_usage", False))
-    user = _opt(body, "user", "string", None)
-    max_tokens = _opt(body, max_tokens_key, "integer", None)
+    stream = F.optional(body, "stream", "boolean", False)
+    options = F.optional(body, "stream_options", "object", None)
+    check(options is None or stream, "stream_options", "Stream options can only be defined when `stream=True`.")
+    include_usage = F.optional(options or {}, "include_usage", "boolean", False)
+    user = F.optional(body, "user", "string", None)
+    key = max_tokens_key
+    max_tokens = F.integer(body, key, None)
     if max_tokens is None and max_tokens_key == "max_completion_tokens":
-        max_tokens = _opt(body, "max_tokens", "integer", None)
-    return model, stream, include_usage, user, max_tokens
+        key, max_tokens = "max_tokens", F.integer(body, "max_tokens", None)
+    return model, stream, include_usage, user, max_tokens, key
 
 
-def parse_completion(body: Mapping[str, Any], served_model: str, default_max_tokens: int = 16) -> GenerationRequest:
-    model, stream, include_usage, user, max_tokens = _common(body, served_model, "max_tokens")
+def _token_ids(value: list[Any]) -> list[int]:
+    check(all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value), "prompt",
+          "prompt must be a string or a list of token ids (non-negative integers; one prompt per request)")
+    return value
+
+
+def parse_completion(body: Mapping[str, Any], served_model: str, default_max_tokens: int = 16,
+                     max_model_len: int = _NO_MODEL_LIMIT) -> GenerationRequest:
+    model, stream, include_usage, user, max_tokens, key = _common(body, served_model, "max_tokens")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, list):
-        _check(all(isinstance(t, int) and not isinstance(t, bool) for t in prompt), "prompt",
-               "prompt must be a string or a list of token ids (one prompt per request)")
+        prompt = _token_ids(prompt)
         record = json.dumps(prompt)
     else:
-        _check(isinstance(prompt, str), "prompt", "prompt must be a string or a list of token ids")
-        record = prompt
-    _check(len(prompt) > 0, "prompt", "prompt is empty")
-    return GenerationRequest("text_completion", model, prompt, _params(body, max_tokens, default_max_tokens), stream,
+        check(isinstance(prompt, str), "prompt", "prompt must be a string or a list of token ids")
+        record = F.utf8(prompt, "prompt")
+    check(len(prompt) > 0, "prompt", "prompt is empty")
+    return GenerationRequest("text_completion", model, prompt,
+                             _params(body, max_tokens, key, default_max_tokens, max_model_len), stream,
                              include_usage, user, record)
 
 
@@ -127,22 +136,30 @@ def render_chat(messages: list[dict[str, str]]) -> str:
     return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
 
 
-def parse_chat(body: Mapping[str, Any], served_model: str, default_max_tokens: int = 16) -> GenerationRequest:
-    model, stream, include_usage, user, max_tokens = _common(body, served_model, "max_completion_tokens")
+def _message(i: int, m: Any) -> dict[str, str]:
+    check(isinstance(m, dict) and m.get("role") in _ROLES, f"messages[{i}].role",
+          f"messages[{i}] needs a role, one of {', '.join(_ROLES)}")
+    param = f"messages[{i}].content"
+    content = m.get("content")
+    if isinstance(content, list):  # content parts: text only
+        check(all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                  for p in content), param, "only text content parts are supported")
+        content = "".join(p["text"] for p in content)
+    check(isinstance(content, str), param, f"messages[{i}].content must be a string")
+    name = m.get("name")
+    check(name is None or isinstance(name, str), f"messages[{i}].name", f"messages[{i}].name must be a string")
+    F.utf8(name or "", f"messages[{i}].name")
+    return {"role": m["role"], "content": F.utf8(content, param)}
+
+
+def parse_chat(body: Mapping[str, Any], served_model: str, default_max_tokens: int = 16,
+               max_model_len: int = _NO_MODEL_LIMIT) -> GenerationRequest:
+    model, stream, include_usage, user, max_tokens, key = _common(body, served_model, "max_completion_tokens")
     raw = body.get("messages")
-    _check(isinstance(raw, list) and len(raw) > 0, "messages", "messages must be a non-empty list")
-    messages = []
-    for i, m in enumerate(raw):
-        _check(isinstance(m, dict) and m.get("role") in _ROLES, f"messages[{i}].role",
-               f"messages[{i}] needs a role, one of {', '.join(_ROLES)}")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: text only
-            _check(all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                       for p in content), f"messages[{i}].content", "only text content parts are supported")
-            content = "".join(p["text"] for p in content)
-        _check(isinstance(content, str), f"messages[{i}].content", f"messages[{i}].content must be a string")
-        messages.append({"role": m["role"], "content": content})
-    return GenerationRequest("chat", model, render_chat(messages), _params(body, max_tokens, default_max_tokens),
+    check(isinstance(raw, list) and len(raw) > 0, "messages", "messages must be a non-empty list")
+    messages = [_message(i, m) for i, m in enumerate(raw)]
+    return GenerationRequest("chat", model, render_chat(messages),
+                             _params(body, max_tokens, key, default_max_tokens, max_model_len),
                              stream, include_usage, user, json.dumps(messages, ensure_ascii=False))
 
 

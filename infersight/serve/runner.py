@@ -10,6 +10,7 @@ from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime.config import EngineConfig
 from infersight.runtime.engine import Engine
+from infersight.serve.api_error import openai_error_body
 from infersight.serve.app import build_app
 from infersight.serve.config import ServeConfig
 from infersight.serve.engine_loop import EngineLoop
@@ -20,9 +21,10 @@ log = logging.getLogger("infersight.serve")
 
 
 def uvicorn_config(app: object, config: ServeConfig) -> uvicorn.Config:
-    """h11 with its incomplete-event limit as the header bound: oversized headers never reach the app."""
-    return uvicorn.Config(app, host=config.host, port=config.port, http="h11", log_level="warning",
-                          h11_max_incomplete_event_size=config.max_header_bytes, access_log=False)
+    """h11 guarded by the HTTP limits: the header bound and the header-read deadline hold before any
+    request reaches the app (infersight.http_limits.GuardedH11Protocol)."""
+    return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
+                          **config.limits.uvicorn_options(openai_error_body))
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -37,6 +37,9 @@ MAX_HASHES_PER_EVENT = 1 << 17
 MAX_HASH_BYTES = 64
 MAX_SESSION_ID_CHARS = 256
 SEQ_BYTES = 8
+#: |ts| bound (wall seconds, about year 2096): ts * 1e9 must stay an int64 of ns (1e300 used to
+#: raise OverflowError in the subscriber's poll).
+MAX_TS_S = 4e9
 END_SEQ = (-1).to_bytes(SEQ_BYTES, "big", signed=True)
 HASH_MASK = (1 << 64) - 1
 #: Why a message (or one event in it) was dropped: the `reason` label of the malformed counter.
@@ -80,7 +83,7 @@ EVENT_TYPES = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
 class _Batch(msgspec.Struct, array_like=True):
     ts: float
     events: Annotated[list[msgspec.Raw], msgspec.Meta(max_length=MAX_EVENTS_PER_BATCH)]
-    data_parallel_rank: int | None = None
+    data_parallel_rank: Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)] | None = None
 
 
 class _Tag(msgspec.Struct):
@@ -148,7 +151,7 @@ def decode_payload(seq: int, payload: bytes) -> KVBatch:
         raw = _BATCH.decode(payload)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
         raise Malformed("payload", str(exc)[:160], seq) from None
-    if not math.isfinite(raw.ts):
+    if not (math.isfinite(raw.ts) and abs(raw.ts) <= MAX_TS_S):  # rows carry ts as int64 ns
         raise Malformed("payload", f"timestamp {raw.ts!r}", seq)
     batch = KVBatch(seq, raw.ts, raw.data_parallel_rank or 0, [])
     for item in raw.events:

@@ -39,7 +39,7 @@ The scraping itself (HTTP, failures, the thread) is in vllm_scraper.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
@@ -146,12 +146,23 @@ def _histogram_base(name: str) -> str | None:
     return None
 
 
+def _float_samples(families: Iterable[Metric]) -> Iterator[Sample]:
+    """Every sample with a float value. The parser keeps integral text as a Python int, and one that
+    no float can hold (400 digits) is a ValueError here, not an OverflowError in a sum further on."""
+    for family in families:
+        for s in family.samples:
+            try:
+                yield s._replace(value=float(s.value))
+            except OverflowError:
+                raise ValueError(f"{s.name}: sample value of {len(str(s.value))} digits, too large for a float") from None
+
+
 def normalise(families: Iterable[Metric]) -> ScrapedView:
     """The catalogue view of parsed vLLM families (samples of other families are ignored)."""
     view = ScrapedView()
     hist_samples: dict[str, list[Sample]] = {}
     means: dict[tuple[str, Labels], list[float]] = {}
-    for s in (s for family in families for s in family.samples):
+    for s in _float_samples(families):
         base = _histogram_base(s.name)
         if base is not None:
             hist_samples.setdefault(base, []).append(s)

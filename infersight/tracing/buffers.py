@@ -4,8 +4,9 @@ row is final and its spans are built.
 A request's pieces arrive spread over several batches: its batch memberships with every step,
 its speculative verifications and KV reloads while it runs, the server's records around it. They
 are gathered here by request id and taken out (`take`) when its spans are built, sampled or not.
-Everything is bounded: a request whose row never comes (its FINISHED lost to ring drops) is
-forgotten oldest first, and only the last MAX_STEPS steps are kept for step spans.
+Everything is bounded, in entries and in estimated bytes (bounded.py): a request whose row never
+comes (its FINISHED lost to ring drops) is forgotten oldest first, and only the last MAX_STEPS steps
+(fewer when their bytes say so) are kept for step spans; each forgotten entry is counted.
 """
 from __future__ import annotations
 
@@ -15,62 +16,73 @@ import numpy as np
 import pandas as pd
 
 from infersight.correlate.frames import EventFrames, join_texts
+from infersight.tracing.bounded import TUPLE_ITEM, BoundedTable, Evictions, record_bytes
 from infersight.tracing.spans import ServedInfo
 
 MAX_STEPS = 20_000
 MAX_REQUESTS = 50_000
+DEFAULT_MAX_BYTES = 32 << 20
 #: Request ids carry their ring's index above this bit (agent.ingest.RING_ID_SHIFT).
 RING_SHIFT = 48
-
-
-def _bound(table: dict[Any, Any], limit: int) -> None:
-    """Forget the oldest entries (dicts keep insertion order) beyond limit."""
-    while len(table) > limit:
-        del table[next(iter(table))]
+#: Each table's share of the byte limit (steps and memberships are the big ones at steady load).
+SHARES = {"steps": 0.25, "members": 0.25, "spec": 0.04, "reloads": 0.04, "served": 0.12, "network": 0.05,
+          "texts": 0.25}
 
 
 class TraceBuffers:
-    def __init__(self) -> None:
-        self.steps: dict[int, dict[str, int]] = {}                # step id -> STEP record
-        self.step_end: dict[int, int] = {}                        # ring index -> latest step end (mono ns)
-        self.members: dict[int, list[tuple[int, int]]] = {}       # request id -> [(step id, tokens)]
-        self.spec: dict[int, list[int]] = {}                      # request id -> [accepted, proposed]
-        self.reloads: dict[int, list[int]] = {}                   # request id -> KV reload times
-        self.served: dict[int, dict[str, Any]] = {}               # request id -> SERVED record
-        self.network: dict[int, tuple[int, int, int]] = {}        # request id -> (receive, first, last byte)
-        self.texts: dict[int, list[tuple[Any, ...]]] = {}         # request id -> REQUEST_TEXT chunks
+    """The tables, each bounded in entries and in its share of max_bytes (estimated); what they
+    forget is counted in `evictions` by table and reason."""
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, evictions: Evictions | None = None) -> None:
+        self.evictions_counts = evictions if evictions is not None else Evictions()
+
+        def table(name: str, entries: int) -> BoundedTable[Any, Any]:
+            return BoundedTable(name, self.evictions_counts, entries, max(1, int(max_bytes * SHARES[name])))
+
+        self.steps = table("steps", MAX_STEPS)              # step id -> STEP record
+        self.step_end: dict[int, int] = {}                  # ring index -> latest step end (mono ns); one per ring
+        self.members = table("members", MAX_REQUESTS)       # request id -> [(step id, tokens)]
+        self.spec = table("spec", MAX_REQUESTS)             # request id -> [accepted, proposed]
+        self.reloads = table("reloads", MAX_REQUESTS)       # request id -> KV reload times
+        self.served = table("served", MAX_REQUESTS)         # request id -> SERVED record
+        self.network = table("network", MAX_REQUESTS)       # request id -> (receive, first, last byte)
+        self.texts = table("texts", MAX_REQUESTS)           # request id -> REQUEST_TEXT chunks
 
     def absorb(self, frames: EventFrames, ring_index: int) -> None:
         """Fold in one batch (request and step ids already shifted by ring, as the agent reads them)."""
         steps = frames.steps
         if not steps.empty:
             for rec in steps.to_dict("records"):
-                self.steps[int(rec["step_id"])] = rec
-            _bound(self.steps, MAX_STEPS)
+                self.steps.put(int(rec["step_id"]), rec, record_bytes(rec))
             self.step_end[ring_index] = max(self.step_end.get(ring_index, -1), int(steps["end_ns"].max()))
         b = frames.batch
         for rid, step, tokens in zip(b["request_id"].tolist(), b["step_id"].tolist(), b["num_tokens"].tolist()):
-            self.members.setdefault(rid, []).append((step, tokens))
+            self.members.append(rid, (step, tokens), TUPLE_ITEM)
         sp = frames.spec
         for rid, acc, prop in zip(sp["request_id"].tolist(), sp["accepted"].tolist(), sp["proposed"].tolist()):
-            totals = self.spec.setdefault(rid, [0, 0])
+            totals = self.spec.get(rid) or [0, 0]
             totals[0] += acc
             totals[1] += prop
+            self.spec.put(rid, totals, TUPLE_ITEM)
         kv = frames.kv_events
         rel = kv[(kv["event"] == "reloaded") & (kv["request_id"] >= 0)]
         for rid, ts in zip(rel["request_id"].tolist(), rel["ts_ns"].tolist()):
-            self.reloads.setdefault(rid, []).append(ts)
+            self.reloads.append(rid, ts, 40)
         for rec in frames.served.to_dict("records"):
-            self.served[int(rec["request_id"])] = rec
+            self.served.put(int(rec["request_id"]), rec, record_bytes(rec))
         net = frames.network
         for rid, r, f, e in zip(net["request_id"].tolist(), net["receive_ns"].tolist(),
                                 net["first_byte_ns"].tolist(), net["last_byte_ns"].tolist()):
-            self.network[rid] = (r, f, e)
+            self.network.put(rid, (r, f, e), TUPLE_ITEM)
         tx = frames.texts
         for row in tx.itertuples(index=False):
-            self.texts.setdefault(int(row.request_id), []).append(tuple(row))
-        for table in (self.members, self.spec, self.reloads, self.served, self.network, self.texts):
-            _bound(table, MAX_REQUESTS)
+            chunk = tuple(row)
+            self.texts.append(int(row.request_id), chunk, TUPLE_ITEM + sum(
+                len(v) if isinstance(v, (str, bytes)) else 8 for v in chunk))
+
+    def evictions(self) -> dict[str, int]:
+        """Entries forgotten so far, as "table/reason" -> count."""
+        return {f"{t}/{r}": n for (t, r), n in sorted(self.evictions_counts.snapshot().items())}
 
     def step(self, step_id: int) -> dict[str, int] | None:
         return self.steps.get(step_id)

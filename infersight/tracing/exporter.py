@@ -1,9 +1,12 @@
 """The OpenTelemetry SDK side: span descriptions -> SDK spans -> bounded batching -> OTLP.
 
     SpanEmitter ──> BoundedBatchSpanProcessor ──> CountingExporter ──> OTLPSpanExporter
-    (descriptions     (queue of max_queue_size;       (counts accepted and      (http/protobuf by
-     to SDK spans)     a span finding it full is       failed spans; never       default, or grpc)
-                       dropped and counted)            raises)
+    (descriptions     (queue bounded in spans and      (counts accepted and      (http/protobuf by
+     to SDK spans)     bytes; a span finding it full    failed spans; never       default, or grpc;
+                       is dropped and counted)          raises)                   export_timeout_s)
+
+The queue and its accounting are export_queue.py's; close() ends within the limits' shutdown
+timeout and counts what it could not send.
 
 Nothing here raises into the agent's ingest loop for a transport problem: an unreachable endpoint
 costs a log line and a counted drop. The standard OTEL_EXPORTER_OTLP_* variables (headers, timeout,
@@ -22,14 +25,15 @@ from opentelemetry import trace as trace_api
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult,
-)
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
+from infersight.tracing.export_queue import (
+    BoundedBatchSpanProcessor, CountingExporter, ExportCounts, ExportLimits, close_pipeline_processor,
+)
 from infersight.tracing.spans import RequestTrace, SpanDesc
 
 log = logging.getLogger("infersight.tracing")
@@ -63,90 +67,6 @@ class PresetTraceIds(IdGenerator):
         return trace_id or self._random.generate_trace_id()
 
 
-# -- counting -----------------------------------------------------------------------------------------
-@dataclass
-class ExportCounts:
-    """Span accounting, shared by the processor (on the agent's thread) and the exporter (on the
-    processor's worker thread). built == exported + queue_full + export_failed + still queued."""
-
-    queued: int = 0         # admitted to the batch queue
-    handed: int = 0         # taken off the queue by the worker, handed to the transport
-    exported: int = 0
-    queue_full: int = 0
-    export_failed: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def admit(self, capacity: int) -> bool:
-        """Room in a queue of `capacity`? Counts the span as queued, or as dropped (queue_full)."""
-        with self.lock:
-            if self.queued - self.handed >= capacity:
-                self.queue_full += 1
-                return False
-            self.queued += 1
-            return True
-
-    def dropped(self) -> dict[str, int]:
-        with self.lock:
-            return {"queue_full": self.queue_full, "export_failed": self.export_failed}
-
-
-class CountingExporter(SpanExporter):
-    """Wraps the transport: counts what it accepted and what it did not, logs failures, never raises
-    (the OTLP exporters retry transient errors themselves before giving up)."""
-
-    def __init__(self, inner: SpanExporter, counts: ExportCounts) -> None:
-        self.inner = inner
-        self.counts = counts
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        n = len(spans)
-        with self.counts.lock:
-            self.counts.handed += n
-        try:
-            result = self.inner.export(spans)
-        except Exception as exc:  # noqa: BLE001 -- a transport bug must not take the worker thread down
-            log.warning("OTLP span export raised %s: %s; %d spans dropped", type(exc).__name__, exc, n)
-            result = SpanExportResult.FAILURE
-        with self.counts.lock:
-            if result is SpanExportResult.SUCCESS:
-                self.counts.exported += n
-            else:
-                self.counts.export_failed += n
-        if result is not SpanExportResult.SUCCESS:
-            log.warning("OTLP span export failed; %d spans dropped (endpoint unreachable or refusing)", n)
-        return result
-
-    def shutdown(self) -> None:
-        try:
-            self.inner.shutdown()
-        except Exception as exc:  # noqa: BLE001
-            log.warning("OTLP span exporter shutdown raised %s: %s", type(exc).__name__, exc)
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return bool(self.inner.force_flush(timeout_millis))
-
-
-class BoundedBatchSpanProcessor(BatchSpanProcessor):
-    """The SDK's batch processor, with its queue overflow counted: a span that finds the queue full
-    is dropped here and counted (the SDK would silently drop the oldest queued span instead)."""
-
-    def __init__(self, exporter: CountingExporter, max_queue_size: int | None = None,
-                 schedule_delay_millis: float | None = None, max_export_batch_size: int | None = None) -> None:
-        # The same defaults and variables as the SDK's, resolved here because the drop check needs the size.
-        self.capacity = (max_queue_size if max_queue_size is not None
-                         else int(os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE", "2048")))
-        batch = (max_export_batch_size if max_export_batch_size is not None
-                 else min(int(os.environ.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512")), self.capacity))
-        super().__init__(exporter, self.capacity, schedule_delay_millis, batch)
-        self.counts = exporter.counts
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.context is None or not span.context.trace_flags.sampled:
-            return
-        if self.counts.admit(self.capacity):
-            super().on_end(span)
-
-
 # -- transport ----------------------------------------------------------------------------------------
 def signal_endpoint(endpoint: str, signal: str) -> str:
     """An OTLP/HTTP base URL -> the signal's URL (http://h:4318 -> http://h:4318/v1/traces). A URL
@@ -165,17 +85,22 @@ def resolve_protocol(protocol: str | None, signal: str) -> str:
     return chosen
 
 
-def otlp_span_exporter(endpoint: str | None, protocol: str | None = None) -> SpanExporter:
-    """endpoint None: the OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT variables (or the SDK's default)."""
+def otlp_span_exporter(endpoint: str | None, protocol: str | None = None,
+                       timeout_s: float | None = None) -> SpanExporter:
+    """endpoint None: the OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT variables (or the SDK's default);
+    timeout_s: one export request, retries included (None: the OTEL_EXPORTER_OTLP_*TIMEOUT variables)."""
+    given = {"timeout": timeout_s} if timeout_s is not None else {}
     if resolve_protocol(protocol, "traces") == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
         except ImportError:
             raise ValueError("OTLP over gRPC needs the opentelemetry-exporter-otlp-proto-grpc package") from None
-        return GrpcExporter(endpoint=endpoint) if endpoint else GrpcExporter()
+        return GrpcExporter(endpoint=endpoint, **given) if endpoint else GrpcExporter(**given)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=signal_endpoint(endpoint, "traces")) if endpoint else OTLPSpanExporter()
+    if endpoint:
+        return OTLPSpanExporter(endpoint=signal_endpoint(endpoint, "traces"), **given)
+    return OTLPSpanExporter(**given)
 
 
 def default_resource(service_name: str = "infersight") -> Resource:
@@ -192,19 +117,26 @@ class SpanPipeline:
     ids: PresetTraceIds
     counts: ExportCounts
     processor: SpanProcessor | None = None  # the one processor, for spans forwarded as received
+    limits: ExportLimits = field(default_factory=ExportLimits)
 
     @classmethod
     def build(cls, exporter: SpanExporter, *, batch: bool = True, max_queue_size: int | None = None,
-              schedule_delay_millis: float | None = None, resource: Resource | None = None) -> "SpanPipeline":
-        """batch=False exports each span as it ends (tests, with an in-memory exporter)."""
+              schedule_delay_millis: float | None = None, resource: Resource | None = None,
+              limits: ExportLimits | None = None) -> "SpanPipeline":
+        """batch=False exports each span as it ends (tests, with an in-memory exporter). limits: the
+        queue's bounds and timeouts (None: ExportLimits.from_env, with max_queue_size and
+        schedule_delay_millis when given)."""
+        if limits is None:
+            limits = ExportLimits.from_env(max_queue_spans=max_queue_size, schedule_delay_s=(
+                schedule_delay_millis / 1000 if schedule_delay_millis is not None else None))
         ids, counts = PresetTraceIds(), ExportCounts()
         # Sampling is decided before a span is built (sampling.py); the SDK must not decide again.
-        provider = TracerProvider(resource=resource or default_resource(), id_generator=ids, sampler=ALWAYS_ON)
+        provider = TracerProvider(resource=resource or default_resource(), id_generator=ids, sampler=ALWAYS_ON,
+                                  shutdown_on_exit=False)  # close() does it, with a deadline
         counting = CountingExporter(exporter, counts)
-        processor = (BoundedBatchSpanProcessor(counting, max_queue_size, schedule_delay_millis)
-                     if batch else SimpleSpanProcessor(counting))
+        processor = BoundedBatchSpanProcessor(counting, limits) if batch else SimpleSpanProcessor(counting)
         provider.add_span_processor(processor)
-        return cls(provider, ids, counts, processor)
+        return cls(provider, ids, counts, processor, limits)
 
     def forward(self, span: ReadableSpan) -> None:
         """Export a finished span as it is (one received from an engine: its own resource and scope)."""
@@ -212,10 +144,33 @@ class SpanPipeline:
             self.processor.on_end(span)
 
     def flush(self, timeout_millis: int = 10_000) -> bool:
-        return bool(self.provider.force_flush(timeout_millis))
+        """Send what is queued; False when that took longer than timeout_millis (the SDK's force_flush
+        ignores its timeout, so it runs on a thread of its own that this one stops waiting for)."""
+        done = threading.Event()
+
+        def flush() -> None:
+            self.provider.force_flush(timeout_millis)
+            done.set()
+
+        threading.Thread(target=flush, daemon=True, name="infersight-otlp-flush").start()
+        return done.wait(timeout_millis / 1000)
 
     def shutdown(self) -> None:
-        self.provider.shutdown()
+        self.close()
+
+    def close(self, timeout_s: float | None = None) -> int:
+        """Send what is queued until timeout_s (None: the limits' shutdown_timeout_s) has passed, then
+        stop; returns the spans left unsent (counted `shutdown`) and logs them when there are any."""
+        timeout_s = self.limits.shutdown_timeout_s if timeout_s is None else max(0.0, timeout_s)
+        if isinstance(self.processor, BoundedBatchSpanProcessor):
+            unsent, took = close_pipeline_processor(self.processor, self.counts, timeout_s)
+        else:
+            unsent, took = self.counts.close(), 0.0
+        self.provider.shutdown()  # the processor is shut already: returns at once
+        if unsent:
+            log.warning("OTLP shutdown: %d spans unsent after %.1f s (endpoint slow or unreachable); "
+                        "%d exported in all", unsent, took, self.counts.exported)
+        return unsent
 
 
 # -- descriptions -> spans -------------------------------------------------------------------------------

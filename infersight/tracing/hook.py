@@ -26,7 +26,9 @@ from opentelemetry.trace import SpanContext
 
 from infersight.correlate.frames import EventFrames
 from infersight.exporters import catalogue as C
+from infersight.tracing.bounded import Evictions
 from infersight.tracing.buffers import RING_SHIFT, TraceBuffers
+from infersight.tracing.export_queue import ExportLimits
 from infersight.tracing.exporter import ExportCounts, SpanEmitter, SpanPipeline, otlp_span_exporter
 from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
 from infersight.tracing.span_join import EngineRequestSpan, SpanJoin, adopt, enrich
@@ -44,11 +46,11 @@ MAX_STEP_SPANS = 20_000  # step span contexts remembered for links from later re
 
 class TracingHook:
     def __init__(self, pipeline: SpanPipeline, model: str, ratio: float = 1.0, export_content: bool = False,
-                 metrics: GenAIServerMetrics | None = None) -> None:
+                 metrics: GenAIServerMetrics | None = None, buffers: TraceBuffers | None = None) -> None:
         self.pipeline = pipeline
         self.emitter = SpanEmitter(pipeline)
         self.model, self.ratio, self.export_content, self.metrics = model, ratio, export_content, metrics
-        self.buffers = TraceBuffers()
+        self.buffers = buffers if buffers is not None else TraceBuffers()
         self.kept = self.sampled_out = 0
         self._rows: list[tuple[dict[str, Any], pd.DataFrame, float]] = []  # (row, its events, when added)
         self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
@@ -61,15 +63,21 @@ class TracingHook:
         #: Set when the agent receives an engine's own request spans (tracing.receiver): ready rows then
         #: wait there for their span and come back through export_row, joined with it or alone.
         self.span_join: SpanJoin | None = None
+        #: Set when the agent shuts down: rows are built until then; the ones left are counted unsent.
+        self.build_deadline: float | None = None
+        self.rows_unsent = 0
 
     @classmethod
     def from_config(cls, config: "AgentConfig", state: "AgentState") -> "TracingHook":
         """OTLP export as configured, fed by `state` (its on_rows callback is set here)."""
         endpoint = config.otlp_endpoint or None  # "": the OTEL_EXPORTER_OTLP_* variables decide
-        pipeline = SpanPipeline.build(otlp_span_exporter(endpoint, config.otlp_protocol))
-        metrics = (GenAIServerMetrics(otlp_metric_reader(endpoint, config.otlp_protocol))
+        limits = export_limits(config)
+        exporter = otlp_span_exporter(endpoint, config.otlp_protocol, timeout_s=limits.export_timeout_s)
+        pipeline = SpanPipeline.build(exporter, limits=limits)
+        metrics = (GenAIServerMetrics(otlp_metric_reader(endpoint, config.otlp_protocol, limits.export_timeout_s))
                    if config.otlp_metrics else None)
-        hook = cls(pipeline, config.model_name, config.trace_sample_ratio, config.export_content, metrics)
+        hook = cls(pipeline, config.model_name, config.trace_sample_ratio, config.export_content, metrics,
+                   TraceBuffers(config.trace_buffer_bytes // 2))  # the span join has the other half
         state.on_rows = hook.add_rows
         # Once TRACING_METRICS are merged into the catalogue, the agent's collector renders them from
         # its counters: keep those in step (until then, collector() serves them).
@@ -99,7 +107,9 @@ class TracingHook:
         now, waiting = time.monotonic(), []
         for row, events, added in self._rows:
             ring = int(row["request_id"]) >> RING_SHIFT
-            if force or now - added >= STEP_WAIT_S or self.buffers.step_end.get(ring, -1) >= int(row["finish_ns"]):
+            if self.build_deadline is not None and time.monotonic() > self.build_deadline:
+                waiting.append((row, events, added))  # shutting down: what is left is counted in close()
+            elif force or now - added >= STEP_WAIT_S or self.buffers.step_end.get(ring, -1) >= int(row["finish_ns"]):
                 if self.span_join is not None:
                     self.span_join.add_row(row, events, ring)
                 else:
@@ -107,7 +117,7 @@ class TracingHook:
             else:
                 waiting.append((row, events, added))
         self._rows = waiting
-        if self.span_join is not None:
+        if self.span_join is not None and (self.build_deadline is None or time.monotonic() <= self.build_deadline):
             self.span_join.process(force)
         self._sync_mirror()
 
@@ -163,11 +173,38 @@ class TracingHook:
             self.metrics.flush(timeout_millis)
         self._sync_mirror()
 
-    def close(self) -> None:
-        self.flush()
-        self.pipeline.shutdown()
+    def close(self, timeout_s: float | None = None) -> int:
+        """Build everything waiting, send it until the deadline (timeout_s; None: the pipeline's
+        shutdown_timeout_s), stop. Returns the spans left unsent (counted and logged)."""
+        deadline = time.monotonic() + (self.pipeline.limits.shutdown_timeout_s if timeout_s is None else timeout_s)
+        if self.build_deadline is None:  # building gets half the time, sending the rest
+            self.build_deadline = time.monotonic() + (deadline - time.monotonic()) / 2
+        self.process(force=True)
+        self.rows_unsent += len(self._rows) + (sum(self.span_join.pending[1:]) if self.span_join is not None else 0)
+        if self.rows_unsent:
+            log.warning("OTLP shutdown: %d finished requests had no spans built before the deadline", self.rows_unsent)
+        self._rows = []
+        # The metrics reader gets a share of what is left: its exporter has the same timeout.
+        share = 0.5 if self.metrics is not None else 1.0
+        unsent = self.pipeline.close(max(0.0, (deadline - time.monotonic()) * share))
         if self.metrics is not None:
-            self.metrics.shutdown()
+            self.metrics.shutdown(max(0.0, deadline - time.monotonic()))
+        self._sync_mirror()
+        return unsent
+
+    def export_stats(self) -> dict[str, object]:
+        """The export path's accounting, for the agent's summary (`sources.otlp_export`)."""
+        counts = self.pipeline.counts
+        with counts.lock:
+            queued, exported, queued_bytes = counts.queued, counts.exported, counts.queued_bytes
+        return {"spans_queued": queued, "spans_exported": exported, "dropped": counts.dropped(),
+                "unsent_at_shutdown": counts.shutdown, "requests_unbuilt_at_shutdown": self.rows_unsent,
+                "in_queue_or_flight": counts.in_queue_or_flight(),
+                "queue_bytes": queued_bytes, "buffer_evictions": self.buffers.evictions(),
+                "limits": {"max_queue_spans": self.pipeline.limits.max_queue_spans,
+                           "max_queue_bytes": self.pipeline.limits.max_queue_bytes,
+                           "export_timeout_s": self.pipeline.limits.export_timeout_s,
+                           "shutdown_timeout_s": self.pipeline.limits.shutdown_timeout_s}}
 
     # -- accounting -------------------------------------------------------------------------------
     def _sync_mirror(self) -> None:
@@ -179,14 +216,21 @@ class TracingHook:
                 self._mirror[C.OTLP_SPANS_DROPPED.name].values[(reason,)] = float(n)
 
     def collector(self) -> Collector:
-        return _TracingCollector(self.pipeline.counts)
+        return _TracingCollector(self.pipeline.counts, self.buffers.evictions_counts)
+
+
+def export_limits(config: "AgentConfig") -> ExportLimits:
+    """The export limits the agent's config asks for (unset ones: the OTEL_* variables, else defaults)."""
+    return ExportLimits.from_env(max_queue_spans=config.otlp_queue_spans, max_queue_bytes=config.otlp_queue_bytes,
+                                 export_timeout_s=config.otlp_export_timeout_s,
+                                 shutdown_timeout_s=config.otlp_shutdown_timeout_s)
 
 
 class _TracingCollector(Collector):
     """Serves TRACING_METRICS on the agent's /metrics while they are not in the catalogue."""
 
-    def __init__(self, counts: ExportCounts) -> None:
-        self.counts = counts
+    def __init__(self, counts: ExportCounts, evictions: Evictions) -> None:
+        self.counts, self.evictions = counts, evictions
 
     def collect(self) -> Iterator[Metric]:
         merged = {spec.name for spec in C.CATALOGUE}
@@ -199,3 +243,8 @@ class _TracingCollector(Collector):
             for reason, n in sorted(self.counts.dropped().items()):
                 fam.add_metric([reason], n)
             yield fam
+        fam = CounterMetricFamily(C.TRACING_BUFFER_EVICTED.name, C.TRACING_BUFFER_EVICTED.help,
+                                  labels=list(C.TRACING_BUFFER_EVICTED.labels))
+        for (table, reason), n in sorted(self.evictions.snapshot().items()):
+            fam.add_metric([table, reason], n)
+        yield fam

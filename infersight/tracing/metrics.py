@@ -30,25 +30,32 @@ TPOT = "gen_ai.server.time_per_output_token"
 DURATION = "gen_ai.server.request.duration"
 
 
-def otlp_metric_reader(endpoint: str | None, protocol: str | None = None) -> MetricReader:
-    """A periodic reader over OTLP (endpoint None: the OTEL_EXPORTER_OTLP_* variables)."""
+def otlp_metric_reader(endpoint: str | None, protocol: str | None = None,
+                       timeout_s: float | None = None) -> MetricReader:
+    """A periodic reader over OTLP (endpoint None: the OTEL_EXPORTER_OTLP_* variables); timeout_s: one
+    export, retries included (None: the OTEL_EXPORTER_OTLP_*TIMEOUT variables)."""
+    given = {"timeout": timeout_s} if timeout_s is not None else {}
+    reader_timeout = {"export_timeout_millis": timeout_s * 1000} if timeout_s is not None else {}
     if resolve_protocol(protocol, "metrics") == "grpc":
         try:
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
         except ImportError:
             raise ValueError("OTLP over gRPC needs the opentelemetry-exporter-otlp-proto-grpc package") from None
-        return PeriodicExportingMetricReader(GrpcExporter(endpoint=endpoint) if endpoint else GrpcExporter())
+        return PeriodicExportingMetricReader(GrpcExporter(endpoint=endpoint, **given) if endpoint
+                                             else GrpcExporter(**given), **reader_timeout)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
-    exporter = OTLPMetricExporter(endpoint=signal_endpoint(endpoint, "metrics")) if endpoint else OTLPMetricExporter()
-    return PeriodicExportingMetricReader(exporter)
+    exporter = (OTLPMetricExporter(endpoint=signal_endpoint(endpoint, "metrics"), **given) if endpoint
+                else OTLPMetricExporter(**given))
+    return PeriodicExportingMetricReader(exporter, **reader_timeout)
 
 
 class GenAIServerMetrics:
     """The three gen_ai.server.* histograms on a MeterProvider of their own (no global state)."""
 
     def __init__(self, reader: MetricReader, resource: Resource | None = None) -> None:
-        self.provider = MeterProvider(metric_readers=[reader], resource=resource or default_resource())
+        self.provider = MeterProvider(metric_readers=[reader], resource=resource or default_resource(),
+                                      shutdown_on_exit=False)  # shutdown() does it, with a deadline
         meter = self.provider.get_meter("infersight.tracing")
         self.ttft = meter.create_histogram(TTFT, unit="s", description="Time to generate first token for successful "
                                            "responses.", explicit_bucket_boundaries_advisory=TTFT_BUCKETS)
@@ -79,5 +86,6 @@ class GenAIServerMetrics:
     def flush(self, timeout_millis: int = 10_000) -> bool:
         return bool(self.provider.force_flush(timeout_millis))
 
-    def shutdown(self) -> None:
-        self.provider.shutdown()
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """A last export, then stop, within timeout_s (what does not make it is the SDK's to log)."""
+        self.provider.shutdown(timeout_millis=max(1.0, timeout_s * 1000))

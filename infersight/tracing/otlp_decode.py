@@ -6,6 +6,14 @@ agent's span pipeline as they came. Spans whose ids are not valid (a trace id th
 non-zero bytes, a span id that is not 8) are rejected one by one, as OTLP's partial success asks;
 a body that does not parse at all raises OtlpDecodeError (the receiver answers 400).
 
+Sizes are checked before anything is built from them (DecodeLimits): a body with more spans, or
+more attribute values in all, than the limits allow is refused whole before one span is made (the
+protobuf message is counted with len() on its repeated fields, which allocates nothing); per span,
+attributes, events and links beyond the SDK's default limits (128 each) are left out and counted in
+`DecodedSpans.truncated`; AnyValues nested deeper than max_value_depth are refused. OTLP/JSON is
+refused before json.loads when it holds more containers than max_json_containers, and nesting too
+deep for the parsers is a decode error, not a RecursionError.
+
 Two details of the wire format matter here:
 - the OpenTelemetry exporters do not put the sampled flag on the wire (`flags` carries only the
   parent's is-remote bits), but every exported span was sampled, so each span is marked sampled;
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -33,6 +42,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # \ud800-\udfff: maybe a lone surrogate
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 #: A span attribute key -> keep it? (the receiver drops prompt and completion text unless asked).
@@ -47,6 +57,25 @@ class BodyTooLarge(OtlpDecodeError):
     pass
 
 
+@dataclass(frozen=True)
+class DecodeLimits:
+    """What one export request may hold. The per-span ones are the SDK's defaults
+    (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT and its siblings); the totals bound the memory one 4 MiB body
+    can cost once its spans are Python objects (a few hundred bytes per value, ~2 KB per span)."""
+
+    max_spans: int = 16_384
+    max_values: int = 262_144            # attribute values (nested ones included) over the whole request
+    max_attributes: int = 128            # per span, event, link, resource and scope
+    max_events: int = 128                # per span
+    max_links: int = 128                 # per span
+    max_value_depth: int = 8             # AnyValue arrays / kvlists inside each other
+    max_array_values: int = 4096         # per array or kvlist
+    max_json_containers: int = 1_000_000  # '{' and '[' in an OTLP/JSON body (an upper bound, strings too)
+
+
+DEFAULT_LIMITS = DecodeLimits()
+
+
 @dataclass
 class DecodedSpans:
     """The spans of one export request, in order, and how many were rejected and why."""
@@ -54,6 +83,7 @@ class DecodedSpans:
     spans: list[ReadableSpan] = field(default_factory=list)
     rejected: int = 0
     error_message: str = ""
+    truncated: int = 0  # attributes, events and links left out for the per-span limits
 
     def response(self) -> ExportTraceServiceResponse:
         """The OTLP response: partial success only when some spans were rejected."""
@@ -81,33 +111,50 @@ def inflate(body: bytes, encoding: str, limit: int) -> bytes:
     return out
 
 
-def parse_request(body: bytes, content_type: str) -> ExportTraceServiceRequest:
+def parse_request(body: bytes, content_type: str, limits: DecodeLimits = DEFAULT_LIMITS) -> ExportTraceServiceRequest:
     """One ExportTraceServiceRequest from protobuf (or OTLP/JSON when content_type says JSON)."""
     if content_type == JSON:
+        containers = body.count(b"{") + body.count(b"[")  # C speed, before json.loads builds them
+        if containers > limits.max_json_containers:
+            raise OtlpDecodeError(f"OTLP/JSON body has {containers} objects and arrays, over the "
+                                  f"{limits.max_json_containers} limit")
         try:
-            doc = json.loads(body)
+            doc = json.loads(body.decode("utf-8"))  # strict: json.loads(bytes) lets raw surrogates through
             if not isinstance(doc, dict):
                 raise ValueError("the body is not a JSON object")
+            if _SURROGATE_ESCAPE.search(body):  # a lone one cannot go into a protobuf string (upb fails oddly)
+                json.dumps(doc, ensure_ascii=False).encode("utf-8")
             _hex_ids_to_base64(doc)
-            return json_format.ParseDict(doc, ExportTraceServiceRequest(), ignore_unknown_fields=True)
-        except (ValueError, TypeError, AttributeError, json_format.ParseError) as exc:
-            raise OtlpDecodeError(f"body is not OTLP/JSON: {exc}") from None
+            return json_format.ParseDict(doc, ExportTraceServiceRequest(), ignore_unknown_fields=True,
+                                         max_recursion_depth=2 * limits.max_value_depth + 12)
+        except RecursionError:
+            raise OtlpDecodeError("body is not OTLP/JSON: nested too deep") from None
+        except (ValueError, TypeError, AttributeError, OverflowError, json_format.ParseError) as exc:  # incl. Unicode
+            raise OtlpDecodeError(f"body is not OTLP/JSON: {str(exc)[:200]}") from None
     try:
         return ExportTraceServiceRequest.FromString(body)
-    except (DecodeError, ValueError) as exc:
-        raise OtlpDecodeError(f"body is not an OTLP protobuf ExportTraceServiceRequest: {exc}") from None
+    except (DecodeError, ValueError, RecursionError) as exc:
+        raise OtlpDecodeError(f"body is not an OTLP protobuf ExportTraceServiceRequest: {str(exc)[:200]}") from None
+
+
+def _items(obj: Any, key: str) -> list[Any]:
+    """obj[key] when obj is an object and that is a list (else []: ParseDict will say what is wrong)."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, list) else []
 
 
 def _hex_ids_to_base64(doc: dict[str, Any]) -> None:
-    for rs in doc.get("resourceSpans") or []:
-        for ss in rs.get("scopeSpans") or []:
-            for span in ss.get("spans") or []:
+    for rs in _items(doc, "resourceSpans"):
+        for ss in _items(rs, "scopeSpans"):
+            for span in _items(ss, "spans"):
                 _rewrite_ids(span)
-                for link in span.get("links") or []:
+                for link in _items(span, "links"):
                     _rewrite_ids(link)
 
 
-def _rewrite_ids(obj: dict[str, Any]) -> None:
+def _rewrite_ids(obj: Any) -> None:
+    if not isinstance(obj, dict):
+        return
     for key in ("traceId", "spanId", "parentSpanId"):
         value = obj.get(key)
         if isinstance(value, str) and value:
@@ -117,19 +164,61 @@ def _rewrite_ids(obj: dict[str, Any]) -> None:
                 raise OtlpDecodeError(f"{key} {value[:40]!r} is not hex") from None
 
 
-def any_value(value: AnyValue) -> Any:
+def any_value(value: AnyValue, depth: int = 0, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
     """A protobuf AnyValue as the plain Python value the SDK's encoder writes back the same way."""
     which = value.WhichOneof("value")
-    if which == "array_value":
-        return [any_value(v) for v in value.array_value.values]
-    if which == "kvlist_value":
-        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    if which in ("array_value", "kvlist_value"):
+        if depth >= limits.max_value_depth:
+            raise OtlpDecodeError(f"an attribute value is nested deeper than {limits.max_value_depth}")
+        if which == "array_value":
+            return [any_value(v, depth + 1, limits) for v in value.array_value.values[:limits.max_array_values]]
+        return {kv.key: any_value(kv.value, depth + 1, limits)
+                for kv in value.kvlist_value.values[:limits.max_array_values]}
     return getattr(value, which) if which else None
 
 
-def attributes(pairs: Any, keep: KeyFilter | None = None) -> dict[str, Any]:
-    """KeyValues as a dict; an empty key (invalid in OTLP) is left out, as the SDK would with a warning."""
-    return {kv.key: any_value(kv.value) for kv in pairs if kv.key and (keep is None or keep(kv.key))}
+def attributes(pairs: Any, keep: KeyFilter | None = None, limits: DecodeLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """KeyValues as a dict, the first max_attributes of them; an empty key (invalid in OTLP) is left
+    out, as the SDK would with a warning."""
+    return {kv.key: any_value(kv.value, 0, limits) for kv in pairs[:limits.max_attributes]
+            if kv.key and (keep is None or keep(kv.key))}
+
+
+def _values(pairs: Any, limits: DecodeLimits) -> int:
+    """Attribute values in KeyValues as attributes() will read them (nested ones counted), allocating
+    nothing but the counts; stops counting once over max_values."""
+    n = 0
+    stack = [(kv.value, 0) for kv in pairs[:limits.max_attributes]]
+    while stack and n <= limits.max_values:
+        value, depth = stack.pop()
+        n += 1
+        which = value.WhichOneof("value")
+        if which == "array_value" and depth < limits.max_value_depth:
+            stack.extend((v, depth + 1) for v in value.array_value.values[:limits.max_array_values])
+        elif which == "kvlist_value" and depth < limits.max_value_depth:
+            stack.extend((kv.value, depth + 1) for kv in value.kvlist_value.values[:limits.max_array_values])
+    return n
+
+
+def check_sizes(request: ExportTraceServiceRequest, limits: DecodeLimits = DEFAULT_LIMITS) -> None:
+    """Refuse (OtlpDecodeError) a request with more spans or attribute values than the limits allow,
+    before any span is built; counting stops at the first limit passed."""
+    spans = values = 0
+    for rs in request.resource_spans:
+        values += _values(rs.resource.attributes, limits)
+        for ss in rs.scope_spans:
+            spans += len(ss.spans)
+            if spans > limits.max_spans:
+                raise OtlpDecodeError(f"the request has over {limits.max_spans} spans")
+            values += _values(ss.scope.attributes, limits)
+            for span in ss.spans:
+                values += _values(span.attributes, limits)
+                for event in span.events[:limits.max_events]:
+                    values += _values(event.attributes, limits)
+                for link in span.links[:limits.max_links]:
+                    values += _values(link.attributes, limits)
+                if values > limits.max_values:
+                    raise OtlpDecodeError(f"the request has over {limits.max_values} attribute values")
 
 
 def _is_remote(flags: int) -> bool:
@@ -147,41 +236,56 @@ def _valid_ids(span: PbSpan) -> bool:
             and len(span.parent_span_id) in (0, 8))
 
 
-def _scope(pb: PbScope, schema_url: str) -> InstrumentationScope:
-    return InstrumentationScope(pb.name, pb.version or None, schema_url or None, attributes(pb.attributes) or None)
+def _scope(pb: PbScope, schema_url: str, limits: DecodeLimits) -> InstrumentationScope:
+    return InstrumentationScope(pb.name, pb.version or None, schema_url or None,
+                                attributes(pb.attributes, None, limits) or None)
 
 
-def decode_spans(request: ExportTraceServiceRequest, keep: KeyFilter | None = None) -> DecodedSpans:
+def _over(span: PbSpan, limits: DecodeLimits) -> int:
+    """How many of the span's attributes, events and links (and theirs) the limits leave out."""
+    n = (max(0, len(span.attributes) - limits.max_attributes) + max(0, len(span.events) - limits.max_events)
+         + max(0, len(span.links) - limits.max_links))
+    n += sum(max(0, len(e.attributes) - limits.max_attributes) for e in span.events[:limits.max_events])
+    return n + sum(max(0, len(li.attributes) - limits.max_attributes) for li in span.links[:limits.max_links])
+
+
+def decode_spans(request: ExportTraceServiceRequest, keep: KeyFilter | None = None,
+                 limits: DecodeLimits = DEFAULT_LIMITS) -> DecodedSpans:
     """The request's spans as ReadableSpans (attribute keys failing `keep` left out, on spans and
-    their events); spans with invalid ids are counted in `rejected`, not returned."""
+    their events); spans with invalid ids are counted in `rejected`, not returned. A request over
+    the limits raises OtlpDecodeError before any span is built (check_sizes)."""
+    check_sizes(request, limits)
     out = DecodedSpans()
     for rs in request.resource_spans:
-        resource = Resource(attributes(rs.resource.attributes), rs.schema_url or None)
+        resource = Resource(attributes(rs.resource.attributes, None, limits), rs.schema_url or None)
         for ss in rs.scope_spans:
-            scope = _scope(ss.scope, ss.schema_url)
+            scope = _scope(ss.scope, ss.schema_url, limits)
             for span in ss.spans:
                 if not _valid_ids(span):
                     out.rejected += 1
                     continue
-                out.spans.append(_span(span, resource, scope, keep))
+                out.truncated += _over(span, limits)
+                out.spans.append(_span(span, resource, scope, keep, limits))
     if out.rejected:
         out.error_message = f"{out.rejected} spans rejected: trace id must be 16 non-zero bytes, span id 8"
     return out
 
 
-def _span(span: PbSpan, resource: Resource, scope: InstrumentationScope, keep: KeyFilter | None) -> ReadableSpan:
+def _span(span: PbSpan, resource: Resource, scope: InstrumentationScope, keep: KeyFilter | None,
+          limits: DecodeLimits = DEFAULT_LIMITS) -> ReadableSpan:
     context = _context(span.trace_id, span.span_id, span.trace_state, False)
     parent = (_context(span.trace_id, span.parent_span_id, "", _is_remote(span.flags))
               if any(span.parent_span_id) else None)
-    events = [Event(e.name, attributes(e.attributes, keep), e.time_unix_nano) for e in span.events]
+    events = [Event(e.name, attributes(e.attributes, keep, limits), e.time_unix_nano)
+              for e in span.events[:limits.max_events]]
     links = [Link(_context(link.trace_id, link.span_id, link.trace_state, _is_remote(link.flags)),
-                  attributes(link.attributes)) for link in span.links
+                  attributes(link.attributes, None, limits)) for link in span.links[:limits.max_links]
              if len(link.trace_id) == 16 and len(link.span_id) == 8]
     code = StatusCode(span.status.code) if span.status.code in (0, 1, 2) else StatusCode.UNSET
     # The SDK keeps a description on ERROR only (it warns and drops it otherwise).
     status = Status(code, span.status.message or None) if code is StatusCode.ERROR else Status(code)
     kind = SpanKind(span.kind - 1) if 1 <= span.kind <= 5 else SpanKind.INTERNAL  # proto counts UNSPECIFIED as 0
-    return ReadableSpan(span.name, context, parent, resource, attributes(span.attributes, keep), events, links,
+    return ReadableSpan(span.name, context, parent, resource, attributes(span.attributes, keep, limits), events, links,
                         kind, status=status, start_time=span.start_time_unix_nano, end_time=span.end_time_unix_nano,
                         instrumentation_scope=scope)
 
@@ -193,5 +297,5 @@ def bad_request_status(message: str) -> bytes:
     return RpcStatus(code=3, message=message).SerializeToString()
 
 
-__all__ = ["PROTOBUF", "JSON", "OtlpDecodeError", "BodyTooLarge", "DecodedSpans", "inflate", "parse_request",
-           "decode_spans", "any_value", "bad_request_status"]
+__all__ = ["PROTOBUF", "JSON", "OtlpDecodeError", "BodyTooLarge", "DecodeLimits", "DecodedSpans", "inflate",
+           "parse_request", "check_sizes", "decode_spans", "any_value", "bad_request_status"]

@@ -33,6 +33,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from infersight.exporters import catalogue as C
+from infersight.http_limits import HttpLimits, LimitedApp, grpc_status_error_body
 from infersight.tracing import otlp_decode as D
 from infersight.tracing.span_join import JoinCounts, SpanJoin
 
@@ -50,6 +51,7 @@ CONTENT_PREFIXES = ("input.", "output.", "llm.input_messages", "llm.output_messa
                     "gen_ai.system_instructions")
 TRANSPORTS = ("http", "grpc")
 REASONS = ("malformed", "too_large", "unsupported_media_type")
+LIMIT_REASONS = {"body_too_large": "too_large", "headers_too_large": "too_large"}  # http_limits' -> ours
 
 
 class ReceiverConfigError(ValueError):
@@ -95,7 +97,8 @@ class OtlpReceiver:
         if http is not None:
             self._sock = _bind(*http)
             self.http_port = self._sock.getsockname()[1]
-            self._server = uvicorn.Server(uvicorn.Config(self.app(), log_level="warning", access_log=False))
+            options = self.http_limits().uvicorn_options(grpc_status_error_body)
+            self._server = uvicorn.Server(uvicorn.Config(self.app(), log_level="warning", access_log=False, **options))
         if grpc_address is not None:
             self._grpc, self.grpc_port = self._grpc_server(*grpc_address)
 
@@ -104,7 +107,8 @@ class OtlpReceiver:
         """The receiver of `config`, its spans joined with `hook`'s rows (hook.span_join is set here)."""
         from infersight.tracing.vllm_spans import vllm_request_span
 
-        join = SpanJoin(hook.pipeline.forward, hook.export_row, vllm_request_span, config.otlp_join_wait_s)
+        join = SpanJoin(hook.pipeline.forward, hook.export_row, vllm_request_span, config.otlp_join_wait_s,
+                        max_bytes=config.trace_buffer_bytes // 2, evictions=hook.buffers.evictions_counts)
         hook.span_join = join
         http = parse_hostport(config.otlp_receiver) if config.otlp_receiver else None
         grpc_address = parse_hostport(config.otlp_receiver_grpc) if config.otlp_receiver_grpc else None
@@ -129,6 +133,9 @@ class OtlpReceiver:
             self.counts.spans_rejected[transport] += decoded.rejected
         if decoded.rejected:
             self._log_once("invalid_span", f"OTLP {transport}: {decoded.error_message}")
+        if decoded.truncated:  # the SDK's per-span limits (otlp_decode.DecodeLimits), as the SDK itself would
+            self._log_once("truncated", f"OTLP {transport}: {decoded.truncated} attributes, events or links over "
+                           "the per-span limits left out")
         if decoded.spans:
             try:
                 self.sink(decoded.spans)
@@ -150,7 +157,7 @@ class OtlpReceiver:
             log.warning("%s", line)
 
     # -- OTLP/HTTP ------------------------------------------------------------------------------------------
-    def app(self) -> Starlette:
+    def app(self) -> LimitedApp:
         async def traces(request: Request) -> Response:
             media = MEDIA_TYPES.get(request.headers.get("content-type", "").split(";")[0].strip().lower())
             if media is None:
@@ -168,7 +175,15 @@ class OtlpReceiver:
                 return Response(json_format.MessageToJson(response, indent=None), media_type=D.JSON)
             return Response(response.SerializeToString(), media_type=D.PROTOBUF)
 
-        return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+        app = Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+        return LimitedApp(app, self.http_limits(), grpc_status_error_body,
+                          lambda reason, message: self.reject("http", LIMIT_REASONS.get(reason, "malformed"), message))
+
+    def http_limits(self) -> HttpLimits:
+        """infersight.http_limits on the HTTP listener: bodies up to twice max_body_bytes reach the
+        handler (its 413 is a Status in the sender's encoding); JSON nested past protobuf's own
+        recursion limit (100) is refused before it is parsed."""
+        return HttpLimits(max_body_bytes=2 * self.max_body_bytes, max_json_depth=100)
 
     # -- OTLP/gRPC ------------------------------------------------------------------------------------------
     def _grpc_server(self, host: str, port: int) -> tuple[object, int]:

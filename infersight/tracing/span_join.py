@@ -29,13 +29,16 @@ from typing import Any, Callable, Mapping, Protocol
 import pandas as pd
 from opentelemetry.sdk.trace import ReadableSpan
 
+from infersight.tracing.bounded import Evictions, frame_bytes, record_bytes
 from infersight.tracing.buffers import RING_SHIFT
+from infersight.tracing.export_queue import span_bytes
 from infersight.tracing.spans import RequestTrace, ServedInfo
 
 log = logging.getLogger("infersight.tracing")
 KEY_MASK = (1 << RING_SHIFT) - 1
 DEFAULT_WAIT_S = 10.0  # vLLM's batch span processor sends every 5 s by default
 MAX_PENDING = 50_000
+DEFAULT_MAX_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,18 @@ class SpanJoin:
 
     def __init__(self, forward: Callable[[ReadableSpan], None], export_row: ExportRow, reader: RequestSpanReader,
                  wait_s: float = DEFAULT_WAIT_S, clock: Callable[[], float] = time.monotonic,
-                 max_pending: int = MAX_PENDING) -> None:
+                 max_pending: int = MAX_PENDING, max_bytes: int = DEFAULT_MAX_BYTES,
+                 evictions: Evictions | None = None) -> None:
+        """max_pending, max_bytes: the waiting rows' and spans' bounds (entries each; estimated bytes,
+        half each); beyond them the oldest goes on unjoined at once, counted in `evictions`."""
         self.forward, self.export_row, self.reader = forward, export_row, reader
         self.wait_s, self.clock, self.max_pending = wait_s, clock, max_pending
+        self.max_side_bytes = max(1, max_bytes // 2)
+        self.evictions = evictions if evictions is not None else Evictions()
         self.counts = JoinCounts()
+        self._row_bytes: dict[int, int] = {}
+        self._span_bytes: dict[int, int] = {}
+        self.pending_bytes = [0, 0]  # spans, rows (the inbox is bounded by what the receiver accepts)
         self._lock = threading.Lock()  # guards the inbox only
         self._inbox: list[tuple[EngineRequestSpan, float]] = []
         self._spans: OrderedDict[int, tuple[EngineRequestSpan, float]] = OrderedDict()
@@ -106,16 +117,20 @@ class SpanJoin:
         """A finished row, ready to export: joined now if its span is here, else it waits."""
         key = int(row["request_id"]) & KEY_MASK
         self._drain()
-        found = self._spans.pop(key, None)
+        found = self._pop_span(key)
         if found is not None:
             self._joined(row, events, ring, found[0])
             return
-        old = self._rows.pop(key, None)
+        old = self._pop_row(key)
         if old is not None:  # the same key twice (an id reused): the older row goes alone
             self._row_alone(*old[:3])
         self._rows[key] = (row, events, ring, self.clock())
-        while len(self._rows) > self.max_pending:
-            self._row_alone(*self._rows.popitem(last=False)[1][:3])
+        self._row_bytes[key] = size = record_bytes(row) + frame_bytes(events)
+        self.pending_bytes[1] += size
+        while len(self._rows) > 1 and (len(self._rows) > self.max_pending
+                                       or self.pending_bytes[1] > self.max_side_bytes):
+            self.evictions.add("join_rows", "entries" if len(self._rows) > self.max_pending else "bytes")
+            self._row_alone(*self._pop_row(next(iter(self._rows)))[:3])  # an OrderedDict: O(1)
 
     # -- matching and timeouts ------------------------------------------------------------------------
     def process(self, force: bool = False) -> None:
@@ -123,24 +138,40 @@ class SpanJoin:
         self._drain()
         now = self.clock()
         for key in [k for k, (*_, since) in self._rows.items() if force or now - since >= self.wait_s]:
-            self._row_alone(*self._rows.pop(key)[:3])
+            self._row_alone(*self._pop_row(key)[:3])
         for key in [k for k, (_, since) in self._spans.items() if force or now - since >= self.wait_s]:
-            self._span_alone(self._spans.pop(key)[0])
+            self._span_alone(self._pop_span(key)[0])
+
+    def _pop_row(self, key: int) -> tuple[Row, pd.DataFrame, int, float] | None:
+        found = self._rows.pop(key, None)
+        if found is not None:
+            self.pending_bytes[1] -= self._row_bytes.pop(key)
+        return found
+
+    def _pop_span(self, key: int) -> tuple[EngineRequestSpan, float] | None:
+        found = self._spans.pop(key, None)
+        if found is not None:
+            self.pending_bytes[0] -= self._span_bytes.pop(key)
+        return found
 
     def _drain(self) -> None:
         with self._lock:
             inbox, self._inbox = self._inbox, []
         for engine, since in inbox:
-            found = self._rows.pop(engine.key, None)
+            found = self._pop_row(engine.key)
             if found is not None:
                 self._joined(*found[:3], engine)
                 continue
-            old = self._spans.pop(engine.key, None)
+            old = self._pop_span(engine.key)
             if old is not None:
                 self._span_alone(old[0])
             self._spans[engine.key] = (engine, since)
-            while len(self._spans) > self.max_pending:
-                self._span_alone(self._spans.popitem(last=False)[1][0])
+            self._span_bytes[engine.key] = size = span_bytes(engine.span)
+            self.pending_bytes[0] += size
+            while len(self._spans) > 1 and (len(self._spans) > self.max_pending
+                                            or self.pending_bytes[0] > self.max_side_bytes):
+                self.evictions.add("join_spans", "entries" if len(self._spans) > self.max_pending else "bytes")
+                self._span_alone(self._pop_span(next(iter(self._spans)))[0])
 
     def _joined(self, row: Row, events: pd.DataFrame, ring: int, engine: EngineRequestSpan) -> None:
         self.counts.joined += 1

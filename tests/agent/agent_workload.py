@@ -25,8 +25,9 @@ SECOND_WAVE = [(CODE + "bb", "code"), (JSON + '"x": 1}', "json"), (CODE + "ccc",
                ("hi", "json")]
 
 
-def make_engine(ring: str, ring_capacity: int = 1 << 16) -> tuple[Engine, ProbeObserver]:
-    probe = ProbeObserver(ProbeConfig(ring_name=ring, ring_capacity=ring_capacity, nvtx=False))
+def make_engine(ring: str, ring_capacity: int = 1 << 16, nvtx: bool = False) -> tuple[Engine, ProbeObserver]:
+    """nvtx: the engine's ranges (record_function inside captures): the flight recorder's phases need them."""
+    probe = ProbeObserver(ProbeConfig(ring_name=ring, ring_capacity=ring_capacity, nvtx=nvtx))
     engine = Engine(EngineConfig(model=TINY, speculative_model=DRAFT, num_kv_blocks=16, block_size=8,
                                  cpu_offload_blocks=8, num_speculative_tokens=4,
                                  spec_probe_every=4), probe)  # plain probe steps: a measured speedup

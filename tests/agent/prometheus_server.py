@@ -14,11 +14,19 @@ import pytest
 from agent_workload import free_port, make_engine, run_workload, unique_ring
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.recorder_config import RecorderConfig
 from infersight.agent.service import Agent
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 requires_prometheus = pytest.mark.skipif(
     not Path(PROMETHEUS).exists(), reason="needs a Prometheus server binary (/usr/bin/prometheus; `make services`)")
+
+
+#: The flight recorder as a run of a few hundred steps needs it for every kernel series to have data:
+#: a budget high enough for several windows (each costs ~0.3 s on a small CPU), and a preemption-storm
+#: trigger that the workload's forced preemptions set off (a full capture of 2 steps).
+DEMO_RECORDER = RecorderConfig(budget=0.45, min_interval_s=0.0, initial_cost_s=0.005, preemption_storm=1,
+                               step_jump=None, trigger_steps=2, trigger_cooldown_s=3600)
 
 
 @dataclass
@@ -79,24 +87,30 @@ def query(url: str, expr: str) -> list[dict]:
 
 
 @contextmanager
-def scraped_workload(tmp: Path, tag: str, job: str, settle_s: float = 0.0) -> Iterator[ScrapedRun]:
+def scraped_workload(tmp: Path, tag: str, job: str, settle_s: float = 0.0,
+                     recorder: RecorderConfig | None = None) -> Iterator[ScrapedRun]:
     """The tiny engine runs the workload beside an in-process agent that a real Prometheus scrapes;
     yields once Prometheus holds a scrape taken settle_s after the agent's last change (2 s gives
     every series the two samples rate() needs)."""
     ring = unique_ring(tag)
-    engine, probe = make_engine(ring)
+    engine, probe = make_engine(ring, nvtx=recorder is not None)
     # min_requests_for_p99=2: with six requests the slow-request attribution has something to do.
-    agent = Agent(AgentConfig(rings=[ring], port=0, min_requests_for_p99=2))
+    # recorder: the flight recorder on, with its windows in the probe's capture directory.
+    agent = Agent(AgentConfig(rings=[ring], port=0, min_requests_for_p99=2, flight_recorder=recorder))
     agent.start_http()
     proc = None
     try:
         proc, url, log = start_prometheus(tmp, agent.port, job)
+        if recorder is not None:  # its counters start at 0 in a first scrape, so rate() sees their first rise
+            first = time.monotonic() + 30
+            while not query(url, f'up{{job="{job}"}}') and time.monotonic() < first:
+                time.sleep(0.1)
         work = run_workload(engine, agent.poll_once)
         agent.poll_once()
         settled = time.time() + settle_s  # nothing changes in the agent's state after this
         deadline = time.monotonic() + 30
         while True:
-            last = query(url, f'timestamp(up{{job="{job}"}})')
+            last = query(url, f'timestamp(up{{job="{job}"}} == 1)')  # a failed scrape leaves series stale
             if last and float(last[0]["value"][1]) > settled:
                 break
             if time.monotonic() > deadline:

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 from agent_workload import MAX_TOKENS
-from prometheus_server import requires_prometheus, scraped_workload
+from prometheus_server import DEMO_RECORDER, requires_prometheus, scraped_workload
 
 from infersight.agent import report
 from infersight.exporters import catalogue as C
@@ -54,7 +54,7 @@ class Prom:
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
     """(Prom, workload, agent, probe) once Prometheus holds a scrape taken after the last event."""
-    with scraped_workload(tmp_path_factory.mktemp("prometheus"), "prom", JOB) as run:
+    with scraped_workload(tmp_path_factory.mktemp("prometheus"), "prom", JOB, recorder=DEMO_RECORDER) as run:
         prom = Prom(run.url)
         got = prom.query(f'sum(infersight_requests_total{{job="{JOB}"}})')
         assert got and float(got[0]["value"][1]) == len(run.work.prompts)

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from prometheus_server import query as _query, requires_prometheus, scraped_workload  # noqa: E402
+from prometheus_server import DEMO_RECORDER, query as _query, requires_prometheus, scraped_workload  # noqa: E402
 
-from infersight.dashboards.grafana import engine, gpu, overview, write_dashboards  # noqa: E402
+from infersight.dashboards.grafana import engine, gpu, kernels, overview, write_dashboards  # noqa: E402
 from infersight.exporters import catalogue as C  # noqa: E402
 
 pytestmark = requires_prometheus
@@ -41,7 +41,8 @@ def substitute(expr: str) -> str:
 def prometheus(tmp_path_factory) -> Iterator[str]:
     """A Prometheus URL once it holds scrapes taken after the workload's last event (two scrapes
     after it, so every series has the two samples rate() needs)."""
-    with scraped_workload(tmp_path_factory.mktemp("prometheus"), "dash", JOB, settle_s=2.0) as run:
+    with scraped_workload(tmp_path_factory.mktemp("prometheus"), "dash", JOB, settle_s=2.0,
+                          recorder=DEMO_RECORDER) as run:
         done = _query(run.url, f"sum({C.REQUESTS.sample})")
         assert done and float(done[0]["value"][1]) == len(run.work.prompts)
         yield run.url
@@ -63,7 +64,7 @@ def _targets(board: dict) -> Iterator[tuple[str, str]]:
 
 
 def test_every_dashboard_query_returns_data(prometheus: str, dashboards: dict[str, dict]) -> None:
-    assert set(dashboards) == {overview.UID, engine.UID, gpu.UID}
+    assert set(dashboards) == {overview.UID, engine.UID, gpu.UID, kernels.UID}
     empty: dict[tuple[str, str], list[str]] = {}
     queried = 0
     for uid, board in dashboards.items():
@@ -100,3 +101,12 @@ def test_template_variable_queries_resolve(prometheus: str, dashboards: dict[str
 def test_substitution() -> None:
     expr = 'sum(rate(x{layer=~"$layer", t=~"${task:regex}"}[$__rate_interval])) + increase(y[$__range]) [[z]]'
     assert substitute(expr) == 'sum(rate(x{layer=~".*", t=~".*"}[1m])) + increase(y[5m]) .*'
+
+
+def test_annotation_queries_return_data(prometheus: str, dashboards: dict[str, dict]) -> None:
+    """The Kernels dashboard marks the recorder's triggered captures; the workload triggers one."""
+    exprs = [a["expr"] for b in dashboards.values() for a in b.get("annotations", {}).get("list", []) if "expr" in a]
+    assert len(exprs) == 1
+    for expr in exprs:
+        got = _query(prometheus, substitute(expr))
+        assert [r["metric"].get("reason") for r in got] == ["preemption_storm"], (expr, got)

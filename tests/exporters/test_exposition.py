@@ -259,9 +259,14 @@ def test_every_catalogue_entry_is_exposed_with_its_labels(inproc) -> None:
     _, _, text, _ = inproc
     fams = _families(text.text)
     without_samples = {C.ENERGY.name, C.ENERGY_IDLE.name}
+    without_samples.add(C.PROBE_REJECTED.name)  # a clean run refuses no record (tests/agent/test_record_limits.py)
     absent = {C.HOT_EXPERT_TOKENS.name}  # exercised in test_promtool_over_the_expert_cap
     # No GPU here: the none collector yields no GPU families except its (zero) error counter.
     absent |= {spec.name for spec in C.GPU_METRICS if spec is not C.GPU_COLLECTOR_ERRORS}
+    # The flight recorder is off here: its counters are empty families, its gauges absent (with it on,
+    # tests/agent/test_prometheus_integration.py checks every one of them).
+    without_samples |= {spec.name for spec in C.KERNEL_METRICS if spec.kind == "counter"}
+    absent |= {spec.name for spec in C.KERNEL_METRICS if spec.kind == "gauge"}
     for spec in C.CATALOGUE:
         if spec.name in absent:
             assert spec.name not in fams

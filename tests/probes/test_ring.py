@@ -102,7 +102,9 @@ def test_round_trip_several_dtypes(ring_name: str) -> None:
             assert out[2]["trace_id"][2] == b"abc"
             assert np.array_equal(out[3]["blocks"], kv["blocks"])
             assert cons.stats() == {"produced": 12, "written": 12, "dropped": 0, "consumed": 12,
-                                    "corrupt": 0, "dropped_seen": 0, "backlog": 0, "capacity": 32}
+                                    "corrupt": 0, "dropped_seen": 0, "backlog": 0, "capacity": 32,
+                                    "reader_lost": 0, "in_flight": 12, "delivered_before": 0,
+                                    "reader_pid": os.getpid()}
             wall, mono = cons.anchor
             assert wall0 <= wall <= wall1 and mono0 <= mono <= mono1
             assert cons.anchor == prod.anchor and cons.header.producer_pid == os.getpid()

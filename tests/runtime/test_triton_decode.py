@@ -22,7 +22,13 @@ REL_TOL = 1e-5
 @pytest.fixture(scope="module")
 def kernel():
     from infersight.runtime.triton_decode import triton_paged_decode_attention
-    return triton_paged_decode_attention
+    if not torch.cuda.is_available():
+        return triton_paged_decode_attention
+
+    def on_gpu(*args, **kwargs):  # the same CPU-built cases, run by the compiled kernel
+        moved = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
+        return triton_paged_decode_attention(*moved, **kwargs).cpu()
+    return on_gpu
 
 
 def _paged(gen: torch.Generator, lens: list[int], block_size: int, hkv: int, d: int, dtype=torch.float32):
@@ -108,3 +114,25 @@ def test_engine_config_resolves_decode_kernel() -> None:
         EngineConfig(device="cpu", decode_attention="triton")
     with pytest.raises(ValueError, match="decode_attention"):
         EngineConfig(decode_attention="cuda-graphs")
+
+
+@pytest.mark.parametrize("tuning", [dict(target_programs=1), dict(block_t=16), dict(block_t=32, target_programs=4096)])
+def test_wide_padded_tables_and_tunings(kernel, tuning) -> None:
+    # A CUDA graph's tables are padded far past every context: per-sequence splits still read only
+    # the context, one split (target_programs=1) writes the output directly, and any tile size agrees.
+    from infersight.runtime.triton_decode import DecodeTuning
+
+    gen = torch.Generator().manual_seed(11)
+    lens = [1, 70, 33]
+    k_cache, v_cache, tables = _paged(gen, lens, 16, 2, 32)
+    wide = torch.cat([tables, torch.zeros(3, 20, dtype=torch.int64)], dim=1)
+    ref = _reference(torch.randn(3, 8, 32, generator=gen), k_cache, v_cache, tables, lens)
+    gen = torch.Generator().manual_seed(11)
+    _paged(gen, lens, 16, 2, 32)
+    q = torch.randn(3, 8, 32, generator=gen)
+    k_cache[0] = 1e4  # padding page: reading it would swamp the output
+    v_cache[0] = 1e4
+    used = [t for b, n in enumerate(lens) for t in tables[b, :-(-n // 16)].tolist()]
+    assert 0 not in used
+    out = kernel(q, k_cache, v_cache, wide, torch.tensor(lens), tuning=DecodeTuning(**tuning))
+    assert _rel_err(out, ref) <= REL_TOL

@@ -3,15 +3,14 @@ behind the HTTP app, reachable in-process (httpx ASGITransport) or on a real uvi
 ring read back as the agent reads it."""
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
-import uvicorn
 
+from asgi_server import running_config
 from testkit import free_port, one_torch_thread, unique_ring  # noqa: F401  (re-exported)
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig
@@ -50,8 +49,9 @@ class Harness:
                                           num_kv_blocks=self.num_kv_blocks, block_size=8,
                                           cpu_offload_blocks=self.cpu_offload_blocks),
                              self.probe)
-        self.loop = EngineLoop(self.engine, ProbeWriter(self.probe, self.config.max_text_bytes), self.max_pending)
         self.counters = ServerCounters()
+        self.loop = EngineLoop(self.engine, ProbeWriter(self.probe, self.config.max_text_bytes), self.max_pending,
+                               self.counters)
         self.app = build_app(self.loop, self.config, self.counters)
         self.consumer: RingConsumer | None = None
         self._labels: dict[int, str] = {0: "other"}
@@ -92,17 +92,7 @@ class Harness:
 def real_server(harness: Harness) -> Iterator[str]:
     """The harness's app on a real uvicorn (h11, the server's limits) on a free loopback port."""
     config = harness.config
-    server = uvicorn.Server(uvicorn_config(harness.app, ServeConfig(
-        host="127.0.0.1", port=free_port(), max_header_bytes=config.max_header_bytes)))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
+    served = ServeConfig(host="127.0.0.1", port=free_port(), max_header_bytes=config.max_header_bytes,
+                         header_timeout_s=config.header_timeout_s)
+    with running_config(uvicorn_config(harness.app, served)) as server:
         yield f"http://127.0.0.1:{server.config.port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)

@@ -24,7 +24,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.e
 
 def test_agent_poll_builds_spans_and_serves_the_counters(monkeypatch: pytest.MonkeyPatch) -> None:
     memory = InMemorySpanExporter()
-    monkeypatch.setattr(hook_module, "otlp_span_exporter", lambda endpoint, protocol=None: memory)
+    monkeypatch.setattr(hook_module, "otlp_span_exporter", lambda endpoint, protocol=None, **_: memory)
     with Harness(ServeConfig(model_name=MODEL), speculative=True) as h:
         async def go() -> None:
             async with h.client() as c:
@@ -65,7 +65,7 @@ def test_request_spans_carry_the_kernel_summary_of_a_capture(monkeypatch: pytest
     and its top categories (here the agent's per-request table is filled by hand, as the capture
     analysis would fill it; the join itself is tested in tests/kernels)."""
     memory = InMemorySpanExporter()
-    monkeypatch.setattr(hook_module, "otlp_span_exporter", lambda endpoint, protocol=None: memory)
+    monkeypatch.setattr(hook_module, "otlp_span_exporter", lambda endpoint, protocol=None, **_: memory)
     with Harness(ServeConfig(model_name=MODEL)) as h:
         async def go() -> list[int]:
             ids = []

@@ -1,0 +1,293 @@
+"""The flight recorder: an always-on kernel view from short sampled windows, inside a measured budget.
+
+Each agent poll (`FlightRecorder.poll`):
+  1. the new STEP records extend a bounded step history; steps that ran requests earn budget;
+  2. a finished window is read with the kernel analysis (agent.recorder_window) and folded into the
+     KERNEL_METRICS counters; its summary waits for its cost;
+  3. windows and triggered captures whose charged steps have all arrived get their measured cost
+     (agent.recorder_budget.window_cost); the budget settles; the summary is kept (WindowStore);
+  4. the triggers (agent.recorder_triggers) may take one full capture through the agent's capture
+     controller (rate-limited there too, one at a time, listed at /api/v1/captures with its reason);
+  5. when the budget allows and nothing else is capturing, the next window is asked for: a few
+     steps, kernel activity only (CaptureTool.TORCH_KERNELS: no shapes, no stacks).
+
+The agent pauses its profiling GPU counters around every window as around captures
+(CaptureController.in_progress). Nothing here runs in the engine: it pays for the window itself
+(measured and exported) and one integer comparison per step otherwise.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from infersight.agent.capture import CaptureController, CaptureRecord, CaptureRefused
+from infersight.agent.recorder_budget import WindowBudget, WindowCost, window_cost
+from infersight.agent.recorder_config import RecorderConfig
+from infersight.agent.recorder_store import WindowStore
+from infersight.agent.recorder_triggers import TriggerGate, preemption_storm, slo_breach, step_time_jump
+from infersight.agent.recorder_window import CPU_CEILINGS, analyze_window
+from infersight.agent.state import AgentState
+from infersight.correlate.kernel_windows import WindowSummary
+from infersight.exporters import catalogue as C
+from infersight.kernels.frames import TraceError
+from infersight.kernels.roofline import DeviceCeilings
+from infersight.kernels.shapes import shapes_path_for
+
+log = logging.getLogger("infersight.agent")
+HISTORY_STEPS = 4096
+STEP_FIELDS = ["step_id", "start_ns", "end_ns", "batch_size", "prefill_tokens", "preempted"]
+#: A window or capture whose cost cannot be measured (the engine stopped; steps lost to ring drops) is
+#: settled at its estimate after this long, or once the engine is this many steps past it.
+COST_WAIT_S = 30.0
+COST_WAIT_STEPS = 64
+#: Busy steps a window waits for after the last one a window affected: its baseline.
+BASELINE_STEPS = 8
+
+
+class FlightRecorder:
+    def __init__(self, config: RecorderConfig, state: AgentState, captures: CaptureController,
+                 slos: dict[str, float]) -> None:
+        self.config, self.state, self.captures, self.slos = config, state, captures, slos
+        self.budget = WindowBudget(config.budget, config.initial_cost_s)
+        self.store = WindowStore(config.keep, config.max_bytes, config.directory)
+        self.gate = TriggerGate(config.trigger_cooldown_s)
+        self.gpu_ceilings = DeviceCeilings(peak_tflops=config.peak_tflops or DeviceCeilings().peak_tflops,
+                                           peak_gbps=config.peak_gbps or DeviceCeilings().peak_gbps)
+        self.cpu_ceilings = DeviceCeilings(CPU_CEILINGS.name, config.peak_tflops or CPU_CEILINGS.peak_tflops,
+                                           config.peak_gbps or CPU_CEILINGS.peak_gbps)
+        self.history = pd.DataFrame({c: pd.Series(dtype="int64") for c in STEP_FIELDS})
+        self.affected: deque[tuple[int, int]] = deque(maxlen=256)  # (first, last) step ids a window touched
+        self._pending: list[dict[str, Any]] = []   # windows / captures waiting for their cost
+        self._triggered: list[tuple[CaptureRecord, str]] = []  # triggered captures not yet ended
+        self._last_window_wall = -1e18
+        self.ceilings_used: DeviceCeilings | None = None
+        self.roof_fraction: dict[str, float] = {}
+        self.triggers: deque[dict[str, Any]] = deque(maxlen=64)
+        self.costs: deque[dict[str, float]] = deque(maxlen=256)
+        with state.lock:  # every series from the start at 0, so that the first increase shows in rate()
+            for reason in C.RECORDER_REASONS:
+                state.counters[C.RECORDER_TRIGGERED.name].inc((reason,), 0)
+            for outcome in C.RECORDER_OUTCOMES:
+                state.counters[C.RECORDER_WINDOWS.name].inc((outcome,), 0)
+            for kind in ("window", "triggered"):
+                state.counters[C.RECORDER_COST.name].inc((kind,), 0)
+            state.counters[C.RECORDER_ENGINE.name].inc((), 0)
+
+    # -- 1. steps -------------------------------------------------------------------------------
+    def add_steps(self, steps: pd.DataFrame) -> None:
+        """New STEP records (correlate.frames steps)."""
+        if steps.empty:
+            return
+        new = steps[STEP_FIELDS].astype("int64")
+        busy = new[new["batch_size"] > 0]
+        seconds = float((busy["end_ns"] - busy["start_ns"]).sum()) / 1e9
+        self.budget.earn(seconds)
+        with self.state.lock:
+            self.state.counters[C.RECORDER_ENGINE.name].inc((), seconds)
+        both = pd.concat([self.history, new], ignore_index=True) if not self.history.empty else new
+        self.history = both.iloc[-HISTORY_STEPS:].reset_index(drop=True)
+
+    def _affected_ids(self) -> np.ndarray:
+        ids = [np.arange(a, b + 1) for a, b in self.affected]
+        return np.concatenate(ids) if ids else np.zeros(0, np.int64)
+
+    # -- the poll -------------------------------------------------------------------------------
+    def poll(self, rings: list[str], now_s: float | None = None) -> None:
+        now = time.monotonic() if now_s is None else now_s
+        self._collect_window(now)
+        self._collect_triggered(now)
+        self._measure(now)
+        self._check_triggers(rings, now)
+        self._maybe_start(rings, now)
+        self.publish()
+
+    # -- 2. a finished window -------------------------------------------------------------------
+    def _collect_window(self, now: float) -> None:
+        record = self.captures.poll_window()
+        if record is None:
+            return
+        first_step = self.captures.first_step(record)
+        entry: dict[str, Any] = {"kind": "window", "first_step": first_step, "steps": record.steps,
+                                 "wall": record.requested_wall, "done_s": now, "path": record.path}
+        if record.state == "done" and record.path:
+            try:
+                summary, self.ceilings_used = analyze_window(record.path, first_step, self.gpu_ceilings,
+                                                             self.cpu_ceilings)
+            except (TraceError, OSError, ValueError) as exc:
+                entry["error"] = str(exc)
+            else:
+                self._fold(summary)
+                entry["summary"] = summary.as_dict()
+            finally:
+                if not self.config.keep_traces:
+                    self._delete_trace(record.path)
+        else:  # a ring's failed window carries the engine's error as its path; a target's, in its analysis
+            entry["error"] = (record.analysis or {}).get("error") or record.path or "the engine wrote no trace"
+            entry.pop("path", None)
+        outcome = "analysed" if "summary" in entry else "failed"
+        with self.state.lock:
+            self.state.counters[C.RECORDER_WINDOWS.name].inc((outcome,))
+        self._pending.append(entry)
+
+    @staticmethod
+    def _delete_trace(path: str) -> None:
+        for p in (Path(path), shapes_path_for(path)):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+    def _fold(self, s: WindowSummary) -> None:
+        """A window's summary into the KERNEL_METRICS counters and the roofline gauge."""
+        with self.state.lock:
+            counters = self.state.counters
+            for r in s.time.itertuples(index=False):
+                counters[C.KERNEL_TIME.name].inc((r.op_category, r.phase), r.time_ns / 1e9)
+            for phase, n in s.time.groupby("phase")["activities"].sum().items():
+                counters[C.KERNEL_ACTIVITIES.name].inc((str(phase),), int(n))
+            for r in s.phases.itertuples(index=False):
+                counters[C.KERNEL_SAMPLED_STEPS.name].inc((r.phase,), r.steps)
+                counters[C.KERNEL_STEP_WINDOW.name].inc((r.phase,), r.window_ns / 1e9)
+                counters[C.KERNEL_IDLE.name].inc((r.phase,), r.idle_ns / 1e9)
+            for r in s.roofline.itertuples(index=False):
+                counters[C.KERNEL_FLOPS.name].inc((r.op_category,), r.flops)
+                counters[C.KERNEL_BYTES.name].inc((r.op_category,), r.bytes)
+                counters[C.KERNEL_ROOF_TIME.name].inc((r.op_category,), r.kernel_ns / 1e9)
+                if r.pct_of_roof == r.pct_of_roof:  # not NaN
+                    self.roof_fraction[r.op_category] = float(r.pct_of_roof)
+
+    # -- 3. costs -------------------------------------------------------------------------------
+    def _collect_triggered(self, now: float) -> None:
+        for record, reason in list(self._triggered):
+            if record.state in ("requested", "running"):
+                continue
+            self._triggered.remove((record, reason))
+            self._pending.append({"kind": "triggered", "first_step": self.captures.first_step(record),
+                                  "steps": record.steps, "wall": record.requested_wall, "done_s": now,
+                                  "reason": reason, "capture_id": record.capture_id})
+
+    def _measure(self, now: float) -> None:
+        not_before = max((b for _, b in self.affected), default=-1)
+        for entry in list(self._pending):
+            cost = window_cost(self.history, entry["first_step"], entry["steps"], self.config.after_steps,
+                               not_before=not_before)
+            end = entry["first_step"] + entry["steps"] + self.config.after_steps
+            newest = int(self.history["step_id"].max()) if not self.history.empty else -1
+            if cost is None and now - entry["done_s"] < COST_WAIT_S and newest < end + COST_WAIT_STEPS:
+                continue
+            self._pending.remove(entry)
+            self._settle(entry, cost)
+
+    def _settle(self, entry: dict[str, Any], cost: WindowCost | None) -> None:
+        window = entry["kind"] == "window"
+        measured = cost.cost_s if cost is not None else self.budget.estimate_s
+        if window:
+            self.budget.settle(measured, update_estimate=cost is not None)
+        else:
+            self.budget.charge(measured)
+        last = entry["first_step"] + entry["steps"] + self.config.after_steps - 1
+        self.affected.append((entry["first_step"], last))
+        with self.state.lock:
+            self.state.counters[C.RECORDER_COST.name].inc(("window" if window else "triggered",), measured)
+        entry["cost"] = None if cost is None else {"cost_s": cost.cost_s, "noise_s": cost.noise_s,
+                                                   "base_period_s": cost.base_period_s,
+                                                   "charged_steps": cost.charged_steps}
+        if cost is not None:
+            self.costs.append({"kind": entry["kind"], "cost_s": cost.cost_s, "noise_s": cost.noise_s})
+        entry.pop("done_s", None)
+        if window and not self.config.keep_traces:
+            entry.pop("path", None)
+        self.store.add(entry)
+
+    # -- 4. triggers ----------------------------------------------------------------------------
+    def _check_triggers(self, rings: list[str], now: float) -> None:
+        cfg = self.config
+        if not self.gate.open(now) or self.captures.in_progress() or self.history.empty:
+            return
+        trigger = None
+        if self.slos:
+            with self.state.lock:
+                finished = pd.DataFrame(list(self.state.finished)[-cfg.slo_window:])
+            if not finished.empty:
+                trigger = slo_breach(finished, self.slos, cfg.slo_quantile, cfg.slo_window, cfg.slo_min_requests)
+        if trigger is None and cfg.preemption_storm is not None:
+            trigger = preemption_storm(self.history, cfg.preemption_storm, cfg.storm_steps)
+        if trigger is None and cfg.step_jump is not None:
+            trigger = step_time_jump(self.history, self._affected_ids(), cfg.step_jump)
+        if trigger is None:
+            return
+        try:
+            record = self.captures.request(rings, cfg.trigger_steps, "torch",
+                                           reason=f"trigger {trigger.reason}: {trigger.detail}")
+        except CaptureRefused as exc:
+            log.info("flight recorder: trigger %s not taken (%s)", trigger.reason, exc)
+            return
+        self.gate.fired(now)
+        self._triggered.append((record, trigger.reason))
+        self.triggers.append({"reason": trigger.reason, "detail": trigger.detail, "capture_id": record.capture_id,
+                              "wall": record.requested_wall})
+        with self.state.lock:
+            self.state.counters[C.RECORDER_TRIGGERED.name].inc((trigger.reason,))
+        log.info("flight recorder: full capture %d on %s (%s)", record.capture_id, trigger.reason, trigger.detail)
+
+    # -- 5. the next window ---------------------------------------------------------------------
+    def _maybe_start(self, rings: list[str], now: float) -> None:
+        if not self.budget.can_start() or now - self._last_window_wall < self.config.min_interval_s:
+            return
+        if self._pending or self.captures.in_progress() or self.history.empty:
+            return  # one window's cost is known before the next is taken
+        if int(self.history["batch_size"].iloc[-1]) == 0:
+            return  # an idle engine: a window of empty steps says nothing
+        since = self.history[self.history["step_id"] > max((b for _, b in self.affected), default=-1)]
+        if int((since["batch_size"] > 0).sum()) < BASELINE_STEPS + 1:
+            return  # its cost is measured against the steps before it: let a few come first
+        try:
+            self.captures.request_window(rings, self.config.window_steps)
+        except CaptureRefused as exc:
+            with self.state.lock:
+                self.state.counters[C.RECORDER_WINDOWS.name].inc(("refused",))
+            log.debug("flight recorder: window refused (%s)", exc)
+            return
+        self.budget.reserve()
+        self._last_window_wall = now
+
+    # -- what it shows ----------------------------------------------------------------------------
+    def gauge_rows(self) -> list[tuple[C.MetricSpec, list[tuple[list[str], float]]]]:
+        """The recorder's gauges as (spec, [(label values, value)]) (exporters.recorder renders them)."""
+        rows: list[tuple[C.MetricSpec, list[tuple[list[str], float]]]] = [
+            (C.RECORDER_BUDGET, [([], self.budget.budget)]),
+            (C.RECORDER_COST_RATIO, [([], self.budget.cost_ratio)]),
+            (C.RECORDER_INTERVAL, [([], self.budget.interval_s)]),
+            (C.KERNEL_ROOF_FRACTION, [([k], v) for k, v in sorted(dict(self.roof_fraction).items())])]
+        if self.ceilings_used is not None:
+            c = self.ceilings_used
+            rows += [(C.KERNEL_PEAK_FLOPS, [([c.name], c.peak_tflops * 1e12)]),
+                     (C.KERNEL_PEAK_BYTES, [([c.name], c.peak_gbps * 1e9)])]
+        return rows
+
+    def publish(self) -> None:
+        """The summary block into the agent state (report.summary shows it)."""
+        costs = [c["cost_s"] for c in self.costs if c["kind"] == "window"]
+        noise = [c["noise_s"] for c in self.costs if c["kind"] == "window"]
+        last = next((w for w in reversed(self.store.recent()) if "summary" in w), None)
+        shares: dict[str, float] = {}
+        if last is not None:
+            total = sum(r["time_ns"] for r in last["summary"]["time"]) or 1
+            for r in last["summary"]["time"]:
+                shares[r["op_category"]] = shares.get(r["op_category"], 0.0) + r["time_ns"] / total
+        block = {"budget": self.budget.budget, "cost_ratio": self.budget.cost_ratio,
+                 "engine_seconds": self.budget.engine_s, "cost_seconds": self.budget.cost_s,
+                 "window_cost_estimate_s": self.budget.estimate_s, "window_interval_engine_s": self.budget.interval_s,
+                 "windows_measured": len(costs), "window_cost_median_s": float(np.median(costs)) if costs else None,
+                 "window_noise_median_s": float(np.median(noise)) if noise else None,
+                 "last_window_category_shares": shares, "triggered_captures": list(self.triggers),
+                 "store": self.store.stats()}
+        with self.state.lock:
+            self.state.recorder_summary = block

@@ -1,0 +1,143 @@
+"""The flight recorder's overhead budget: what a window really cost the engine, and when the next
+one may start so that the measured, amortised cost stays under the budget.
+
+What a window costs (`window_cost`), from the STEP records (step_id, start_ns, end_ns):
+
+    steps   ... b b b b | w w w w | a a | n ...      b: baseline, w: window, a: after, n: next
+    cost = start(n) - start(first w) - (window + after steps) x median period(b)
+
+A step's period is start-to-start, so the profiler's start (inside the first window step), its
+slower steps, the trace export (after the last window step's end, before the next step) and any
+slowdown right after (the `after` steps) are all in it. The baseline is the steps just before the
+window that ran requests and were not themselves affected by an earlier window. The noise floor
+is the baseline periods' median absolute deviation x sqrt(steps charged): a cost below it is not
+told apart from jitter. An engine that goes idle right after a window gets that idle time
+charged too: an over-estimate, so the rate drops, never the other way.
+
+When the next window may start (`WindowBudget`): a token bucket in engine time. Every second of
+engine step time earns `budget` seconds of allowance (capped at `burst` windows' worth); a window
+is asked for only when the allowance covers the current cost estimate, which is reserved at once
+and settled with the measured cost when it is known (the first estimate is `initial_cost_s`). So
+over any stretch, cost <= budget x engine time + one burst: the amortised cost stays under the budget.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class WindowCost:
+    """cost_s: measured extra engine time (may be slightly negative: jitter); noise_s: its noise
+    floor; base_period_s: the baseline's median step period; charged_steps: window + after."""
+
+    cost_s: float
+    noise_s: float
+    base_period_s: float
+    charged_steps: int
+    baseline_steps: int
+
+
+def window_cost(steps: pd.DataFrame, first_step: int, window_steps: int, after_steps: int = 2,
+                baseline_steps: int = 32, not_before: int = -1) -> WindowCost | None:
+    """The cost of the window [first_step, first_step + window_steps) (module docstring). steps:
+    step_id, start_ns, end_ns, batch_size (any order; other columns ignored). not_before: baseline
+    steps must have ids > this (the last step an earlier window affected). None until the step
+    after the charged ones has arrived, or with fewer than 3 baseline steps."""
+    by_id = steps.drop_duplicates("step_id").set_index("step_id").sort_index()
+    end_id = first_step + window_steps + after_steps
+    if first_step not in by_id.index or end_id not in by_id.index:
+        return None
+    ids = by_id.index.to_numpy(np.int64)
+    starts = by_id["start_ns"].to_numpy(np.int64)
+    # Periods of consecutive steps before the window (start to the next one's start).
+    nxt = np.searchsorted(ids, ids + 1)
+    consecutive = (nxt < len(ids)) & (ids[np.minimum(nxt, len(ids) - 1)] == ids + 1)
+    busy = by_id["batch_size"].to_numpy(np.int64) > 0
+    usable = consecutive & busy & (ids > not_before) & (ids + 1 < first_step)
+    periods = (starts[np.minimum(nxt, len(ids) - 1)] - starts)[usable][-baseline_steps:]
+    if len(periods) < 3:
+        return None
+    base = float(np.median(periods))
+    mad = float(np.median(np.abs(periods - base)))
+    charged = window_steps + after_steps
+    span = int(by_id.at[end_id, "start_ns"]) - int(by_id.at[first_step, "start_ns"])
+    return WindowCost(cost_s=(span - charged * base) / 1e9, noise_s=1.4826 * mad * math.sqrt(charged) / 1e9,
+                      base_period_s=base / 1e9, charged_steps=charged, baseline_steps=len(periods))
+
+
+@dataclass
+class WindowBudget:
+    """The token bucket of the module docstring. budget: allowed share of engine time (0.005 is
+    0.5%); initial_cost_s: the cost assumed before any is measured; burst: allowance cap, in
+    windows at the current estimate; smoothing: weight of a new measurement in the estimate."""
+
+    budget: float = 0.005
+    initial_cost_s: float = 0.05
+    burst: float = 2.0
+    smoothing: float = 0.3
+    allowance_s: float = 0.0
+    estimate_s: float = -1.0
+    engine_s: float = 0.0      # engine step time seen so far
+    cost_s: float = 0.0        # measured cost so far (windows and triggered captures)
+    measured: int = 0          # windows whose cost updated the estimate
+    _reserved_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.budget < 1.0:
+            raise ValueError(f"the recorder budget must be in (0, 1), got {self.budget}")
+        if not self.initial_cost_s > 0:
+            raise ValueError(f"the initial cost estimate must be > 0 s, got {self.initial_cost_s}")
+        if self.estimate_s < 0:
+            self.estimate_s = self.initial_cost_s
+
+    def earn(self, engine_seconds: float) -> None:
+        """Engine step time observed: it earns budget x that much allowance."""
+        self.engine_s += engine_seconds
+        cap = self.burst * self.estimate_s
+        self.allowance_s = min(cap, self.allowance_s + self.budget * engine_seconds)
+
+    def can_start(self) -> bool:
+        """Whether the allowance covers one more window at the current estimate (none reserved)."""
+        return self._reserved_s == 0.0 and self.allowance_s >= self.estimate_s
+
+    def reserve(self) -> None:
+        """A window was asked for: hold its estimated cost."""
+        self._reserved_s = self.estimate_s
+        self.allowance_s -= self.estimate_s
+
+    def release(self) -> None:
+        """The reserved window never ran (refused, failed before its steps): give the reservation back."""
+        self.allowance_s += self._reserved_s
+        self._reserved_s = 0.0
+
+    def settle(self, measured_s: float, update_estimate: bool = True) -> None:
+        """The reserved window's measured cost is known: the allowance pays the difference and the
+        estimate moves toward it (never below a millionth of the initial guess: cost is never free)."""
+        self.allowance_s += self._reserved_s - measured_s
+        self._reserved_s = 0.0
+        self.cost_s += measured_s
+        if update_estimate:
+            # The first measurement replaces the guess; later ones move the estimate by `smoothing`.
+            prior = self.estimate_s if self.measured else max(measured_s, 0.0)
+            self.estimate_s = max(self.initial_cost_s * 1e-6,
+                                  (1 - self.smoothing) * prior + self.smoothing * max(measured_s, 0.0))
+            self.measured += 1
+
+    def charge(self, measured_s: float) -> None:
+        """A cost not reserved for (a triggered capture): paid from the allowance, which may go negative."""
+        self.allowance_s -= measured_s
+        self.cost_s += measured_s
+
+    @property
+    def cost_ratio(self) -> float:
+        """Measured cost so far over engine time so far (0 before any engine time)."""
+        return self.cost_s / self.engine_s if self.engine_s > 0 else 0.0
+
+    @property
+    def interval_s(self) -> float:
+        """Engine seconds between windows at the current estimate."""
+        return self.estimate_s / self.budget

@@ -1,0 +1,73 @@
+"""The flight recorder's one config object (AgentConfig.flight_recorder), validated when built
+(ValueError with a message for people; the CLI turns it into a usage error)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RecorderConfig:
+    """budget: share of engine time the recorder may cost (0.005 = 0.5%). window_steps: steps per
+    sampled window; after_steps: steps after it that are charged to it too. directory: where window
+    summaries go (None: memory only); keep / max_bytes bound them (memory and disk alike).
+    min_interval_s: wall-clock floor between windows, however cheap. initial_cost_s: the cost
+    assumed before the first is measured. keep_traces: keep each window's trace file (default: the
+    summary is kept, the trace deleted once read).
+    Triggers (agent.recorder_triggers), each None to turn it off: the SLOs are the agent's
+    --slo-*-s, judged at slo_quantile over the last slo_window requests; preemption_storm:
+    preemptions within storm_steps steps; step_jump: the decode-step slowdown factor. A trigger takes
+    a full capture of trigger_steps steps, at most one per trigger_cooldown_s.
+    peak_tflops / peak_gbps: the roofline's ceilings (None: H200 for GPU traces, a nominal CPU
+    figure for CPU ones)."""
+
+    budget: float = 0.005
+    window_steps: int = 4
+    after_steps: int = 2
+    directory: str | None = None
+    keep: int = 256
+    max_bytes: int = 16 << 20
+    min_interval_s: float = 1.0
+    initial_cost_s: float = 0.05
+    keep_traces: bool = False
+    slo_quantile: float = 0.99
+    slo_window: int = 200
+    slo_min_requests: int = 20
+    preemption_storm: int | None = 8
+    storm_steps: int = 64
+    step_jump: float | None = 2.0
+    trigger_steps: int = 20
+    trigger_cooldown_s: float = 300.0
+    peak_tflops: float | None = None
+    peak_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.budget < 0.5:
+            raise ValueError(f"--recorder-budget must be in (0, 0.5) (a share of engine time), got {self.budget}")
+        if not 1 <= self.window_steps <= 64:
+            raise ValueError(f"recorder window steps must be in 1..64, got {self.window_steps}")
+        if not 0 <= self.after_steps <= 64:
+            raise ValueError(f"recorder after-steps must be in 0..64, got {self.after_steps}")
+        if self.keep < 1:
+            raise ValueError(f"--recorder-keep must be >= 1, got {self.keep}")
+        if self.max_bytes < 1024:
+            raise ValueError(f"--recorder-max-bytes must be >= 1024, got {self.max_bytes}")
+        if not 0.0 <= self.min_interval_s <= 86400:
+            raise ValueError(f"the recorder's minimum interval must be in [0, 86400] s, got {self.min_interval_s}")
+        if not self.initial_cost_s > 0:
+            raise ValueError(f"the recorder's initial cost must be > 0 s, got {self.initial_cost_s}")
+        if not 0.0 < self.slo_quantile < 1.0:
+            raise ValueError(f"the recorder's SLO quantile must be in (0, 1), got {self.slo_quantile}")
+        if self.slo_window < 1 or self.slo_min_requests < 1 or self.storm_steps < 1:
+            raise ValueError("the recorder's SLO window, SLO minimum and storm steps must be >= 1")
+        if self.preemption_storm is not None and self.preemption_storm < 1:
+            raise ValueError(f"--recorder-preemption-storm must be >= 1, got {self.preemption_storm}")
+        if self.step_jump is not None and not self.step_jump > 1.0:
+            raise ValueError(f"--recorder-step-jump must be > 1 (a slowdown factor), got {self.step_jump}")
+        if not 1 <= self.trigger_steps <= 1000:
+            raise ValueError(f"--recorder-trigger-steps must be in 1..1000, got {self.trigger_steps}")
+        if not self.trigger_cooldown_s >= 0:
+            raise ValueError(f"the trigger cool-down must be >= 0 s, got {self.trigger_cooldown_s}")
+        for name in ("peak_tflops", "peak_gbps"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"--recorder-{name.replace('_', '-')} must be > 0, got {value}")

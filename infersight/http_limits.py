@@ -1,0 +1,316 @@
+"""Limits every infersight HTTP server applies, whatever its routes: one ASGI middleware and one uvicorn
+protocol, so a careless or hostile client costs its answer and a count, never the server.
+
+    socket ─> GuardedH11Protocol ──────────────> LimitedApp ───────────────────────> the app
+              headers: byte bound (h11), a        content-length > max -> 413;
+              deadline from the first byte        body read with a deadline -> 408,
+              (slow headers -> 408, closed);      counted -> 413; JSON nesting -> 400;
+              malformed -> 400/431 JSON           errors the app answers in plain text
+                                                  (404, 405, 500) re-sent as JSON;
+                                                  an exception -> 500 JSON
+
+uvicorn has no header-read timeout: its keep-alive timer is cancelled by every byte received, so a
+client that sends its headers a byte at a time is held forever. GuardedH11Protocol starts one
+deadline at the request's first byte (or the connection's start) and never extends it.
+
+Each server renders its own error bodies (OpenAI-style for `infersight serve`, {"error": ...} for
+the agent, a google.rpc.Status for the OTLP receiver) through an ErrorRender, and counts refusals
+through an optional on_reject(reason, message).
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import http
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import h11
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+log = logging.getLogger("infersight.http")
+
+#: (status, message, reason) -> the JSON body of an error answer.
+ErrorRender = Callable[[int, str, str], Any]
+#: (reason, message): called once for each request the limits refuse.
+RejectHook = Callable[[str, str], None]
+
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')  # a JSON string literal, escapes included (possessive: linear)
+_OPENERS = frozenset(b"[{")
+_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")  # everything but brackets, for bytes.translate
+_SKIP_DEPTH_TYPES = ("application/x-protobuf", "application/protobuf", "application/grpc")
+#: Scope key: time.monotonic_ns() when the request reached LimitedApp, before its body was read (the
+#: app's handler starts only after, so a server timing the request from its arrival reads this).
+RECEIVED_NS = "infersight.received_ns"
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    """The bounds, validated when built. max_json_depth: arrays and objects nested deeper are refused
+    before any parser recurses (Python's json raises RecursionError near 1,000)."""
+
+    max_body_bytes: int = 1 << 20
+    max_header_bytes: int = 16 << 10
+    max_json_depth: int = 64
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_header_bytes", "max_json_depth"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    def uvicorn_options(self, render: ErrorRender | None = None) -> dict[str, Any]:
+        """Keyword arguments for uvicorn.Config: the guarded h11 protocol (its own errors rendered by
+        `render`, the same as the app's) and its header bound."""
+        protocol = functools.partial(GuardedH11Protocol, header_timeout_s=self.header_timeout_s,
+                                     render=render or simple_error_body)
+        return {"http": protocol, "h11_max_incomplete_event_size": self.max_header_bytes,
+                "timeout_keep_alive": self.keep_alive_s}
+
+
+def simple_error_body(status: int, message: str, reason: str) -> dict[str, Any]:
+    """{"error": message} (the agent's error bodies)."""
+    return {"error": message}
+
+
+#: google.rpc.Code of each HTTP status the limits answer (OTLP/HTTP's error body is a google.rpc.Status).
+_GRPC_CODES = {400: 3, 404: 5, 405: 12, 408: 4, 413: 8, 431: 8, 500: 13}
+
+
+def grpc_status_error_body(status: int, message: str, reason: str) -> dict[str, Any]:
+    """{"code": google.rpc.Code, "message": ...}: a google.rpc.Status in JSON (the OTLP receiver's)."""
+    return {"code": _GRPC_CODES.get(status, 2), "message": message}
+
+
+def json_nesting_exceeds(body: bytes, max_depth: int) -> bool:
+    """Whether arrays/objects in `body` nest deeper than max_depth (brackets inside strings do not
+    count). Cheap when the body has few brackets; one pass over them otherwise."""
+    if body.count(b"[") + body.count(b"{") <= max_depth:
+        return False
+    depth = 0
+    for c in _STRING.sub(b"", body).translate(None, _BRACKETS):
+        if c in _OPENERS:
+            depth += 1
+            if depth > max_depth:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+class LimitExceeded(Exception):
+    """A request refused by the limits: status, message, and the reason it is counted under."""
+
+    def __init__(self, status: int, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.reason = status, message, reason
+
+
+class LimitedApp:
+    """ASGI middleware: the header, body and JSON-nesting bounds, and JSON bodies on every error.
+
+    The body is read here (bounded, with a deadline) and replayed to the app; after it, the app's
+    receive() is the server's, so disconnects still reach it."""
+
+    def __init__(self, app: ASGIApp, limits: HttpLimits, render: ErrorRender = simple_error_body,
+                 on_reject: RejectHook | None = None) -> None:
+        self.app, self.limits, self.render, self.on_reject = app, limits, render, on_reject
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope[RECEIVED_NS] = time.monotonic_ns()
+        try:
+            body = await self._read(scope, receive)
+        except LimitExceeded as exc:
+            if self.on_reject is not None:
+                self.on_reject(exc.reason, exc.message)
+            await self._answer(send, exc.status, exc.message, exc.reason, close=True)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        guard = _JsonErrors(send, self)
+        try:
+            await self.app(scope, replay, guard.send)
+        except Exception as exc:  # noqa: BLE001 -- the client gets a JSON 500; the log gets the traceback
+            log.error("%s %s failed: %s: %s", scope.get("method"), scope.get("path"), type(exc).__name__, exc,
+                      exc_info=exc)
+            if not guard.started:
+                await self._answer(send, 500, "internal server error", "internal_error")
+            elif not guard.finished:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _read(self, scope: Scope, receive: Receive) -> bytes:
+        lim = self.limits
+        headers = scope["headers"]
+        if sum(len(k) + len(v) for k, v in headers) > lim.max_header_bytes:
+            raise LimitExceeded(431, f"request headers exceed {lim.max_header_bytes} bytes", "headers_too_large")
+        declared = _header(headers, b"content-length")
+        if declared.isdigit() and int(declared) > lim.max_body_bytes:
+            raise LimitExceeded(413, f"request body exceeds {lim.max_body_bytes} bytes", "body_too_large")
+        try:
+            body = await asyncio.wait_for(self._body(receive), lim.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise LimitExceeded(408, f"request body not received within {lim.body_timeout_s:g} s",
+                                "body_timeout") from None
+        media = _header(headers, b"content-type").split(";")[0].strip().lower()
+        encoded = _header(headers, b"content-encoding").strip().lower() not in ("", "identity")
+        if not encoded and media not in _SKIP_DEPTH_TYPES and json_nesting_exceeds(body, lim.max_json_depth):
+            raise LimitExceeded(400, f"request body nests JSON deeper than {lim.max_json_depth} levels",
+                                "json_too_deep")
+        return body
+
+    async def _body(self, receive: Receive) -> bytes:
+        buf = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise LimitExceeded(400, "the client closed the connection", "client_disconnected")
+            buf += message.get("body", b"")
+            if len(buf) > self.limits.max_body_bytes:
+                raise LimitExceeded(413, f"request body exceeds {self.limits.max_body_bytes} bytes",
+                                    "body_too_large")
+            if not message.get("more_body", False):
+                return bytes(buf)
+
+    async def _answer(self, send: Send, status: int, message: str, reason: str, close: bool = False,
+                      extra: list[tuple[bytes, bytes]] | None = None) -> None:
+        data = json.dumps(self.render(status, message, reason)).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+        if close:  # the rest of a refused body is never read: the connection cannot be reused
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers + (extra or [])})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+class _JsonErrors:
+    """A send() that re-sends the app's non-JSON error answers (Starlette's plain-text 404, 405, 500)
+    as JSON, keeping their other headers (Allow, WWW-Authenticate)."""
+
+    def __init__(self, send: Send, owner: LimitedApp) -> None:
+        self._send, self._owner = send, owner
+        self.started = self.finished = False
+        self._rewrite: tuple[int, list[tuple[bytes, bytes]]] | None = None
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            status, headers = message["status"], list(message.get("headers", []))
+            media = _header(headers, b"content-type").lower()
+            if status >= 400 and (not media or media.startswith("text/")):
+                kept = [(k, v) for k, v in headers if k.lower() not in (b"content-type", b"content-length")]
+                self._rewrite = (status, kept)
+                return
+        elif message["type"] == "http.response.body" and self._rewrite is not None:
+            if not message.get("more_body", False):
+                status, kept = self._rewrite
+                phrase = _phrase(status)
+                self.finished = True
+                await self._owner._answer(self._send, status, phrase, phrase.lower().replace(" ", "_"), extra=kept)
+            return
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.finished = True
+        await self._send(message)
+
+
+def _header(headers: Any, name: bytes) -> str:
+    for k, v in headers:
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return ""
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return f"HTTP {status}"
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a header-read deadline and JSON bodies on its own 400/431.
+
+    The deadline starts at the connection's start and again at the first byte of each later request
+    (the keep-alive timer covers the idle wait between them); reaching it before the headers are
+    complete answers 408 and closes."""
+
+    def __init__(self, *args: Any, header_timeout_s: float = 10.0, render: ErrorRender | None = None,
+                 **kwargs: Any) -> None:  # noqa: D107
+        super().__init__(*args, **kwargs)
+        self.header_timeout_s = header_timeout_s
+        self.render = render or simple_error_body
+        self._header_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._track()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # may start the next (pipelined) request
+        self._track()
+
+    def _track(self) -> None:
+        """Disarmed once a request's headers are in; armed when the next one has begun and they are not."""
+        if self.conn.their_state is not h11.IDLE:
+            self._disarm()
+        elif self._header_deadline is None and self.conn.trailing_data[0]:
+            self._arm()  # the first bytes of the next request on a kept-alive connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_late(self) -> None:
+        self._header_deadline = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.conn.trailing_data[0]:  # part of a request arrived: say why it is closed
+            self._raw_json(408, f"request headers not received within {self.header_timeout_s:g} s", "header_timeout")
+        self.transport.close()
+
+    def send_400_response(self, msg: str) -> None:
+        buffered = len(self.conn.trailing_data[0])
+        limit = self.config.h11_max_incomplete_event_size
+        if limit is not None and buffered > limit:
+            self._raw_json(431, f"request headers exceed {limit} bytes", "headers_too_large")
+        else:
+            self._raw_json(400, msg, "invalid_http")
+        self.transport.close()
+
+    def _raw_json(self, status: int, message: str, reason: str) -> None:
+        # Written past h11: it refuses to answer a request it has not parsed.
+        data = json.dumps(self.render(status, message, reason)).encode()
+        head = (f"HTTP/1.1 {status} {_phrase(status)}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(data)}\r\nconnection: close\r\n\r\n").encode("latin-1")
+        self.transport.write(head + data)

@@ -1,0 +1,258 @@
+"""CUDA graphs for pure decode steps, captured per (batch-size bucket, block-table-width bucket).
+
+A decode step of a small model is hundreds of short kernels; launched one by one from Python the
+GPU idles between them. Replaying a captured graph launches them all at once. A graph fixes its
+shapes and addresses, so (as in vLLM's model runner) the inputs live in static buffers that each
+step overwrites, and a batch of n sequences runs the graph of the smallest bucket >= n:
+
+    batch buckets  1 2 4 8 16 24 32 ... (multiples of 8, up to max_num_seqs)
+    width buckets  4 8 16 32 ... blocks (powers of two, up to max_model_len's blocks)
+
+Padding rows (bucket - n of them) feed token 0 at position 0 with a context of one token, and
+write their K/V to a spare block that no request owns (pad_block), so they touch no real KV.
+Their logits are computed and dropped. The block-table width is bucketed too, because the decode
+kernel splits the context by the table's width: a table as wide as max_model_len would leave most
+splits empty. Eager CUDA steps use the same width buckets (ModelRunner), so a batch that fills its
+bucket gets bit-identical logits in graph and eager mode.
+
+Host side, one pinned int64 buffer holds every input; one non-blocking copy moves it to the
+device buffer whose views the graphs read:
+
+    [ input_ids | positions | slot_mapping | context_lens ]  max_batch each
+    [ block tables, row-major [bucket, width] ]               max_batch * max_blocks
+
+What stays eager: prefill and mixed steps, speculative verify, any step while torch.profiler
+records (so captures keep their per-layer ranges and kernels), MoE layers still on the "loop"
+expert path (it reads the per-expert counts on the host), and the torch decode reference (it reads
+the longest context on the host). MoE models get a graph per exact batch size instead of per
+bucket: padding rows would be routed, and counted in the step's expert counts, which the graph
+accumulates on the device like the eager step does. Graphs share one memory pool; each graph's
+logits stay valid until the next replay of any graph, and the engine reads them before that.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from infersight.runtime.forward_batch import ForwardBatch
+
+if TYPE_CHECKING:
+    from infersight.runtime.model import Transformer
+    from infersight.runtime.model_runner import FeedItem
+
+log = logging.getLogger("infersight.runtime")
+
+MIN_WIDTH_BLOCKS = 4
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    """1, 2, 4, then multiples of 8, ending at max_batch (vLLM's capture sizes, capped)."""
+    sizes = [b for b in (1, 2, 4) if b < max_batch] + list(range(8, max_batch, 8))
+    return sizes + [max_batch]
+
+
+def width_buckets(max_blocks: int) -> list[int]:
+    """Powers of two from MIN_WIDTH_BLOCKS, ending at max_blocks."""
+    sizes = []
+    w = MIN_WIDTH_BLOCKS
+    while w < max_blocks:
+        sizes.append(w)
+        w *= 2
+    return sizes + [max_blocks]
+
+
+def bucket_for(n: int, buckets: Sequence[int]) -> int | None:
+    """The smallest bucket >= n, None when n is past the last."""
+    for b in buckets:
+        if b >= n:
+            return b
+    return None
+
+
+@dataclass
+class DecodeRow:
+    """One sequence's single-token decode, as the graph inputs need it."""
+
+    token: int
+    position: int
+    slot: int
+    blocks: list[int]  # the block table up to the last block holding context
+
+
+def decode_rows(items: Sequence["FeedItem"], block_size: int) -> list[DecodeRow] | None:
+    """The rows of a pure decode step (every item one token, its logits wanted); else None."""
+    rows = []
+    for item in items:
+        if len(item.tokens) != 1 or item.logits != 1:
+            return None
+        pos = item.start_pos
+        table = item.req.block_table
+        rows.append(DecodeRow(item.tokens[0], pos, table[pos // block_size] * block_size + pos % block_size,
+                              table[: pos // block_size + 1]))
+    return rows
+
+
+class DecodeInputs:
+    """The static input buffers (host staging and device) and the ForwardBatch views on them."""
+
+    def __init__(self, max_batch: int, max_blocks: int, block_size: int, pad_block: int, device: str) -> None:
+        self.max_batch, self.max_blocks = max_batch, max_blocks
+        self.pad_block, self.pad_slot = pad_block, pad_block * block_size
+        size = 4 * max_batch + max_batch * max_blocks
+        pin = device.startswith("cuda")
+        self.host = torch.zeros(size, dtype=torch.long, pin_memory=pin)
+        self.device_buf = torch.zeros(size, dtype=torch.long, device=device)
+        self._np = self.host.numpy()
+        self._ready: torch.cuda.Event | None = None
+        self.arange = torch.arange(max_batch, dtype=torch.long, device=device)
+
+    def _fields(self, buf: torch.Tensor) -> list[torch.Tensor]:
+        m = self.max_batch
+        return [buf[i * m:(i + 1) * m] for i in range(4)]
+
+    def batch(self, bucket: int, width: int, expert_counts: torch.Tensor | None = None) -> ForwardBatch:
+        """The ForwardBatch a (bucket, width) graph is captured on: views of the device buffer."""
+        ids, pos, slots, lens = (f[:bucket] for f in self._fields(self.device_buf))
+        tables = self.device_buf[4 * self.max_batch:4 * self.max_batch + bucket * width].view(bucket, width)
+        index = self.arange[:bucket]
+        return ForwardBatch(input_ids=ids, positions=pos, slot_mapping=slots, segments=[], decode_index=index,
+                            decode_block_tables=tables, decode_context_lens=lens, logits_index=index,
+                            expert_counts=expert_counts)
+
+    def fill(self, rows: Sequence[DecodeRow], bucket: int, width: int) -> None:
+        """Write rows (padded to bucket) into the host buffer and start the copy to the device."""
+        if self._ready is not None:
+            self._ready.synchronize()  # the previous copy has read the host buffer
+        n, m = len(rows), self.max_batch
+        ids, pos, slots, lens = (self._np[i * m:(i + 1) * m] for i in range(4))
+        ids[:n] = [r.token for r in rows]
+        pos[:n] = [r.position for r in rows]
+        slots[:n] = [r.slot for r in rows]
+        lens[:n] = [r.position + 1 for r in rows]
+        ids[n:bucket], pos[n:bucket], slots[n:bucket], lens[n:bucket] = 0, 0, self.pad_slot, 1
+        tables = self._np[4 * m:4 * m + bucket * width].reshape(bucket, width)
+        for i, r in enumerate(rows):
+            # Columns past a row's context are never read by the kernel: they may hold stale ids.
+            tables[i, :len(r.blocks)] = r.blocks
+        tables[n:, 0] = self.pad_block
+        end = 4 * m + bucket * width
+        self.device_buf[:end].copy_(self.host[:end], non_blocking=True)
+        if self.device_buf.is_cuda:
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+
+
+def graph_blocker(model: "Transformer", device: str, decode_attention: str, enforce_eager: bool) -> str | None:
+    """Why decode steps of this model cannot run as CUDA graphs here, or None when they can."""
+    if enforce_eager:
+        return "enforce_eager"
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return "not a CUDA device"
+    if decode_attention != "triton":
+        return "the torch decode attention reads the longest context on the host"
+    return None
+
+
+def moe_syncs_host(model: "Transformer", tokens: int) -> bool:
+    """True when some MoE layer would run the host-syncing "loop" expert path on `tokens` tokens
+    (its path is fixed by expert_path, else chosen per call by runtime.moe.choose_path), or has
+    not run yet (so it does not know whether the grouped GEMM works here)."""
+    from infersight.runtime.moe import choose_path
+
+    for layer in model.layers:
+        ffn = layer.ffn
+        if not hasattr(ffn, "router"):
+            continue
+        path = getattr(ffn, "expert_path", "loop")
+        if path is None:
+            grouped_ok = getattr(ffn, "_grouped_ok", None)
+            if grouped_ok is None:
+                return True
+            path = choose_path(tokens * ffn.top_k, ffn.n_experts, grouped_ok)
+        if path == "loop":
+            return True
+    return False
+
+
+def compile_layers(model: "Transformer") -> None:
+    """torch.compile (inductor, dynamic shapes) each layer's RMSNorms, the RoPE and the SwiGLU:
+    their dozens of small elementwise kernels become a few fused ones, which is most of a
+    decode graph's device time on a small model. Captures then hold the compiled kernels.
+    CUDA only; the CPU path never compiles."""
+    from infersight.runtime.layers import RMSNorm, RotaryEmbedding, SwiGLU
+
+    for module in model.modules():
+        if isinstance(module, (RMSNorm, RotaryEmbedding, SwiGLU)):
+            module.forward = torch.compile(module.forward, dynamic=True)  # type: ignore[method-assign]
+
+
+class DecodeGraphs:
+    """Captures lazily, on the first step of each (batch bucket, width bucket), and replays."""
+
+    def __init__(self, model: "Transformer", k_caches: torch.Tensor, v_caches: torch.Tensor, block_size: int,
+                 max_batch: int, max_model_len: int, pad_block: int, device: str) -> None:
+        self.model, self.k_caches, self.v_caches = model, k_caches, v_caches
+        self.block_size = block_size
+        max_blocks = -(-max_model_len // block_size)
+        self.is_moe = model.cfg.is_moe
+        self.batch_sizes = list(range(1, max_batch + 1)) if self.is_moe else batch_buckets(max_batch)
+        self.widths = width_buckets(max_blocks)
+        self.inputs = DecodeInputs(max_batch, max_blocks, block_size, pad_block, device)
+        self.pool = torch.cuda.graph_pool_handle()
+        # (bucket, width) -> (graph, its logits, the expert-count buffer it accumulates into)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None]] = {}
+        self.disabled: str | None = None
+        self.num_replays = 0
+
+    def width_for(self, n_blocks: int) -> int:
+        return bucket_for(n_blocks, self.widths) or n_blocks
+
+    def run(self, items: Sequence["FeedItem"], expert_counts: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Logits [len(items), V] of a pure decode step by graph replay; None: run it eagerly."""
+        if self.disabled or torch.autograd.profiler._is_profiler_enabled:
+            return None
+        rows = decode_rows(items, self.block_size)
+        if rows is None:
+            return None
+        bucket = bucket_for(len(rows), self.batch_sizes)
+        if bucket is not None and self.is_moe and moe_syncs_host(self.model, bucket):
+            return None
+        width = bucket_for(max(len(r.blocks) for r in rows), self.widths)
+        if bucket is None or width is None:
+            return None
+        entry = self.graphs.get((bucket, width))
+        if entry is None:
+            entry = self._capture(bucket, width, expert_counts)
+            if entry is None:
+                return None
+        if entry[2] is not expert_counts:  # captured with another counter (or none): eager this step
+            return None
+        self.inputs.fill(rows, bucket, width)
+        entry[0].replay()
+        self.num_replays += 1
+        return entry[1][:len(rows)]
+
+    def _capture(self, bucket: int, width: int, expert_counts: torch.Tensor | None
+                 ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None] | None:
+        batch = self.inputs.batch(bucket, width, expert_counts)
+        self.inputs.fill([], bucket, width)  # every row padding: the warm-up and capture touch no real KV
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # compiles Triton kernels and sets cuBLAS up outside the capture
+                self.model(batch, self.k_caches, self.v_caches)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                logits = self.model(batch, self.k_caches, self.v_caches)
+        except Exception as exc:  # noqa: BLE001 -- a model that cannot be captured still runs eagerly
+            self.disabled = f"capture failed: {type(exc).__name__}: {exc}"
+            log.warning("CUDA graphs off for this engine (%s); decode runs eagerly", self.disabled)
+            return None
+        if expert_counts is not None:
+            expert_counts.zero_()  # the warm-up and the capture routed padding rows into it
+        self.graphs[(bucket, width)] = entry = (graph, logits, expert_counts)
+        return entry

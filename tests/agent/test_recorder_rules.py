@@ -1,0 +1,147 @@
+"""The flight recorder's pure parts on hand-built frames: what a window cost (from step starts), the
+token bucket that keeps the amortised cost under the budget, the trigger rules, the bounded store."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from infersight.agent.recorder_budget import WindowBudget, window_cost
+from infersight.agent.recorder_store import WindowStore
+from infersight.agent.recorder_triggers import TriggerGate, preemption_storm, slo_breach, step_time_jump
+
+
+def steps(starts: list[int], batch: int = 1) -> pd.DataFrame:
+    return pd.DataFrame({"step_id": range(len(starts)), "start_ns": starts, "end_ns": [s + 5 for s in starts],
+                         "batch_size": batch})
+
+
+def test_window_cost_is_the_extra_time_from_first_window_step_to_the_next_uncharged_one() -> None:
+    # Steps every 10 ns; the window is steps 6-7, with 2 after-steps (8, 9). The profiler's start makes
+    # step 6 30 ns longer, the export 100 ns after step 7: steps from 7 on start 30 ns late, from 8 on 130.
+    starts = [10 * i + (30 if i >= 7 else 0) + (100 if i >= 8 else 0) for i in range(12)]
+    cost = window_cost(steps(starts), first_step=6, window_steps=2, after_steps=2)
+    assert cost is not None
+    assert (cost.cost_s, cost.base_period_s, cost.charged_steps, cost.baseline_steps, cost.noise_s) == \
+        (pytest.approx(130e-9), pytest.approx(10e-9), 4, 5, 0.0)
+
+
+def test_window_cost_waits_for_its_steps_and_for_a_clean_baseline() -> None:
+    starts = [10 * i for i in range(12)]
+    assert window_cost(steps(starts[:10]), 6, 2, 2) is None  # step 10 (the first uncharged one) not yet here
+    assert window_cost(steps(starts), 6, 2, 2, not_before=2) is None  # only steps 3, 4 (2 periods) left
+    idle = steps(starts).assign(batch_size=[0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1])
+    assert window_cost(idle, 6, 2, 2) is None  # idle steps are no baseline
+    jitter = [0, 10, 22, 30, 40, 48, 60, 70, 80, 90, 100]  # periods 10, 12, 8, 10, 8
+    got = window_cost(steps(jitter), 6, 2, 2)
+    assert got is not None and got.base_period_s == pytest.approx(10e-9)
+    assert got.noise_s == pytest.approx(1.4826 * 2e-9 * 2)  # MAD 2 ns x sqrt(4 charged steps)
+
+
+def test_budget_reserves_settles_and_waits_until_the_cost_is_earned_back() -> None:
+    b = WindowBudget(budget=0.01, initial_cost_s=0.05)
+    assert not b.can_start()
+    b.earn(10.0)  # earns 0.1 s, capped at 2 windows of 0.05 s
+    assert b.allowance_s == pytest.approx(0.1) and b.can_start()
+    b.reserve()
+    assert not b.can_start()  # one window at a time
+    b.settle(0.2)  # the window cost four times the guess: the first measurement replaces the guess
+    assert (b.allowance_s, b.estimate_s, b.cost_ratio, b.interval_s) == \
+        (pytest.approx(-0.1), pytest.approx(0.2), pytest.approx(0.02), pytest.approx(20.0))
+    b.earn(29.0)
+    assert not b.can_start()  # -0.1 + 0.29 < 0.2
+    b.earn(1.1)
+    assert b.can_start()
+    b.reserve()
+    b.release()  # refused: nothing spent
+    assert b.allowance_s == pytest.approx(0.201) and b.cost_s == pytest.approx(0.2)
+    b.charge(0.5)  # a triggered capture, not reserved for
+    assert b.allowance_s == pytest.approx(-0.299) and b.cost_s == pytest.approx(0.7)
+
+
+def test_budget_keeps_the_amortised_cost_under_budget_plus_one_window() -> None:
+    rng = np.random.default_rng(7)
+    b = WindowBudget(budget=0.005, initial_cost_s=0.01)
+    costs = []
+    for _ in range(20_000):  # 20,000 steps of 10 ms; windows cost 20-80 ms, drawn at random
+        b.earn(0.01)
+        if b.can_start():
+            b.reserve()
+            costs.append(float(rng.uniform(0.02, 0.08)))
+            b.settle(costs[-1])
+    assert len(costs) > 10
+    assert sum(costs) <= 0.005 * b.engine_s + max(costs)
+    assert b.cost_ratio == pytest.approx(sum(costs) / 200.0)
+    with pytest.raises(ValueError):
+        WindowBudget(budget=1.5)
+
+
+def requests(e2e: list[float], ttft: list[float] | None = None) -> pd.DataFrame:
+    return pd.DataFrame({"e2e_s": e2e, "ttft_s": ttft if ttft is not None else [0.01] * len(e2e),
+                         "itl_mean_s": [0.001] * len(e2e)})
+
+
+def test_slo_breach_at_a_quantile_of_recent_requests() -> None:
+    e2e = [0.1 * i for i in range(1, 21)]  # 0.1 .. 2.0 s
+    rows = requests(e2e)
+    assert slo_breach(rows, {"e2e": 1.5}, 0.5, window=100, min_requests=20) is None  # median 1.05 s
+    hit = slo_breach(rows, {"e2e": 1.5}, 0.9, window=100, min_requests=20)
+    assert hit is not None and hit.reason == "slo_e2e" and "p90 1.81 s > SLO 1.5 s over the last 20" in hit.detail
+    assert slo_breach(rows, {"e2e": 1.5}, 0.9, window=100, min_requests=21) is None
+    assert slo_breach(rows, {"e2e": 1.5}, 0.9, window=10, min_requests=5).reason == "slo_e2e"  # last 10: 1.1..2.0
+    # The worst ratio wins: TTFT 0.2 s against 0.1 s (2x) beats e2e 1.81 against 1.5 (1.2x); NaN TTFTs
+    # (requests that never produced a token) are not counted.
+    ttft = [0.2] * 19 + [float("nan")]
+    assert slo_breach(requests(e2e, ttft), {"e2e": 1.5, "ttft": 0.1}, 0.9, 100, 19).reason == "slo_ttft"
+
+
+def test_preemption_storm_over_the_last_steps() -> None:
+    s = pd.DataFrame({"step_id": [4, 3, 2, 1, 0], "preempted": [2, 0, 3, 0, 0]})
+    assert preemption_storm(s, 5, over_steps=3).reason == "preemption_storm"  # steps 2-4: 3 + 0 + 2
+    assert preemption_storm(s, 6, over_steps=5) is None
+
+
+def decode_steps(durations_ms: list[float], batch: list[int]) -> pd.DataFrame:
+    start = np.cumsum([0] + [int(d * 1e6) + 100 for d in durations_ms[:-1]])
+    return pd.DataFrame({"step_id": range(len(durations_ms)), "start_ns": start,
+                         "end_ns": start + (np.asarray(durations_ms) * 1e6).astype(np.int64),
+                         "prefill_tokens": 0, "batch_size": batch})
+
+
+def test_step_time_jump_at_the_same_batch_and_not_in_affected_steps() -> None:
+    durations, batch = [1.0] * 40 + [3.0] * 16, [8] * 56
+    hit = step_time_jump(decode_steps(durations, batch), np.zeros(0, np.int64), factor=2.0)
+    assert hit is not None and hit.reason == "step_time_jump" and "3.0x" in hit.detail
+    assert step_time_jump(decode_steps(durations, batch), np.zeros(0, np.int64), factor=3.5) is None
+    assert step_time_jump(decode_steps(durations, [8] * 40 + [16] * 16), np.zeros(0, np.int64), 2.0) is None
+    assert step_time_jump(decode_steps(durations, batch), np.arange(40, 56), 2.0) is None  # a window's own steps
+    prefill = decode_steps(durations, batch).assign(prefill_tokens=[0] * 40 + [64] * 16)
+    assert step_time_jump(prefill, np.zeros(0, np.int64), 2.0) is None  # prefill steps are slower by nature
+
+
+def test_trigger_gate_cools_down() -> None:
+    gate = TriggerGate(cooldown_s=10.0)
+    assert gate.open(0.0)
+    gate.fired(0.0)
+    assert not gate.open(9.9) and gate.open(10.0)
+
+
+def test_store_bounds_windows_by_count_and_bytes_in_memory_and_on_disk(tmp_path) -> None:
+    store = WindowStore(keep=3, max_bytes=1 << 20, directory=tmp_path)
+    for i in range(5):
+        store.add({"i": i})
+    assert [w["i"] for w in store.recent()] == [2, 3, 4] and [w["i"] for w in store.recent(2)] == [3, 4]
+    files = sorted(tmp_path.glob("window-*.json"))
+    assert [json.loads(f.read_text())["i"] for f in files] == [2, 3, 4]
+    size = len(json.dumps({"i": 0, "pad": "x" * 100}, separators=(",", ":")))
+    small = WindowStore(keep=100, max_bytes=2 * size + 10, directory=tmp_path / "b")
+    for i in range(4):
+        small.add({"i": i, "pad": "x" * 100})
+    assert [w["i"] for w in small.recent()] == [2, 3]
+    assert small.stats() == {"windows": 2, "bytes": 2 * size, "disk_files": 2, "disk_bytes": 2 * size,
+                             "write_errors": 0}
+    again = WindowStore(keep=3, max_bytes=1 << 20, directory=tmp_path)  # a restarted agent: the files count
+    again.add({"i": 5})
+    assert [json.loads(f.read_text())["i"] for f in sorted(tmp_path.glob("window-*.json"))] == [3, 4, 5]

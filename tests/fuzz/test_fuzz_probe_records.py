@@ -1,0 +1,205 @@
+"""Fuzzing the agent's probe-record decode path with mutations of real record bytes.
+
+Seeds are the slot bytes (slot header + record) of rings written by the real engine's observer
+(a tiny MoE engine with speculation, prefix sharing and preemptions) and by the vLLM writer's
+encoding (infersight.vllm.writer: task label, request/step records, text chunks, network timing).
+Each case puts mutated slot bytes into a ring and runs what the agent runs on every poll: the ring
+read, the RecordScreen (agent.record_limits), EventFrames.from_records and AgentState.ingest, then
+renders /metrics. Nothing may raise, hang or allocate beyond the fuzz harness's ceiling; and the
+screen's accounting must add up exactly: records read = records kept + records refused.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from multiprocessing.shared_memory import SharedMemory
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from testkit import one_torch_thread, unique_ring
+
+from fuzzkit import case_count, describe, fuzz, mutations
+from infersight.agent.config import AgentConfig
+from infersight.agent.ingest import RingSet
+from infersight.agent.state import AgentState
+from infersight.exporters.prometheus import build_registry
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.probes.records import RecordKind, record_registry
+from infersight.probes.ring import RingProducer
+from infersight.probes.schema import PRODUCED, PRODUCER_COUNTERS_OFFSET, WRITE_POS
+from infersight.runtime import Engine, EngineConfig, ModelConfig, SamplingParams
+
+SEED = 17
+SLOTS_PER_SEED = 48
+#: The fuzzed ring: a case's bytes fill (at most) this many slots; the rest stay zero (kind 0: corrupt).
+FUZZ_CAPACITY = 256
+TINY = ModelConfig("t", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, n_experts=4, top_k=2,
+                   max_seq_len=128)
+DRAFT = ModelConfig("d", d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32, max_seq_len=128)
+
+
+def _slots(ring: RingProducer) -> bytes:
+    """The written slots of a ring (written < capacity: no wrap), in order."""
+    n = ring.stats()["written"]
+    start = ring.header.header_size
+    return bytes(ring._buf[start:start + n * ring.header.slot_size])
+
+
+def _engine_slots() -> bytes:
+    probe = ProbeObserver(ProbeConfig(ring_name=unique_ring("fuzz-engine"), ring_capacity=1 << 14, nvtx=False))
+    try:
+        engine = Engine(EngineConfig(model=TINY, speculative_model=DRAFT, num_kv_blocks=16, block_size=8,
+                                     cpu_offload_blocks=8, num_speculative_tokens=3), probe)
+        with one_torch_thread():
+            for i, (prompt, task) in enumerate([("def f(x):\n    return x", "code"), ("{\"a\": 1", "json"),
+                                                ("def f(x):\n    return y", "code"), ("hello", None)]):
+                engine.add_request(prompt, SamplingParams(temperature=1.0 if i % 2 else 0.0, max_tokens=12,
+                                                          ignore_eos=True, task=task, seed=i))
+            while engine.has_unfinished():
+                engine.step()
+        probe.flush()
+        return _slots(probe.ring)
+    finally:
+        probe.close()
+
+
+def _vllm_writer_slots() -> bytes:
+    from infersight.vllm.writer import VllmProbeSettings, VllmRingWriter
+
+    name = unique_ring("fuzz-vllm")
+    writer = VllmRingWriter(VllmProbeSettings.from_env({"INFERSIGHT_RING": name, "INFERSIGHT_EXPORT_CONTENT": "1"},
+                                                       os.getpid()))
+    try:
+        assert writer.open()
+        ctx = writer.bind([1, 2], trace_id=(5 << 64) | 9, task="chat")
+        step = writer.next_step_id()
+        written = writer.write_records([
+            (RecordKind.REQUEST, (100, 0, 1, ctx.trace_hi, ctx.trace_lo, 7, 0, ctx.task_id, 1, 0)),
+            (RecordKind.REQUEST, (200, 0, 1, ctx.trace_hi, ctx.trace_lo, 7, 2, ctx.task_id, 2, 0)),
+            (RecordKind.REQUEST, (300, 0, 1, ctx.trace_hi, ctx.trace_lo, 0, 0, ctx.task_id, 4, 0)),
+            (RecordKind.STEP, (step, 150, 300, 7, 1, 0, 0, 3, 1, 64, 16, 0, 1, 0, 0, 1, 0)),
+            (RecordKind.BATCH_MEMBER, (step, 1, 7)),
+            (RecordKind.REQUEST, (400, 0, 1, ctx.trace_hi, ctx.trace_lo, 5, 0, ctx.task_id, 8, 1)),
+        ])
+        assert written == 6
+        writer.texts.text(1, 4, "a prompt that spans two chunks " * 12)
+        writer.on_network(1, 50, 310, 420)
+        return _slots(writer._producer)  # type: ignore[arg-type]
+    finally:
+        writer.close()
+
+
+@pytest.fixture(scope="module")
+def seeds() -> list[bytes]:
+    size = _slot_size()
+    out = []
+    for raw in (_engine_slots(), _vllm_writer_slots()):
+        n = len(raw) // size
+        assert n > 0
+        out += [raw[i * size:(i + SLOTS_PER_SEED) * size] for i in range(0, n, SLOTS_PER_SEED // 2)]
+    kinds = {int.from_bytes(s[i * size + 8:i * size + 10], "little") for s in out for i in range(len(s) // size)}
+    assert {int(k) for k in (RecordKind.REQUEST, RecordKind.STEP, RecordKind.MOE, RecordKind.SPEC,
+                             RecordKind.TASK_LABEL, RecordKind.REQUEST_TEXT, RecordKind.NETWORK)} <= kinds
+    return out
+
+
+def _slot_size() -> int:
+    ring = RingProducer.create(unique_ring("fuzz-size"), 2, None, record_registry())
+    try:
+        return ring.header.slot_size
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+class FuzzRing:
+    """Each case becomes a new ring of FUZZ_CAPACITY slots: the case's bytes are its slots (cut or
+    zero-padded to whole slots), its producer counters say they were all written (the layout's
+    documented offsets, through the segment itself), and an agent RingSet attaches and reads it as
+    it would a live engine's ring."""
+
+    def __init__(self) -> None:
+        self.registry = record_registry()
+        self.rejected: Counter[str] = Counter()
+
+    def decode(self, case: bytes) -> None:
+        producer = RingProducer.create(unique_ring("fuzz"), FUZZ_CAPACITY, None, self.registry)
+        rings = None
+        try:
+            hdr = producer.header
+            region = FUZZ_CAPACITY * hdr.slot_size
+            data = case[:region]
+            n = -(-len(data) // hdr.slot_size)
+            shm = SharedMemory(name=producer.name, **({"track": False} if sys.version_info >= (3, 13) else {}))
+            try:
+                shm.buf[hdr.header_size:hdr.header_size + region] = data + bytes(region - len(data))
+                counters = shm.buf[PRODUCER_COUNTERS_OFFSET:PRODUCER_COUNTERS_OFFSET + 24].cast("Q")
+                counters[WRITE_POS] = counters[PRODUCED] = n
+                counters.release()
+            finally:
+                shm.close()
+            rings = RingSet([producer.name], discover=False)
+            rings.refresh()
+            self.read(rings, n)
+        finally:
+            if rings is not None:
+                rings.close()
+            producer.close()
+            producer.unlink()
+
+    def read(self, rings: RingSet, n: int) -> None:
+        """One agent poll over the ring: read, screen, decode, fold into a fresh state, render /metrics;
+        then the accounting: every slot is consumed or corrupt, every record kept or refused."""
+        (ring,) = rings.attached.values()
+        state = AgentState(AgentConfig(rings=[ring.name], port=0))
+        got = rings.read()
+        for _, frames in got:
+            state.ingest(frames)
+        refused = rings.screen.take_rejected()
+        state.count_rejected(refused)
+        generate_latest(build_registry(state))
+        for (_, reason), k in refused.items():
+            self.rejected[reason] += k
+        stats = ring.consumer.stats()
+        one_row_each = sum(len(getattr(f, name)) for _, f in got for name in ONE_ROW_PER_RECORD)
+        moe_rows = sum(len(f.moe) for _, f in got)
+        # What is left are MoE records (1..64 rows each) and admitted task labels (no row).
+        rest = stats["consumed"] - one_row_each - sum(refused.values())
+        if stats["consumed"] + stats["corrupt"] != n or rest < 0 or moe_rows > 64 * rest:
+            raise AssertionError(f"accounting: {n} slots, {stats}, {one_row_each} rows, {moe_rows} MoE rows, "
+                                 f"refused {refused}")
+
+
+ONE_ROW_PER_RECORD = ("request_events", "steps", "batch", "kv_events", "spec", "prefix", "network", "served",
+                      "texts", "ep", "step_timing")
+
+
+def test_mutated_probe_records_never_crash_the_agent(seeds: list[bytes]) -> None:
+    cases = mutations(seeds, case_count(), SEED)
+    ring = FuzzRing()
+    failures = fuzz(ring.decode, cases, allowed=(), per_case_s=5.0, mem_mb=768)
+    assert not failures, describe(failures)
+
+
+def test_the_unmutated_seeds_decode_with_nothing_refused(seeds: list[bytes]) -> None:
+    """The harness itself: real records go through whole (a screen that refused them, or a ring
+    that found them corrupt, would let the fuzz pass vacuously)."""
+    ring = FuzzRing()
+    for seed in seeds:
+        ring.decode(seed)
+    assert not ring.rejected
+
+
+def test_the_issues_moe_record_is_refused_in_the_fuzz_ring(seeds: list[bytes]) -> None:
+    """A seed's MoE slot with layer=65535 written over it: refused and counted, never a 32 GiB matrix."""
+    size = _slot_size()
+    kind_at = [(s, i) for s in seeds for i in range(len(s) // size)
+               if int.from_bytes(s[i * size + 8:i * size + 10], "little") == RecordKind.MOE]
+    seed, i = kind_at[0]
+    case = bytearray(seed)
+    case[i * size + 16 + 8:i * size + 16 + 10] = (65535).to_bytes(2, "little")  # MOE.layer, after step_id
+    ring = FuzzRing()
+    ring.decode(bytes(case))
+    assert ring.rejected == {"moe_layer_over_limit": 1}

@@ -1,0 +1,133 @@
+"""CUDA graphs for decode steps: bucket and padding logic on the CPU; on a GPU, greedy tokens
+identical between graph and eager mode (skipped without CUDA)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from infersight.runtime import LLM, ModelConfig, SamplingParams
+from infersight.runtime.cuda_graphs import (
+    DecodeInputs, DecodeRow, batch_buckets, bucket_for, decode_rows, width_buckets,
+)
+from infersight.runtime.model_runner import FeedItem
+from infersight.runtime.observer import EngineObserver
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def test_batch_buckets_follow_vllm_sizes_capped_at_max() -> None:
+    assert batch_buckets(32) == [1, 2, 4, 8, 16, 24, 32]
+    assert batch_buckets(1) == [1]
+    assert batch_buckets(5) == [1, 2, 4, 5]
+    assert batch_buckets(20) == [1, 2, 4, 8, 16, 20]
+    assert batch_buckets(64)[-3:] == [48, 56, 64]
+
+
+def test_width_buckets_are_powers_of_two_ending_at_the_max() -> None:
+    assert width_buckets(256) == [4, 8, 16, 32, 64, 128, 256]
+    assert width_buckets(100) == [4, 8, 16, 32, 64, 100]
+    assert width_buckets(3) == [3]
+
+
+def test_bucket_for_picks_the_smallest_that_fits() -> None:
+    sizes = [1, 2, 4, 8, 16, 24, 32]
+    assert [bucket_for(n, sizes) for n in (1, 2, 3, 5, 8, 17, 25, 32)] == [1, 2, 4, 8, 8, 24, 32, 32]
+    assert bucket_for(33, sizes) is None
+
+
+def _item(table: list[int], pos: int, tokens: list[int] | None = None, logits: int = 1) -> FeedItem:
+    return FeedItem(SimpleNamespace(block_table=table), pos, tokens or [pos % 7], logits)  # type: ignore[arg-type]
+
+
+def test_decode_rows_slots_and_tables() -> None:
+    # block_size 4: position 9 is in the table's third block (id 2), offset 1 -> slot 2 * 4 + 1.
+    rows = decode_rows([_item([5, 7, 2, 9], 9), _item([3], 0)], block_size=4)
+    assert rows == [DecodeRow(9 % 7, 9, 9, [5, 7, 2]), DecodeRow(0, 0, 12, [3])]
+    assert decode_rows([_item([5], 1, tokens=[1, 2])], 4) is None  # a prefill chunk: eager
+    assert decode_rows([_item([5], 1, logits=0)], 4) is None
+
+
+def test_inputs_fill_pads_rows_to_the_spare_block() -> None:
+    inputs = DecodeInputs(max_batch=4, max_blocks=8, block_size=4, pad_block=10, device="cpu")
+    rows = [DecodeRow(11, 9, 9, [5, 7, 2]), DecodeRow(12, 0, 12, [3])]
+    inputs.fill(rows, bucket=4, width=4)
+    batch = inputs.batch(4, 4)
+    assert batch.input_ids.tolist() == [11, 12, 0, 0]
+    assert batch.positions.tolist() == [9, 0, 0, 0]
+    assert batch.slot_mapping.tolist() == [9, 12, 40, 40]  # padding writes into block 10 only
+    assert batch.decode_context_lens.tolist() == [10, 1, 1, 1]
+    tables = batch.decode_block_tables
+    assert tables.shape == (4, 4) and tables.is_contiguous()
+    assert tables[0, :3].tolist() == [5, 7, 2] and tables[1, 0] == 3 and tables[2:, 0].tolist() == [10, 10]
+    assert batch.decode_index.tolist() == batch.logits_index.tolist() == [0, 1, 2, 3]
+    assert batch.segments == []
+
+
+def test_cpu_engine_never_uses_graphs_and_says_why() -> None:
+    llm = LLM("tiny-draft", max_model_len=64)
+    assert llm.engine.target.graphs is None
+    assert llm.engine.target.graph_blocker == "not a CUDA device"
+    assert llm.engine.target.decode_widths is None  # the CPU path builds its batches as before
+
+
+DENSE = ModelConfig("graph-dense", d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=256, max_seq_len=256)
+PROMPTS = ["Graphs and eager mode", "x", "The quick brown fox jumps over the lazy dog, twice over.", "abc" * 10]
+
+
+def _greedy(model: ModelConfig | str, n: int, dtype: str, enforce_eager: bool,
+            observer: EngineObserver | None = None) -> tuple[list[list[int]], LLM]:
+    llm = LLM(model, device="cuda", dtype=dtype, enforce_eager=enforce_eager, max_model_len=160,
+              num_kv_blocks=64, block_size=16, max_num_seqs=8, enable_prefix_caching=False, observer=observer)
+    params = SamplingParams(temperature=0.0, max_tokens=70, ignore_eos=True)  # contexts cross 64 tokens
+    return [o.token_ids for o in llm.generate(PROMPTS[:n], params)], llm
+
+
+@cuda
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_graph_and_eager_greedy_tokens_identical(dtype: str, n: int) -> None:
+    eager, eager_llm = _greedy(DENSE, n, dtype, enforce_eager=True)
+    graph, graph_llm = _greedy(DENSE, n, dtype, enforce_eager=False)
+    assert eager_llm.engine.target.graphs is None
+    graphs = graph_llm.engine.target.graphs
+    assert graphs is not None and graphs.num_replays >= 60, graph_llm.engine.target.graph_blocker
+    assert {w for _, w in graphs.graphs} >= {4, 8}  # the context crossed a width bucket
+    assert graph == eager
+
+
+@cuda
+def test_graph_sampling_is_seeded_like_eager() -> None:
+    params = [SamplingParams(temperature=0.8, top_k=20, top_p=0.9, max_tokens=30, ignore_eos=True, seed=i)
+              for i in range(3)]
+    outs = []
+    for eager in (True, False):
+        llm = LLM(DENSE, device="cuda", dtype="float32", enforce_eager=eager, max_model_len=128, num_kv_blocks=32)
+        outs.append([o.token_ids for o in llm.generate(PROMPTS[:3], params)])
+    assert outs[0] == outs[1]
+
+
+class _Counts(EngineObserver):
+    wants_expert_counts = True
+
+    def __init__(self) -> None:
+        self.total: torch.Tensor | None = None
+
+    def on_expert_counts(self, step_id: int, counts: torch.Tensor) -> None:
+        self.total = counts.clone() if self.total is None else self.total + counts
+
+
+@cuda
+def test_moe_graphs_keep_tokens_and_expert_counts() -> None:
+    """MoE graphs run at exact batch sizes: the step's expert counts are those of the real tokens."""
+    runs = []
+    for eager in (True, False):
+        obs = _Counts()
+        tokens, llm = _greedy("tiny-moe", 3, "float32", enforce_eager=eager, observer=obs)
+        runs.append((tokens, obs.total, llm.engine.target.graphs))
+    (eager_tokens, eager_counts, _), (graph_tokens, graph_counts, graphs) = runs
+    assert graph_tokens == eager_tokens
+    assert torch.equal(graph_counts, eager_counts)
+    if graphs is not None and not graphs.disabled:
+        assert graphs.num_replays > 0 and all(b == 3 for b, _ in graphs.graphs)
