@@ -2,8 +2,8 @@
 
 One vLLM (tiny random Llama, `--profiler-config` torch without stacks) serves one streamed request
 of --tokens tokens; the client stamps every token. --windows times, spaced --gap-tokens apart, it asks
-for a window the way the recorder would: POST /start_profile {"max_iterations": N}, then
-/stop_profile once the worker's trace file has appeared. A window's cost is the extra time in the
+for a window the way the recorder would: POST /start_profile {"max_iterations": N}, then, N + 2
+tokens later, /stop_profile, and waits for the worker's trace file. A window's cost is the extra time in the
 token stream from the start call to --after tokens past the trace's appearance, against the median
 inter-token gap of the stream's first stretch (before any window); the noise floor is 1.4826 x MAD
 of those gaps x sqrt(gaps charged). Also printed: how long each endpoint call took and the trace size.
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import socket
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -63,6 +65,7 @@ def main() -> int:
     p.add_argument("--gap-tokens", type=int, default=200, help="tokens between windows (and before the first)")
     p.add_argument("--after", type=int, default=3, help="tokens after the trace appeared, still charged")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # unwind: the server is stopped on the way out
     root = Path(tempfile.mkdtemp(prefix="infersight-vllm-window-"))
     prof = root / "profiles"
     prof.mkdir()
@@ -81,10 +84,13 @@ def main() -> int:
             before = set(trace_files(prof))
             started = time.monotonic()
             start_s = post(server.url + "/start_profile", {"profile_prefix": f"window-{k}", "max_iterations": args.steps})
+            at = len(stamps)
+            while len(stamps) < at + args.steps + 2 and client.is_alive():  # the window's steps, two to spare
+                time.sleep(0.005)
+            stop_s = post(server.url + "/stop_profile", None)  # vLLM writes the trace now (if not yet)
             while not (set(trace_files(prof)) - before) and time.monotonic() - started < 120:
                 time.sleep(0.01)
             appeared = time.monotonic()
-            stop_s = post(server.url + "/stop_profile", None)
             new = sorted(set(trace_files(prof)) - before)
             results.append({"started": started, "appeared": appeared, "start_call_s": start_s, "stop_call_s": stop_s,
                             "window_s": appeared - started,

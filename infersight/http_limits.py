@@ -154,7 +154,7 @@ class LimitedApp:
             log.error("%s %s failed: %s: %s", scope.get("method"), scope.get("path"), type(exc).__name__, exc,
                       exc_info=exc)
             if not guard.started:
-                await self._answer(send, 500, "internal server error", "internal_error")
+                await self._answer(send, 500, _phrase(500), "internal_error")
             elif not guard.finished:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -207,23 +207,23 @@ class _JsonErrors:
 
     def __init__(self, send: Send, owner: LimitedApp) -> None:
         self._send, self._owner = send, owner
-        self.started = self.finished = False
+        self.started = self.finished = False  # as the client sees it: a held-back start is not started
         self._rewrite: tuple[int, list[tuple[bytes, bytes]]] | None = None
 
     async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
-            self.started = True
             status, headers = message["status"], list(message.get("headers", []))
             media = _header(headers, b"content-type").lower()
             if status >= 400 and (not media or media.startswith("text/")):
                 kept = [(k, v) for k, v in headers if k.lower() not in (b"content-type", b"content-length")]
                 self._rewrite = (status, kept)
                 return
+            self.started = True
         elif message["type"] == "http.response.body" and self._rewrite is not None:
             if not message.get("more_body", False):
                 status, kept = self._rewrite
                 phrase = _phrase(status)
-                self.finished = True
+                self.started = self.finished = True
                 await self._owner._answer(self._send, status, phrase, phrase.lower().replace(" ", "_"), extra=kept)
             return
         elif message["type"] == "http.response.body" and not message.get("more_body", False):

@@ -241,6 +241,8 @@ class Agent:
         self.state.set_ring_stats(self.rings.stats(), anchor)
         if self.sink is not None:
             self.sink.write(self.state.take_new_rows())
+        else:
+            self.state.take_new_rows()  # rows kept for the Parquet sink: none, so they must not pile up
         return len(batches)
 
     @property

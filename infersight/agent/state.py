@@ -36,6 +36,8 @@ MAX_OPEN_REQUESTS = 50_000
 #: Steps (with their batch rows) kept for the slow-request attribution: those since the oldest request
 #: in flight, at most this many (a request older than that loses its batch-interference figure).
 MAX_ATTRIBUTION_STEPS = 20_000
+#: Batch rows kept in recent_batch (for joining captures to requests), whatever the batch count.
+RECENT_BATCH_ROWS = 262_144
 #: How long a served request's row waits for its NETWORK record before it is computed without one.
 NETWORK_WAIT_S = 10.0
 
@@ -120,6 +122,9 @@ class AgentState:
         steps = frames.steps
         if not frames.batch.empty:
             self.recent_batch.append(frames.batch)
+            # Bounded in rows too (~32 B each): one poll over a long backlog can hold 10^5 of them.
+            while len(self.recent_batch) > 1 and sum(len(f) for f in self.recent_batch) > RECENT_BATCH_ROWS:
+                self.recent_batch.popleft()
         self.attribution = self.attribution.concat(EventFrames(steps=steps, batch=frames.batch))
         if not steps.empty:
             self.recent_steps.append(steps)
@@ -191,23 +196,30 @@ class AgentState:
     def _prefix(self, frame: pd.DataFrame) -> None:
         if frame.empty:
             return
-        # Per task and per group, not per row: one groupby each (groups keep first-seen order).
-        by_task = frame.assign(hit=frame["cached_tokens"] > 0).groupby("task", sort=False).agg(
-            n=("prompt_tokens", "size"), prompt=("prompt_tokens", "sum"), cached=("cached_tokens", "sum"),
-            hits=("hit", "sum"))
-        for task, n, prompt, cached, hits in by_task.itertuples():
-            self.counters[C.PREFIX_QUERIED.name].inc((task,), prompt)
-            self.counters[C.PREFIX_HIT.name].inc((task,), cached)
+        # Per task and per group, not per row: bincounts over factorized codes (first-seen order).
+        tasks, task_names = pd.factorize(frame["task"])
+        prompt = frame["prompt_tokens"].to_numpy(np.int64)
+        cached = frame["cached_tokens"].to_numpy(np.int64)
+        k = len(task_names)
+        sums = zip(task_names.tolist(), np.bincount(tasks, minlength=k).tolist(),
+                   np.bincount(tasks, prompt, minlength=k).tolist(), np.bincount(tasks, cached, minlength=k).tolist(),
+                   np.bincount(tasks, cached > 0, minlength=k).tolist())
+        for task, n, prompt_sum, cached_sum, hits in sums:
+            self.counters[C.PREFIX_QUERIED.name].inc((task,), prompt_sum)
+            self.counters[C.PREFIX_HIT.name].inc((task,), cached_sum)
             self.counters[C.PREFIX_REQUESTS.name].inc((task,), n)
             if hits:
                 self.counters[C.PREFIX_HIT_REQUESTS.name].inc((task,), hits)
-        grouped = frame[frame["group_hash"] != 0].groupby("group_hash", sort=False).agg(
-            n=("prompt_tokens", "size"), cached=("cached_tokens", "sum"), prompt=("prompt_tokens", "sum"))
-        for group_hash, n, cached, prompt in grouped.itertuples():
-            g = self.prefix_groups.setdefault(int(group_hash), [0, 0, 0])
+        group_hash = frame["group_hash"].to_numpy(np.uint64)
+        grouped = group_hash != 0
+        groups, hashes = pd.factorize(group_hash[grouped])
+        for gh, n, cached_sum, prompt_sum in zip(hashes.tolist(), np.bincount(groups).tolist(),
+                                                 np.bincount(groups, cached[grouped]).tolist(),
+                                                 np.bincount(groups, prompt[grouped]).tolist()):
+            g = self.prefix_groups.setdefault(int(gh), [0, 0, 0])
             g[0] += int(n)
-            g[1] += int(cached)
-            g[2] += int(prompt)
+            g[1] += int(cached_sum)
+            g[2] += int(prompt_sum)
         if len(self.prefix_groups) > 4 * self.config.retain_requests:  # bounded: keep the biggest groups
             keep = sorted(self.prefix_groups.items(), key=lambda kv_: -kv_[1][0])[: self.config.retain_requests]
             self.prefix_groups = dict(keep)
@@ -217,10 +229,15 @@ class AgentState:
             return
         spec = pd.concat([self.spec_events, frame], ignore_index=True) if not self.spec_events.empty else frame
         self.spec_events = spec.iloc[-SPEC_WINDOW:].reset_index(drop=True)  # recent verifications only
-        for task, group in frame.groupby("task"):
-            self.counters[C.SPEC_DRAFT.name].inc((task,), int(group["proposed"].sum()))
-            self.counters[C.SPEC_ACCEPTED.name].inc((task,), int(group["accepted"].sum()))
-            self.counters[C.SPEC_VERIFICATIONS.name].inc((task,), len(group))
+        tasks, names = pd.factorize(frame["task"], sort=True)  # bincounts: pandas' groupby costs ms per call
+        k = len(names)
+        for task, proposed, accepted, n in zip(
+                names.tolist(), np.bincount(tasks, frame["proposed"].to_numpy(np.int64), minlength=k).tolist(),
+                np.bincount(tasks, frame["accepted"].to_numpy(np.int64), minlength=k).tolist(),
+                np.bincount(tasks, minlength=k).tolist()):
+            self.counters[C.SPEC_DRAFT.name].inc((task,), int(proposed))
+            self.counters[C.SPEC_ACCEPTED.name].inc((task,), int(accepted))
+            self.counters[C.SPEC_VERIFICATIONS.name].inc((task,), n)
         by_pos = speculation.acceptance_by_position(frame)
         for row in by_pos.itertuples(index=False):
             self.counters[C.SPEC_POSITION_PROPOSED.name].inc((row.task, str(row.position)), row.proposed)
@@ -265,7 +282,8 @@ class AgentState:
         # A request whose ARRIVED we never saw (it began before this agent attached, or the record
         # was dropped) cannot be decomposed and gets no row: count it, never lose it silently.
         arrived = done.loc[done["event"] == "ARRIVED", "request_id"].unique()
-        self.counters[C.REQUESTS_ORPHANED.name].inc((), len(done_ids) - len(np.intersect1d(done_ids, arrived)))
+        orphaned = len(done_ids) - len(np.intersect1d(done_ids, arrived))
+        self.counters[C.REQUESTS_ORPHANED.name].inc((), orphaned)
         rows = requests.request_table(done, self._network_rows(done_ids, done))
         rows["engine_seconds"] = [self.open_engine_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
         measured = [self.energy.take(int(r)) for r in rows["request_id"]]
@@ -412,8 +430,10 @@ class AgentState:
             for reason, n in g["finish_reason"].value_counts().items():
                 self.counters[C.REQUESTS.name].inc((str(task), str(reason)), int(n))
         itl = requests.inter_token_latencies(events)
-        for task, g in itl.groupby("task"):
-            self.histograms[C.ITL.name].observe((str(task),), g["itl_s"].to_numpy())
+        tasks, names = pd.factorize(itl["task"], sort=True)  # one row per token: no groupby per task
+        itl_s = itl["itl_s"].to_numpy()
+        for code, task in enumerate(names.tolist()):
+            self.histograms[C.ITL.name].observe((str(task),), itl_s[tasks == code])
 
     def recent_steps_frame(self) -> pd.DataFrame:
         with self.lock:

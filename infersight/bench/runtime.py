@@ -3,8 +3,10 @@
 Prefill: a batch of prompts fed through one step each (max_tokens=1, prefix cache off).
 Decode: a batch of requests already past prefill; the median wall time of whole engine steps
 (schedule, inputs, forward, sampling: what a user waits for), each between device syncs.
-With CUDA graphs on, compare_eager alternates graph and eager steps on the same engine and
-requests (the graphs are switched off for every other step), so both see the same contexts.
+With CUDA graphs on, compare_eager runs the first half of the decode steps as graphs and the
+second half eagerly, on the same engine and requests (the graphs are switched off). Blocks, not
+alternating steps: a slow eager step leaves the GPU idle long enough to lower its clocks, which
+would bill the next graph step. graph_replay_ms is the device time of the decode graph alone.
 
 The roofline is the decode step's bytes (weights read once, plus the KV cache at the mean
 decode context: infersight.kernels.roofline) over the measured copy bandwidth (DeviceCeilings);
@@ -103,8 +105,11 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     """Measure one shape; see the module docstring. hf_anchor: none, eager or all."""
     if hf_anchor not in ("none", "eager", "all"):
         raise ValueError(f"hf_anchor must be none, eager or all, got {hf_anchor!r}")
-    if min(batch, prompt_len, decode_steps, repeats) < 1:
-        raise ValueError("batch, prompt_len, decode_steps and repeats must be >= 1")
+    if min(batch, prompt_len, repeats) < 1:
+        raise ValueError("batch, prompt_len and repeats must be >= 1")
+    if decode_steps < (6 if compare_eager else 3):
+        raise ValueError("decode_steps must be >= 3 (>= 6 with compare_eager): each mode's first two steps are "
+                         "warm-up")
     block = 16
     max_model_len = prompt_len + decode_steps + 2
     per_seq = -(-max_model_len // block)
@@ -141,17 +146,17 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
         engine.add_request(p, SamplingParams(temperature=0, max_tokens=decode_steps + 2, ignore_eos=True))
     engine.step()  # prefill
     graphs = engine.target.graphs
-    alternate = compare_eager and graphs is not None
-    # Two warm-up steps (the first of each mode captures the graph or compiles kernels), then timed ones.
+    compare = compare_eager and graphs is not None
+    # Each mode's first two steps warm up (a graph capture, kernel compiles); the rest are timed.
     step_times: dict[bool, list[tuple[float, int]]] = {True: [], False: []}
     for i in range(decode_steps):
-        use_graph = graphs is not None and not (alternate and i % 2)
+        use_graph = graphs is not None and not (compare and i >= decode_steps // 2)
         engine.target.graphs = graphs if use_graph else None
         sync(device)
         t0 = time.perf_counter()
         stats = engine.step()
         sync(device)
-        if i >= 2:
+        if i >= 2 and not (compare and decode_steps // 2 <= i < decode_steps // 2 + 2):
             step_times[use_graph].append((time.perf_counter() - t0, stats.num_decode_tokens))
     engine.target.graphs = graphs
     replay_ms = _replay_ms(graphs) if graphs is not None and graphs.graphs else None
@@ -168,7 +173,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                                 cuda_graphs="on" if graphs is not None else str(engine.target.graph_blocker),
                                 compile_layers=compile_layers)
     result.graph_replay_ms = replay_ms
-    if alternate and step_times[False]:
+    if compare and step_times[False]:
         result.eager_decode_step_ms = round(1000 * statistics.median(dt for dt, _ in step_times[False]), 3)
     if device.startswith("cuda"):
         roof = roofline_step_ms(engine, batch, prompt_len + decode_steps // 2)

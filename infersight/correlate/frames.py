@@ -109,14 +109,16 @@ def _take_names(names: np.ndarray, codes: np.ndarray) -> pd.Series | np.ndarray:
     return taken.to_pandas(types_mapper={pa.large_string(): _STR_DTYPE}.get)
 
 
-def trace_hex(hi: np.ndarray, lo: np.ndarray, request_id: np.ndarray) -> pd.Series | np.ndarray:
+def trace_hex(hi: np.ndarray, lo: np.ndarray, request_id: np.ndarray) -> pd.Series:
     """32-hex-digit trace ids, formatted once per request (a request has one trace id and many events)."""
     codes, uniques = pd.factorize(np.asarray(request_id))
     first = np.empty(len(uniques), dtype=np.int64)
     first[codes[::-1]] = np.arange(len(codes))[::-1]
     hi, lo = hi[first].tolist(), lo[first].tolist()
     names = np.array([f"{h:016x}{l:016x}" for h, l in zip(hi, lo)], dtype=object)
-    return _take_names(names, codes)
+    # object, not str: trace ids are carried through every filter of the events (an object take
+    # copies pointers; an Arrow take would copy 32 bytes per row) and never compared in bulk.
+    return pd.Series(names[codes], dtype=object, copy=False)
 
 
 def _table(codes: np.ndarray, names: dict[int, str], default: str) -> np.ndarray:

@@ -56,12 +56,27 @@ def acceptance_by_position(spec: pd.DataFrame) -> pd.DataFrame:
     rate at position i is the chance a draft survives to i: it never increases with i."""
     if spec.empty:
         return _empty(POSITION_COLUMNS)
-    rows = []
-    for task, grp in spec.groupby("task", sort=True):
-        proposed = grp["proposed"].to_numpy(np.int64)
-        mask = grp["accept_mask"].to_numpy(np.uint64)
-        for pos in range(min(int(proposed.max()), MASK_BITS)):
-            n = int((proposed > pos).sum())
-            k = int((((mask >> np.uint64(pos)) & np.uint64(1)) == 1)[proposed > pos].sum())
-            rows.append((task, pos, n, k, k / n))
-    return pd.DataFrame(rows, columns=list(POSITION_COLUMNS)).astype(POSITION_COLUMNS)
+    # Counts per (task, position) by bincount over the task codes, one pass per position rather
+    # than a groupby (this runs on every poll's verifications).
+    codes, names = pd.factorize(spec["task"], sort=True)
+    keep = codes >= 0  # as groupby: rows without a task are left out
+    codes = codes[keep]
+    proposed = spec["proposed"].to_numpy(np.int64)[keep]
+    mask = spec["accept_mask"].to_numpy(np.uint64)[keep]
+    k = len(names)
+    top = np.full(k, -1, np.int64)
+    np.maximum.at(top, codes, proposed)
+    positions = np.minimum(top, MASK_BITS)  # positions 0 .. max proposed - 1 per task
+    n_pos = int(positions.max(initial=0))
+    checked = np.zeros((k, n_pos), np.int64)
+    kept = np.zeros((k, n_pos), np.int64)
+    for pos in range(n_pos):
+        live = proposed > pos
+        checked[:, pos] = np.bincount(codes[live], minlength=k)
+        kept[:, pos] = np.bincount(codes[live & (((mask >> np.uint64(pos)) & np.uint64(1)) == 1)], minlength=k)
+    task_of = np.repeat(np.arange(k), np.maximum(positions, 0))
+    pos_of = np.arange(len(task_of)) - np.repeat(np.cumsum(np.maximum(positions, 0)) - np.maximum(positions, 0),
+                                                 np.maximum(positions, 0))
+    n, acc = checked[task_of, pos_of], kept[task_of, pos_of]
+    return pd.DataFrame({"task": np.asarray(names, dtype=object)[task_of], "position": pos_of, "proposed": n,
+                         "accepted": acc, "accept_rate": acc / n}).astype(POSITION_COLUMNS)

@@ -62,9 +62,11 @@ class LabelledHistogram:
         idx = np.searchsorted(self.bounds, values, side="left")
         s.counts += np.bincount(idx, minlength=len(s.counts))
         s.sum += float(values.sum())
-        if exemplar_trace_ids is not None:
-            for i, v, t in zip(idx.tolist(), values.tolist(), exemplar_trace_ids):
-                s.exemplars[i] = Exemplar(t, v, wall_time)
+        if exemplar_trace_ids is not None:  # the last value into each bucket is its exemplar
+            n = min(len(idx), len(exemplar_trace_ids))
+            buckets, first_from_end = np.unique(idx[:n][::-1], return_index=True)
+            for bucket, pos in zip(buckets.tolist(), (n - 1 - first_from_end).tolist()):
+                s.exemplars[bucket] = Exemplar(exemplar_trace_ids[pos], float(values[pos]), wall_time)
 
     def cumulative(self, labels: Labels) -> list[tuple[str, int, Exemplar | None]]:
         """(le, cumulative count, exemplar) rows as the exposition wants them."""

@@ -3,8 +3,8 @@
 The Prometheus exporter, the dashboard generator and the docs all read this table; no metric
 name is typed anywhere else. Names follow Prometheus conventions: prefix `infersight_`, base
 units in the name, `_total` on counters (added by the exposition), no colons. Label sets are
-bounded: task labels are capped by the probes' config, causes, phases and events are enums,
-and (layer, expert) pairs are capped by the agent's config.
+bounded: task labels are capped by the probes' config and again by the agent's (--max-task-labels),
+causes, phases and events are enums, and (layer, expert) pairs are capped by the agent's config.
 """
 from __future__ import annotations
 

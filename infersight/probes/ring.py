@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import sys
 import time
 from multiprocessing import resource_tracker
@@ -51,68 +50,22 @@ from typing import Iterable
 import numpy as np
 
 from infersight.probes.ring_lease import (
-    DEFAULT_LEASE_TIMEOUT_S, IN_FLIGHT, LEASE_PID, LEASE_WORDS, READER_LOST, SHM_DIR, WRITER_PIDNS, WRITER_START,
-    ReaderLease, RingLeaseError, process_start_ticks, writer_alive, writer_identity,
+    DEFAULT_LEASE_TIMEOUT_S, IN_FLIGHT, LEASE_PID, LEASE_WORDS, READER_LOST, WRITER_PIDNS, WRITER_START,
+    ReaderLease, RingLeaseError, process_start_ticks, stamp_writer, writer_alive,
 )
-from infersight.probes.control import control_name
+from infersight.probes.ring_discovery import list_rings, remove_ring, stale_ring
 from infersight.probes.schema import (
-    LAYOUT_VERSION, MAGIC, CONSUMED, CORRUPT, DROPPED, DROPPED_SEEN, NEXT_SEQ, PENDING_BAD, PRODUCED, READ_POS, SLOT_HEADER,
+    CONSUMED, CORRUPT, DROPPED, DROPPED_SEEN, NEXT_SEQ, PENDING_BAD, PRODUCED, READ_POS, SLOT_HEADER,
     SLOT_HEADER_SIZE, WRITE_POS, RecordRegistry, RecordType, RingFormatError, RingHeader, RingView,
     as_registry, decode_header, encode_header, plan_header, resolve_dtypes,
 )
 
 __all__ = ["ProbeRing", "RingProducer", "RingConsumer", "RingFormatError", "RingLeaseError", "RingWriterGone",
-           "list_rings", "bench_ingest"]
+           "list_rings", "stale_ring", "remove_ring", "bench_ingest"]
 
 log = logging.getLogger("infersight.probes")
 _pack_slot_header = SLOT_HEADER.pack_into
 _OLD_TRACKER = os.name == "posix" and sys.version_info < (3, 13)  # attach registers with the tracker
-
-
-_WRITER = struct.Struct("<8sI16xI")  # magic, layout version, producer pid (offset 28)
-_WRITER_ID = struct.Struct("<QQ")  # writer_start, writer_pidns at byte 8 * WRITER_START
-
-
-def list_rings(prefix: str = "infersight-", live_only: bool = True) -> list[str]:
-    """Names of shared memory segments starting with ``prefix`` (Linux /dev/shm; [] elsewhere).
-    ``live_only``: leave out rings whose writer is known to have exited (stale_ring)."""
-    try:
-        with os.scandir(SHM_DIR) as entries:
-            names = sorted(e.name for e in entries if e.name.startswith(prefix) and e.is_file())
-    except OSError:
-        return []
-    return [n for n in names if not stale_ring(n)] if live_only else names
-
-
-def stale_ring(name: str) -> bool:
-    """True when ``name`` is a ring whose writer is known to have exited: its pid is gone (or is
-    another process now) in this pid namespace. False for live rings, for rings whose writer this
-    process cannot judge (another pid namespace), and for segments that are not rings."""
-    try:
-        with open(os.path.join(SHM_DIR, name), "rb") as f:
-            head = f.read(8 * WRITER_PIDNS + 8)
-    except OSError:
-        return False
-    if len(head) < 8 * WRITER_PIDNS + 8:
-        return False
-    magic, version, pid = _WRITER.unpack_from(head, 0)
-    if magic != MAGIC or version != LAYOUT_VERSION:
-        return False
-    start, pidns = _WRITER_ID.unpack_from(head, 8 * WRITER_START)
-    return writer_alive(pid, start, pidns) is False
-
-
-def remove_ring(name: str) -> bool:
-    """Unlink a dead writer's ring and its capture control block; False if it could not be."""
-    removed = True
-    for path in (name, control_name(name)):
-        try:
-            os.unlink(os.path.join(SHM_DIR, path))
-        except FileNotFoundError:
-            pass
-        except OSError:
-            removed = False  # someone else's (sticky /dev/shm): leave it
-    return removed
 
 
 class RingProducer(RingView):
@@ -137,7 +90,7 @@ class RingProducer(RingView):
         shm = SharedMemory(name=name, create=True, size=header.total_size)
         encode_header(shm.buf, header)  # a new segment is zero-filled: every counter starts at 0
         # Who writes, once: a reader tells a dead writer's ring (or a reused pid) from a live one.
-        _WRITER_ID.pack_into(shm.buf, 8 * WRITER_START, *writer_identity())
+        stamp_writer(shm.buf)
         return cls(shm, header, registry)
 
     def write(self, kind: int, record: np.ndarray | np.void | bytes) -> bool:
@@ -325,16 +278,29 @@ class RingConsumer(RingView):
         out: dict[int, np.ndarray] = {}
         good = 0
         if n:
-            idx = np.arange(r % cap, r % cap + n) % cap
-            hdr = self._slot_hdr[idx]  # a copy; the slots stay ours until read_pos moves
+            idx = np.arange(r % cap, r % cap + n)
+            if r % cap + n > cap:
+                idx %= cap
+            hdr = _take(self._slot_hdr, idx)  # a copy; the slots stay ours until read_pos moves
             ok = self._check_seqs(hdr["seq"], dropped)
+            # Group the slots by kind once (a stable sort keeps sequence order within a kind),
+            # rather than one pass over every slot per known kind.
+            kinds = hdr["kind"]
+            order = np.argsort(kinds, kind="stable")
+            sorted_kinds = kinds[order]
             for kind, view in self._payload.items():
-                sel = (hdr["kind"] == kind) & (hdr["length"] == self._itemsize[kind])
+                lo, hi = np.searchsorted(sorted_kinds, (kind, kind + 1)).tolist()
+                if lo == hi:
+                    continue
+                pos = order[lo:hi]
+                sel = hdr["length"][pos] == self._itemsize[kind]
                 if ok is not None:
-                    sel &= ok
-                if sel.any():
-                    out[kind] = view[idx[sel]]  # fancy indexing copies out of shared memory
-                    good += len(out[kind])
+                    sel &= ok[pos]
+                if not sel.all():
+                    pos = pos[sel]
+                if len(pos):  # in sequence order: the sort was stable
+                    out[kind] = _take(view, idx[pos])
+                    good += len(pos)
             self._consumed += good
             self._corrupt += n - good  # unknown kind, wrong length or unusable seq
             self._r = r = r + n
@@ -351,7 +317,7 @@ class RingConsumer(RingView):
         cc[DROPPED_SEEN], cc[PENDING_BAD] = self._seen, self._pending
         cc[READ_POS] = r  # last: this hands the slots back to the producer
         if r == written:
-            self._check_writer(produced)
+            self._check_writer(produced, bool(n))
         return out
 
     def commit(self) -> None:
@@ -359,10 +325,13 @@ class RingConsumer(RingView):
         if self._lease is not None and not self._closed:
             self._lw[IN_FLIGHT] = 0
 
-    def _check_writer(self, produced: int) -> None:
+    def _check_writer(self, produced: int, returning: bool) -> None:
         """On a drained ring whose producer has been quiet a second, ask whether it still runs
-        (once a second at most); a dead writer's ring is unlinked and RingWriterGone raised."""
+        (once a second at most); a dead writer's ring is unlinked and RingWriterGone raised
+        (never by a read that returns records: those are the caller's first)."""
         now = time.monotonic()
+        if returning:
+            return
         if produced != self._progress[0]:
             self._progress = (produced, now)
             return
@@ -416,6 +385,13 @@ class RingConsumer(RingView):
                 seen, pending, nxt = seen + max(0, gap - pending), 0, s + 1
         self._nxt, self._seen, self._pending = nxt, seen, pending
         return ok
+
+
+def _take(view: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """view[rows] as a copy: rows taken as opaque bytes (one memcpy each) rather than field by field
+    (numpy copies a structured item per field), then seen as the record dtype again."""
+    raw = view.view(np.dtype((np.void, view.dtype.itemsize)))  # a view of the view: no new buffer export
+    return raw[rows].view(view.dtype)
 
 
 def _pid_alive(pid: int) -> bool:

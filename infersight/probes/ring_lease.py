@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import struct
 import time
 from dataclasses import dataclass
 
@@ -74,6 +75,19 @@ def pid_namespace() -> int:
 def writer_identity() -> tuple[int, int]:
     """(start ticks, pid namespace) of this process, for a ring it creates."""
     return process_start_ticks(os.getpid()) or 0, pid_namespace()
+
+
+_WRITER_ID = struct.Struct("<QQ")  # WRITER_START, WRITER_PIDNS
+
+
+def stamp_writer(buf: memoryview) -> None:
+    """Record this process in a new ring as its writer (once, at create)."""
+    _WRITER_ID.pack_into(buf, 8 * WRITER_START, *writer_identity())
+
+
+def ring_writer(head: bytes) -> tuple[int, int]:
+    """(start ticks, pid namespace) of the writer, from a ring's first 8 * LEASE_WORDS bytes."""
+    return _WRITER_ID.unpack_from(head, 8 * WRITER_START)
 
 
 def writer_alive(pid: int, start_ticks: int, pidns: int) -> bool | None:
@@ -173,15 +187,21 @@ def _refusal(name: str, locked: bool | None, prev: LeaseHolder | None, timeout_s
     return None
 
 
-def lease_refusal(name: str, timeout_s: float = DEFAULT_LEASE_TIMEOUT_S) -> str | None:
-    """Would this process be refused ring ``name``'s lease? The message if so, else None (also
-    when the ring is missing or unreadable: attaching will say why). Changes nothing."""
+def read_ring_head(name: str) -> bytes | None:
+    """The first 8 * LEASE_WORDS bytes of shared memory segment ``name`` (None: missing or shorter)."""
     try:
         with open(os.path.join(SHM_DIR, name), "rb") as f:
             head = f.read(8 * LEASE_WORDS)
     except OSError:
         return None
-    if len(head) < 8 * LEASE_WORDS:
+    return head if len(head) == 8 * LEASE_WORDS else None
+
+
+def lease_refusal(name: str, timeout_s: float = DEFAULT_LEASE_TIMEOUT_S) -> str | None:
+    """Would this process be refused ring ``name``'s lease? The message if so, else None (also
+    when the ring is missing or unreadable: attaching will say why). Changes nothing."""
+    head = read_ring_head(name)
+    if head is None:
         return None
     words = memoryview(head).cast("Q")
     pid, beat = int(words[LEASE_PID]) & _PID_MASK, int(words[LEASE_BEAT])

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import torch
 
@@ -41,11 +41,20 @@ from infersight.runtime.forward_batch import ForwardBatch
 
 if TYPE_CHECKING:
     from infersight.runtime.model import Transformer
-    from infersight.runtime.model_runner import FeedItem
+    from infersight.runtime.request import Request
 
 log = logging.getLogger("infersight.runtime")
 
 MIN_WIDTH_BLOCKS = 4
+
+
+class DecodeFeed(Protocol):
+    """What a step feeds for one request (model_runner.FeedItem; a protocol to keep imports one-way)."""
+
+    req: "Request"
+    start_pos: int
+    tokens: list[int]
+    logits: int
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -82,7 +91,7 @@ class DecodeRow:
     blocks: list[int]  # the block table up to the last block holding context
 
 
-def decode_rows(items: Sequence["FeedItem"], block_size: int) -> list[DecodeRow] | None:
+def decode_rows(items: Sequence[DecodeFeed], block_size: int) -> list[DecodeRow] | None:
     """The rows of a pure decode step (every item one token, its logits wanted); else None."""
     rows = []
     for item in items:
@@ -210,7 +219,7 @@ class DecodeGraphs:
     def width_for(self, n_blocks: int) -> int:
         return bucket_for(n_blocks, self.widths) or n_blocks
 
-    def run(self, items: Sequence["FeedItem"], expert_counts: torch.Tensor | None = None) -> torch.Tensor | None:
+    def run(self, items: Sequence[DecodeFeed], expert_counts: torch.Tensor | None = None) -> torch.Tensor | None:
         """Logits [len(items), V] of a pure decode step by graph replay; None: run it eagerly."""
         if self.disabled or torch.autograd.profiler._is_profiler_enabled:
             return None
@@ -252,7 +261,8 @@ class DecodeGraphs:
             self.disabled = f"capture failed: {type(exc).__name__}: {exc}"
             log.warning("CUDA graphs off for this engine (%s); decode runs eagerly", self.disabled)
             return None
-        if expert_counts is not None:
-            expert_counts.zero_()  # the warm-up and the capture routed padding rows into it
+        finally:
+            if expert_counts is not None:
+                expert_counts.zero_()  # the warm-up routed padding rows into it; the step's own forward follows
         self.graphs[(bucket, width)] = entry = (graph, logits, expert_counts)
         return entry

@@ -65,8 +65,9 @@ def checked_sampling_fields(temperature: Any, top_p: Any, top_k: Any, max_tokens
     p = _real("top_p", top_p)
     if not 0 < p <= 1:
         raise InvalidParamError("top_p", f"top_p must be in (0, 1], got {p}.")
-    k = _integer("top_k", top_k, -1, INT32_MAX,
-                 "top_k must be -1 or 0 (disable), or in [1, " + str(INT32_MAX) + "], got {value}.")
+    k = _integer("top_k", top_k, -1, math.inf, "top_k must be 0 (disable), or at least 1, got {value}.")
+    if k > INT32_MAX:  # no vocabulary is wider: int32 keeps every consumer exact
+        raise InvalidParamError("top_k", f"top_k must be at most {INT32_MAX}, got {k}.")
     n = _integer("max_tokens", max_tokens, 1, math.inf, "max_tokens must be at least 1, got {value}.")
     if n > max_model_len:
         raise InvalidParamError("max_tokens", f"max_tokens={n} cannot be greater than max_model_len="

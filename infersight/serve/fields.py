@@ -78,7 +78,7 @@ def in_range(body: Mapping[str, Any], key: str, low: float, high: float, neutral
     if value is None:
         return
     check(math.isfinite(value), key, f"{key} must be a finite number, got {value}.")
-    check(low <= value <= high, key, f"{key} must be in [{low:g}, {high:g}], got {value:g}.")
+    check(low <= value <= high, key, f"{key} must be in [{low:g}, {high:g}], got {value}.")  # vLLM's wording
     check(value == neutral, key, f"{key} is not supported by this server (only {neutral:g})")
 
 

@@ -55,7 +55,7 @@ class ExportLimits:
     max_queue_bytes: int = 16 << 20
     max_export_batch_size: int = 512
     export_timeout_s: float = 2.0
-    schedule_delay_s: float = 1.0
+    schedule_delay_s: float = 5.0  # the SDK's default (OTEL_BSP_SCHEDULE_DELAY)
     shutdown_timeout_s: float = 4.0
 
     def __post_init__(self) -> None:

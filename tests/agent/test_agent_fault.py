@@ -87,14 +87,15 @@ class LoadedEngine(threading.Thread):
 
 
 class Agent:
-    def __init__(self, ring: str, home: Path, log: Path, *more: str) -> None:
+    def __init__(self, ring: str | None, home: Path, log: Path, *more: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(REPO)}
         env.pop("XDG_RUNTIME_DIR", None)
         with open(log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen",
+            rings = ["--ring", ring] if ring else []
+            self.proc = subprocess.Popen([sys.executable, "-m", "infersight", "agent", *rings, "--listen",
                                           f"127.0.0.1:{self.port}", "--poll-interval", "0.05", "--gpu-source",
                                           "none", *more], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=out)
 
@@ -243,9 +244,11 @@ def test_second_agent_on_a_named_ring_is_refused(tmp_path: Path) -> None:
 
 _ENGINE = """
 import sys, time
+from multiprocessing import resource_tracker
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingProducer
 ring = RingProducer.create(sys.argv[1], 64, None, record_registry())
+resource_tracker.unregister("/" + sys.argv[1], "shared_memory")  # as if the tracker died with the engine
 print("ready", flush=True)
 time.sleep(120)
 """
@@ -259,18 +262,18 @@ def test_a_killed_engines_ring_leaves_discovery_and_health(tmp_path: Path) -> No
     agent = None
     try:
         assert engine.stdout.readline().strip() == "ready"
-        agent = Agent(ring, tmp_path, tmp_path / "agent.log", "--discover", "--discover-prefix", prefix)
+        agent = Agent(None, tmp_path, tmp_path / "agent.log", "--discover", "--discover-prefix", prefix)
         agent.wait_for("the engine's ring", lambda: httpx.get(agent.base + "/health").json()["rings"] == [ring])
         engine.send_signal(signal.SIGKILL)
         engine.wait(30)
         agent.wait_for("the ring to leave /health", lambda: httpx.get(agent.base + "/health").json()["rings"] == [])
         time.sleep(2.5)  # past the retry interval: discovery does not bring it back
         assert httpx.get(agent.base + "/health").json()["rings"] == []
-        assert not os.path.exists(f"/dev/shm/{ring}")
+        assert not os.path.exists(f"/dev/shm/{ring}")  # the agent removed it
     finally:
         if engine.poll() is None:
             engine.kill()
             engine.wait(30)
         if agent is not None:
             agent.stop()
-    assert f"its writer, pid {engine.pid}, has exited; drained" in agent.log
+    assert f"its writer, pid {engine.pid}, has exited; drained and removed" in agent.log

@@ -38,15 +38,18 @@ JSON_VALUES = INTERESTING + (b'"1e999999"', b'"-1e999"', b'"' + b"9" * 400 + b'"
                              b"[1, 2]", b'"kernel"', b'"X"', b'""', b"1.5", b"2.5e-9", b"true")
 
 
-def _slot(doc: Any, rng: random.Random) -> tuple[Any, Any]:
-    """A random (container, key) inside `doc`: a walk down that may stop at any container."""
-    parent, key = None, None
-    node = doc
-    while isinstance(node, (dict, list)) and node and (parent is None or rng.random() > 0.3):
-        keys = list(node) if isinstance(node, dict) else range(len(node))
-        parent, key = node, rng.choice(list(keys))
-        node = node[key]
-    return parent, key
+def _slots(doc: Any) -> list[tuple[Any, Any]]:
+    """Every (container, key) inside `doc`, containers and leaves alike, so a value is picked
+    uniformly: a trace's many event fields, not mostly its few top-level keys."""
+    out: list[tuple[Any, Any]] = []
+    todo = [doc]
+    while todo:
+        node = todo.pop()
+        for key in (list(node) if isinstance(node, dict) else range(len(node))):
+            out.append((node, key))
+            if isinstance(node[key], (dict, list)):
+                todo.append(node[key])
+    return out
 
 
 def value_mutations(seeds: list[bytes], count: int, seed: int) -> list[bytes]:
@@ -58,11 +61,11 @@ def value_mutations(seeds: list[bytes], count: int, seed: int) -> list[bytes]:
     for _ in range(count):
         doc = copy.deepcopy(rng.choice(docs))
         tokens = []
+        slots = _slots(doc)
         for k in range(rng.randint(1, 3)):
-            parent, key = _slot(doc, rng)
-            if parent is not None:
-                parent[key] = f"@hole{k}@"
-                tokens.append((json.dumps(f"@hole{k}@").encode(), rng.choice(JSON_VALUES)))
+            parent, key = rng.choice(slots)
+            parent[key] = f"@hole{k}@"  # a slot inside a value replaced before is harmlessly orphaned
+            tokens.append((json.dumps(f"@hole{k}@").encode(), rng.choice(JSON_VALUES)))
         text = json.dumps(doc).encode()
         for hole, token in tokens:
             text = text.replace(hole, token)

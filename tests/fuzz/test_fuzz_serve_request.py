@@ -52,13 +52,28 @@ VALUES: tuple[Any, ...] = (
     [{"role": "user", "content": [{"type": "image"}]}], [{"role": "user", "content": "hi", "name": "\udc00"}])
 
 
+TEXTS = ("\ud800", "a\udfffb", "\udc00\ud800", "\U0001f600", "\x00", "", "x" * 40_000, "\u2028", "\ufeff")
+TEXT_FIELDS = ("prompt", "user", "stop", "suffix", "messages")
+
+
+def _text_value(key: str, rng: random.Random) -> Any:
+    text = rng.choice(TEXTS)
+    if key == "messages":
+        return [{"role": "user", "content": rng.choice([text, [{"type": "text", "text": text}]])}]
+    return [text] if key == "stop" and rng.random() < 0.5 else text
+
+
 def field_mutations(count: int, seed: int) -> list[bytes]:
+    """Bodies with one to three fields set to an awkward value; text fields get awkward text half
+    the time (a field picked at random mostly breaks the body elsewhere first)."""
     rng = random.Random(seed)
     out = []
     for _ in range(count):
         body = json.loads(rng.choice(SEEDS))
-        for _ in range(rng.randint(1, 3)):
-            body[rng.choice(FIELDS)] = json.loads(json.dumps(rng.choice(VALUES)))  # \ud800 as the wire has it
+        for _ in range(1 if rng.random() < 0.6 else rng.randint(2, 3)):
+            key = rng.choice(FIELDS)
+            value = _text_value(key, rng) if key in TEXT_FIELDS and rng.random() < 0.5 else rng.choice(VALUES)
+            body[key] = json.loads(json.dumps(value))  # a lone surrogate as the wire has it: \ud800
         out.append(json.dumps(body).encode())
     return out
 

@@ -131,3 +131,24 @@ def test_moe_graphs_keep_tokens_and_expert_counts() -> None:
     assert torch.equal(graph_counts, eager_counts)
     if graphs is not None and not graphs.disabled:
         assert graphs.num_replays > 0 and all(b == 3 for b, _ in graphs.graphs)
+
+
+def test_moe_graph_check_follows_the_expert_path() -> None:
+    from infersight.runtime.cuda_graphs import moe_syncs_host
+
+    moe = LLM("tiny-moe", max_model_len=64).engine.target.model
+    assert moe_syncs_host(moe, 4)  # no forward yet: whether the grouped GEMM runs is unknown
+    for layer in moe.layers:
+        layer.ffn._grouped_ok = True  # what a first CUDA forward finds where torch._grouped_mm runs
+    assert not moe_syncs_host(moe, 4)
+    moe.layers[1].ffn.expert_path = "loop"  # forced onto the host-syncing reference path
+    assert moe_syncs_host(moe, 4)
+    assert not moe_syncs_host(LLM("tiny-draft", max_model_len=64).engine.target.model, 4)
+
+
+def test_compile_layers_is_ignored_on_the_cpu() -> None:
+    from infersight.runtime.layers import RMSNorm
+
+    model = LLM("tiny-draft", max_model_len=64, compile_layers=True).engine.target.model
+    norm = next(m for m in model.modules() if isinstance(m, RMSNorm))
+    assert "forward" not in vars(norm)  # the class's own forward: nothing was compiled

@@ -14,7 +14,8 @@ TINY = ModelConfig("params-tiny", d_model=32, n_layers=1, n_heads=4, n_kv_heads=
 @pytest.mark.parametrize("fields, param, message", [
     ({"max_tokens": 2**32}, "max_tokens",
      "max_tokens=4294967296 cannot be greater than max_model_len=64. Please request fewer output tokens."),
-    ({"top_k": 10**30}, "top_k", f"top_k must be -1 or 0 (disable), or in [1, 2147483647], got {10**30}."),
+    ({"top_k": 10**30}, "top_k", f"top_k must be at most 2147483647, got {10**30}."),
+    ({"top_k": -5}, "top_k", "top_k must be 0 (disable), or at least 1, got -5."),
     ({"top_k": True}, "top_k", "top_k must be an integer, got bool"),
     ({"temperature": float("inf")}, "temperature", "temperature must be a finite number, got inf."),
     ({"temperature": 3.0}, "temperature", "temperature must be in [0, 2], got 3.0."),

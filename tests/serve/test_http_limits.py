@@ -187,3 +187,14 @@ def test_slow_headers_of_a_second_request_on_a_kept_alive_connection(server) -> 
     status, _, body = split_response(rest)
     assert status == 408 and json.loads(body) == {"error": "request headers not received within 0.6 s"}
     assert 0.6 <= closed - start < 2.5
+
+
+def test_a_bare_asgi_app_that_raises_gets_a_json_500() -> None:
+    """No Starlette in between (no ServerErrorMiddleware): the limits themselves answer."""
+    async def bare(scope, receive, send) -> None:  # noqa: ANN001
+        if scope["type"] == "http":
+            raise ValueError("broken before any answer")
+
+    with running(LimitedApp(bare, LIMITS), **LIMITS.uvicorn_options()) as (url, _):
+        resp = httpx.get(url + "/anything", timeout=10)
+    assert resp.status_code == 500 and resp.json() == {"error": "Internal Server Error"}

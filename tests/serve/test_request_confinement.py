@@ -1,7 +1,8 @@
-"""A failure inside one request (its probes, its KV commit) is confined to it: that request gets a
-500 (or an error event on its stream), the others in the batch finish with every token, the
+"""A failure inside one request (its sampling, probes or KV commit) is confined to it: that request
+gets a 500 (or an error event on its stream), the others in the batch finish with every token, the
 failure is counted (infersight_server_requests_failed_total{scope="request"}), and the server
-keeps serving. Faults are injected for one chosen request id only, over real HTTP."""
+keeps serving. Faults are injected for one chosen request id only, over real HTTP; a sampling
+fault fails the batched draw (the engine then samples request by request) and the victim's own."""
 from __future__ import annotations
 
 import asyncio
@@ -13,6 +14,7 @@ import httpx
 import pytest
 from serve_fixtures import MODEL, Harness, real_server
 
+from infersight.runtime import engine as engine_module
 from infersight.serve.config import ServeConfig
 
 NORMAL = {"prompt": "a normal request", "max_tokens": 24, "ignore_eos": True}
@@ -26,6 +28,25 @@ def served() -> Iterator[tuple[Harness, str]]:
 
 def poison(h: Harness, monkeypatch: pytest.MonkeyPatch, where: str, victim: int) -> None:
     """Make `where` raise for request `victim` only, once it has produced a token or two."""
+    if where == "sampling":  # the batched draw fails, then the victim's own draw does
+        real_sample = engine_module.sample
+
+        def failing_batch(*args: Any, **kwargs: Any) -> Any:
+            req = h.engine.requests.get(victim)
+            if req is not None and len(req.output_token_ids) >= 2:
+                raise RuntimeError("injected sampling fault")
+            return real_batch(*args, **kwargs)
+
+        def failing_sample(probs: Any, generator: Any) -> int:
+            req = h.engine.requests.get(victim)
+            if req is not None and generator is req.generator and len(req.output_token_ids) >= 2:
+                raise RuntimeError("injected sampling fault")
+            return real_sample(probs, generator)
+
+        real_batch = engine_module.sample_batch
+        monkeypatch.setattr(engine_module, "sample_batch", failing_batch)
+        monkeypatch.setattr(engine_module, "sample", failing_sample)
+        return
     if where == "probe":
         target, name = h.probe, "on_tokens_emitted"
     else:
@@ -62,7 +83,7 @@ async def batch(url: str, stream_victim: bool) -> tuple[list[httpx.Response], ht
         return list(await asyncio.gather(*tasks)), await odd
 
 
-@pytest.mark.parametrize("where", ["probe", "commit"])
+@pytest.mark.parametrize("where", ["sampling", "probe", "commit"])
 def test_failure_is_confined_to_its_request(served, monkeypatch: pytest.MonkeyPatch, where: str) -> None:  # noqa: ANN001
     h, url = served
     assert httpx.post(url + "/v1/completions", json={"prompt": "warm", "max_tokens": 1}).status_code == 200  # id 0

@@ -1,0 +1,32 @@
+"""`bench runtime` at any batch size (issue 16: batch 1 failed on a 4096-token model), and its roofline."""
+from __future__ import annotations
+
+import pytest
+
+from infersight.bench.runtime import bench_runtime, roofline_step_ms
+from infersight.runtime import EngineConfig, ModelConfig
+from infersight.runtime.engine import Engine
+
+LONG = ModelConfig("br-long", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=4096)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_any_batch_runs_on_a_long_context_model(batch: int) -> None:
+    result = bench_runtime(model=LONG, batch=batch, prompt_len=8, decode_steps=6, repeats=1, compare_eager=True)  # type: ignore[arg-type]
+    assert result.batch == batch and result.decode_step_ms > 0 and result.decode_tokens_per_s > 0
+    assert result.cuda_graphs == "not a CUDA device" and result.eager_decode_step_ms is None
+    assert result.roofline_share is None  # the roofline is the GPU's: CPU runs leave it out
+
+
+def test_bad_anchor_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="hf_anchor must be none, eager or all"):
+        bench_runtime(model=LONG, hf_anchor="compiled")  # type: ignore[arg-type]
+
+
+def test_roofline_counts_weights_once_and_the_kv_of_every_sequence() -> None:
+    engine = Engine(EngineConfig(model=LONG, dtype="bfloat16", max_model_len=64, num_kv_blocks=8))
+    d, L, h, H, K, f, V = 32, 2, 8, 4, 2, 64, LONG.vocab_size
+    weights = L * (d * H * h + 2 * d * K * h + H * h * d + 3 * d * f) + d * V  # embedding rows are not read
+    kv = 5 * 2 * L * 100 * K * h  # 5 sequences of 100 tokens: K and V of every layer
+    want_ms = (weights + kv) * 2 / 1000e9 * 1e3
+    assert roofline_step_ms(engine, batch=5, context=100, gbps=1000.0) == pytest.approx(want_ms, rel=1e-9)
