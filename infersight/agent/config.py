@@ -66,7 +66,7 @@ class AgentConfig:
     otlp_queue_spans: int | None = None
     otlp_queue_bytes: int = 16 << 20
     otlp_export_timeout_s: float | None = None
-    otlp_shutdown_timeout_s: float = 4.0
+    otlp_shutdown_timeout_s: float = 3.0
     trace_buffer_bytes: int = 64 << 20
     # Captures: the bearer token of POST /api/v1/capture (None: read or create token_file, 0600).
     token: str | None = None

@@ -284,6 +284,7 @@ class FlightRecorder:
                 shares[r["op_category"]] = shares.get(r["op_category"], 0.0) + r["time_ns"] / total
         block = {"budget": self.budget.budget, "cost_ratio": self.budget.cost_ratio,
                  "engine_seconds": self.budget.engine_s, "cost_seconds": self.budget.cost_s,
+                 "triggered_cost_seconds": self.budget.triggered_cost_s,
                  "window_cost_estimate_s": self.budget.estimate_s, "window_interval_engine_s": self.budget.interval_s,
                  "windows_measured": len(costs), "window_cost_median_s": float(np.median(costs)) if costs else None,
                  "window_noise_median_s": float(np.median(noise)) if noise else None,

@@ -82,7 +82,8 @@ class WindowBudget:
     allowance_s: float = 0.0
     estimate_s: float = -1.0
     engine_s: float = 0.0      # engine step time seen so far
-    cost_s: float = 0.0        # measured cost so far (windows and triggered captures)
+    cost_s: float = 0.0        # measured cost of the sampled windows so far (what the budget bounds)
+    triggered_cost_s: float = 0.0  # measured cost of triggered captures (bounded by their cool-down)
     measured: int = 0          # windows whose cost updated the estimate
     _reserved_s: float = 0.0
 
@@ -128,9 +129,10 @@ class WindowBudget:
             self.measured += 1
 
     def charge(self, measured_s: float) -> None:
-        """A cost not reserved for (a triggered capture): paid from the allowance, which may go negative."""
-        self.allowance_s -= measured_s
-        self.cost_s += measured_s
+        """A triggered capture's measured cost: kept apart, not paid from the windows' allowance. An
+        incident's capture is bounded by the trigger cool-down instead; charging it to the sampling
+        budget would silence the always-on view for the very minutes after an incident."""
+        self.triggered_cost_s += measured_s
 
     @property
     def cost_ratio(self) -> float:

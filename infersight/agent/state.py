@@ -17,7 +17,8 @@ import pandas as pd
 
 from infersight.agent.config import AgentConfig
 from infersight.agent.energy_meter import EnergyMeter
-from infersight.correlate import cost, kv, moe, requests, slow_causes, slow_rule, speculation
+from infersight.agent.row_window import RowWindow
+from infersight.correlate import cost, kv, requests, slow_causes, slow_rule, speculation
 from infersight.correlate.frames import EventFrames
 from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 from infersight.exporters import catalogue as C
@@ -68,7 +69,7 @@ class AgentState:
         self.expert_tokens = np.zeros((0, 0), dtype=np.int64)
         self.prefix_groups: dict[int, list[int]] = {}  # group hash -> [requests, cached tokens, prompt tokens]
         self.ep_events = EventFrames().ep  # expert-parallel records of recent steps, all ranks
-        self.spec_events = EventFrames().spec  # all verifications, kept compact (per task and position below)
+        self.spec_window = RowWindow(EventFrames().spec, SPEC_WINDOW)  # recent verifications (spec_events)
         self.spec_step_timing = EventFrames().step_timing  # recent speculative and plain-probe steps
         self.ring_stats: dict[str, dict[str, int]] = {}
         self.source_stats: dict[str, dict[str, object]] = {}  # non-ring sources (e.g. vLLM KV events): their health
@@ -184,14 +185,15 @@ class AgentState:
     def _moe(self, frame: pd.DataFrame) -> None:
         if frame.empty:
             return
-        load = moe.expert_load(frame)
-        n_layers, n_experts = int(load["layer"].max()) + 1, int(load["expert"].max()) + 1
+        # Straight from the rows (int64 adds): moe.expert_load's groupby would only pre-sum them.
+        layer, expert = frame["layer"].to_numpy(np.int64), frame["expert"].to_numpy(np.int64)
+        n_layers, n_experts = int(layer.max()) + 1, int(expert.max()) + 1
         if self.expert_tokens.shape[0] < n_layers or self.expert_tokens.shape[1] < n_experts:
             grown = np.zeros((max(n_layers, self.expert_tokens.shape[0]), max(n_experts, self.expert_tokens.shape[1])),
                              dtype=np.int64)
             grown[:self.expert_tokens.shape[0], :self.expert_tokens.shape[1]] = self.expert_tokens
             self.expert_tokens = grown
-        np.add.at(self.expert_tokens, (load["layer"].to_numpy(), load["expert"].to_numpy()), load["tokens"].to_numpy())
+        np.add.at(self.expert_tokens, (layer, expert), frame["tokens"].to_numpy(np.int64))
 
     def _prefix(self, frame: pd.DataFrame) -> None:
         if frame.empty:
@@ -227,8 +229,7 @@ class AgentState:
     def _spec(self, frame: pd.DataFrame) -> None:
         if frame.empty:
             return
-        spec = pd.concat([self.spec_events, frame], ignore_index=True) if not self.spec_events.empty else frame
-        self.spec_events = spec.iloc[-SPEC_WINDOW:].reset_index(drop=True)  # recent verifications only
+        self.spec_window.append(frame)  # recent verifications only
         tasks, names = pd.factorize(frame["task"], sort=True)  # bincounts: pandas' groupby costs ms per call
         k = len(names)
         for task, proposed, accepted, n in zip(
@@ -242,6 +243,11 @@ class AgentState:
         for row in by_pos.itertuples(index=False):
             self.counters[C.SPEC_POSITION_PROPOSED.name].inc((row.task, str(row.position)), row.proposed)
             self.counters[C.SPEC_POSITION_ACCEPTED.name].inc((row.task, str(row.position)), row.accepted)
+
+    @property
+    def spec_events(self) -> pd.DataFrame:
+        """The last SPEC_WINDOW verifications, one frame (the same object until the next poll adds some)."""
+        return self.spec_window.frame()
 
     def _spec_steps(self, frame: pd.DataFrame) -> None:
         """Step timings that the measured speedup needs (correlate.spec_speedup), in a window."""
@@ -310,8 +316,10 @@ class AgentState:
     def _judge_slow(self, rows: pd.DataFrame, done: pd.DataFrame) -> pd.DataFrame:
         """attribute_slow's verdicts on the requests of `rows` that slow_rule flags, against the window
         of recent finished requests (across polls); then forgets the steps no request in flight needs."""
+        # Only these requests' verifications, picked frame by frame (the window is not joined per poll).
+        spec = self.spec_window.rows_of("request_id", rows["request_id"].to_numpy())
         features = slow_causes.slow_features(rows, done, self.attribution.steps, self.attribution.batch,
-                                             self.spec_events, self.reload_events)
+                                             spec, self.reload_events)
         verdicts, self.slow_window = slow_rule.judge_slow(features.sort_values("finish_ns", kind="stable"),
                                                           self.slow_window, self.slow_rule)
         flagged = features.merge(verdicts.loc[verdicts["slow"], ["request_id", "metric", "threshold_s"]],
@@ -403,36 +411,45 @@ class AgentState:
         """request_table's network frame for done_ids (receive and last byte; the last byte ends e2e),
         taking their entries out of the tables. A client that hung up mid-response had its last byte
         before the engine aborted the request: the response then ends at the abort (network >= 0)."""
-        finished = done[done["event"] == "FINISHED"].groupby("request_id")["ts_ns"].min()
         rows = []
-        for rid in done_ids.tolist():
+        finished = None  # FINISHED times, only once some request has network timing (most have none)
+        for rid in done_ids.tolist() if self.awaiting_network or self.network else ():
             self.awaiting_network.pop(rid, None)
             timing = self.network.pop(rid, None)
             if timing is not None:
+                if finished is None:
+                    finished = done[done["event"] == "FINISHED"].groupby("request_id")["ts_ns"].min()
                 rows.append((rid, timing[0], max(timing[1], int(finished.get(rid, timing[1])))))
         return pd.DataFrame(rows, columns=["request_id", "receive_ns", "send_end_ns"]).astype("int64")
 
     def _observe_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
-        for task, g in rows.groupby("task"):
-            t = (str(task),)
-            traces = g["trace_id"].tolist()
-            wall = time.time()
-            self.histograms[C.TTFT.name].observe(t, g["ttft_s"].dropna().to_numpy(),
-                                                 g.loc[g["ttft_s"].notna(), "trace_id"].tolist(), wall)
-            self.histograms[C.E2E.name].observe(t, g["e2e_s"].to_numpy(), traces, wall)
-            for phase in C.PHASES:
-                self.histograms[C.PHASE.name].observe((phase, str(task)), g[f"{phase}_s"].to_numpy())
-            self.counters[C.PROMPT_TOKENS.name].inc(t, int(g["prompt_tokens"].sum()))
-            self.counters[C.GENERATION_TOKENS.name].inc(t, int(g["output_tokens"].sum()))
-            self.counters[C.ENGINE_SECONDS.name].inc(t, float(g["engine_seconds"].sum()))
-            if g["energy_j"].notna().any():  # no series at all where no GPU measured energy
-                self.counters[C.ENERGY.name].inc(t, float(g["energy_j"].sum()))
-            for reason, n in g["finish_reason"].value_counts().items():
-                self.counters[C.REQUESTS.name].inc((str(task), str(reason)), int(n))
-        itl = requests.inter_token_latencies(events)
-        tasks, names = pd.factorize(itl["task"], sort=True)  # one row per token: no groupby per task
-        itl_s = itl["itl_s"].to_numpy()
+        # Per task (sorted, as groupby would), over the columns' arrays: no sub-frame per task.
+        codes, names = pd.factorize(rows["task"], sort=True)
+        col = {c: rows[c].to_numpy() for c in ("ttft_s", "e2e_s", "prompt_tokens", "output_tokens", "engine_seconds",
+                                                "energy_j", "trace_id", "finish_reason", *(f"{p}_s" for p in C.PHASES))}
         for code, task in enumerate(names.tolist()):
+            at = np.flatnonzero(codes == code)
+            t = (str(task),)
+            trace = col["trace_id"][at]
+            wall = time.time()
+            ttft = col["ttft_s"][at]
+            has_ttft = ~np.isnan(ttft)
+            self.histograms[C.TTFT.name].observe(t, ttft[has_ttft], trace[has_ttft].tolist(), wall)
+            self.histograms[C.E2E.name].observe(t, col["e2e_s"][at], trace.tolist(), wall)
+            for phase in C.PHASES:
+                self.histograms[C.PHASE.name].observe((phase, str(task)), col[f"{phase}_s"][at])
+            self.counters[C.PROMPT_TOKENS.name].inc(t, int(col["prompt_tokens"][at].sum()))
+            self.counters[C.GENERATION_TOKENS.name].inc(t, int(col["output_tokens"][at].sum()))
+            # float sums through pandas, as before (its NaN-skipping sum, to the last bit)
+            self.counters[C.ENGINE_SECONDS.name].inc(t, float(pd.Series(col["engine_seconds"][at]).sum()))
+            energy = pd.Series(col["energy_j"][at])
+            if energy.notna().any():  # no series at all where no GPU measured energy
+                self.counters[C.ENERGY.name].inc(t, float(energy.sum()))
+            for reason, n in pd.Series(col["finish_reason"][at]).value_counts().items():
+                self.counters[C.REQUESTS.name].inc((str(task), str(reason)), int(n))
+        # One row per token: arrays and task codes, no frame and no groupby per task (tasks by name).
+        _, tasks, names, itl_s = requests.inter_token_latency_arrays(events)
+        for code, task in sorted(((c, names[c]) for c in np.unique(tasks).tolist()), key=lambda ct: ct[1]):
             self.histograms[C.ITL.name].observe((str(task),), itl_s[tasks == code])
 
     def recent_steps_frame(self) -> pd.DataFrame:

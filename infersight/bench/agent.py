@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import json
 import socket
 import statistics
 import subprocess
@@ -107,7 +106,7 @@ def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: in
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60  # a loaded machine starts Python slowly
         while True:
             try:
                 urllib.request.urlopen(url + "/health", timeout=1).read()
@@ -119,23 +118,26 @@ def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: in
         synthetic_workload(probe, n_requests, tokens_per_request, pause_s=0.01)  # steady load, then latency probes
         latencies = []
         step = 10**9
+        shown = _wait_until_drained(url)  # the load's steps, as counted (events the ring dropped are not)
         for _ in range(trials):
-            before = json.loads(urllib.request.urlopen(url + "/api/v1/summary", timeout=5).read())
             step += 1
             t_write = time.perf_counter()
             probe.on_step_end(StepStats(step, 0, 1000, kv_blocks_total=64, kv_block_size=16))
-            want = f'infersight_steps_total {float(step - 10**9 + _steps(n_requests, tokens_per_request))}'
             give_up = time.monotonic() + 30
-            while want not in urllib.request.urlopen(url + "/metrics", timeout=5).read().decode():
+            while _steps_total(url) < shown + 1:
                 if time.monotonic() > give_up:
-                    raise RuntimeError(f"the agent never showed {want!r} on /metrics")
+                    raise RuntimeError(f"the agent never showed step {shown + 1} on /metrics")
                 time.sleep(0.005)
             latencies.append(time.perf_counter() - t_write)
-            del before
+            shown += 1
         rss = _vm_hwm_mb(proc.pid)
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:  # never leave an agent behind (it holds the ring's lease)
+            proc.kill()
+            proc.wait()
         dropped = probe.ring.stats()["dropped"]
         probe.close()
     lat = sorted(latencies)
@@ -143,8 +145,25 @@ def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: in
                             round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 4), round(rss, 1), dropped)
 
 
-def _steps(n_requests: int, tokens_per_request: int) -> int:
-    return -(-n_requests // 32) * tokens_per_request
+def _steps_total(url: str) -> float:
+    """infersight_steps_total from the agent's /metrics (0 before the first step)."""
+    for line in urllib.request.urlopen(url + "/metrics", timeout=5).read().decode().splitlines():
+        if line.startswith("infersight_steps_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _wait_until_drained(url: str, timeout_s: float = 60.0) -> float:
+    """The agent's step count once it stops moving (the ring is read to its end); counting from what it
+    shows, not from what was written, keeps the bench going when the ring dropped some of the load."""
+    deadline, last = time.monotonic() + timeout_s, -1.0
+    while time.monotonic() < deadline:
+        now = _steps_total(url)
+        if now == last:
+            return now
+        last = now
+        time.sleep(0.3)
+    raise RuntimeError(f"the agent was still reading the load after {timeout_s:.0f} s")
 
 
 def as_dict(result: AgentBenchResult) -> dict[str, object]:

@@ -119,8 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          help="bytes the export queue holds (estimated; default 16 MiB); beyond: dropped, counted")
     tracing.add_argument("--otlp-export-timeout", type=float, metavar="SECONDS",
                          help="one OTLP export, retries included (default OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, else 2)")
-    tracing.add_argument("--otlp-shutdown-timeout", type=float, default=4.0, metavar="SECONDS",
-                         help="the last flush at exit (<= 5; default 4): what is still unsent is counted and logged")
+    tracing.add_argument("--otlp-shutdown-timeout", type=float, default=3.0, metavar="SECONDS",
+                         help="the last flush at exit (<= 5; default 3): what is still unsent is counted and logged")
     tracing.add_argument("--trace-buffer-bytes", type=int, default=64 << 20, metavar="BYTES",
                          help="what the tracing hook and the span join keep between batches (default 64 MiB)")
     gpu = agent.add_argument_group("GPU telemetry and energy per request")

@@ -30,10 +30,19 @@ def _weights(batch: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(weight, denominator) per batch row: its tokens over its step's tokens; a step whose members
     fed no tokens (not emitted by the engine today) is split evenly."""
     tokens = batch["num_tokens"].to_numpy(np.int64)
-    by_step = batch.groupby("step_id", sort=False)["num_tokens"]
-    total = by_step.transform("sum").to_numpy(np.int64)
+    group, order, starts = _groups(batch["step_id"].to_numpy(np.int64))
+    total = np.add.reduceat(tokens[order], starts)[group] if len(tokens) else tokens
     weight = np.where(total > 0, tokens, 1)
-    return weight, np.where(total > 0, total, by_step.transform("size").to_numpy(np.int64))
+    return weight, np.where(total > 0, total, np.diff(np.append(starts, len(tokens)))[group])
+
+
+def _groups(step_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(group of each row, rows ordered by group (stable), start of each group in that order): plain
+    numpy for the per-step sums and ranks (pandas' groupby costs ms per call on every poll)."""
+    group = pd.factorize(step_id)[0]
+    order = np.argsort(group, kind="stable")
+    starts = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]]) if len(group) else group
+    return group, order, starts
 
 
 def _largest_remainder(step_id: np.ndarray, weight: np.ndarray, denom: np.ndarray, amount: np.ndarray) -> np.ndarray:
@@ -41,8 +50,15 @@ def _largest_remainder(step_id: np.ndarray, weight: np.ndarray, denom: np.ndarra
     leave `short` units per step; the `short` rows with the largest remainders get one more (ties:
     batch order), so a step's parts sum exactly to its amount."""
     base, rem = np.divmod(amount * weight, denom)
-    short = amount - pd.Series(base).groupby(step_id).transform("sum").to_numpy(np.int64)
-    rank = pd.Series(-rem).groupby(step_id).rank(method="first").to_numpy(np.int64)
+    if len(base) == 0:
+        return base
+    group, order, starts = _groups(step_id)
+    short = amount - np.add.reduceat(base[order], starts)[group]
+    # rank within the step by remainder, largest first, ties in batch order (rank(method="first"))
+    by_rem = np.lexsort((np.arange(len(rem)), -rem, group))
+    sizes = np.diff(np.append(starts, len(rem)))
+    rank = np.empty(len(rem), np.int64)
+    rank[by_rem] = np.arange(len(rem)) - np.repeat(starts, sizes) + 1
     return base + (rank <= short)
 
 
@@ -72,14 +88,18 @@ def step_cost_shares(steps: pd.DataFrame, batch: pd.DataFrame, measured: pd.Data
     Members of steps missing from `steps` (no duration known) are dropped. Rows keep batch order."""
     if batch.empty or steps.empty:
         return _empty(SHARE_COLUMNS)
-    dur = steps.drop_duplicates("step_id").set_index("step_id")
-    dur = (dur["end_ns"].astype(np.int64) - dur["start_ns"].astype(np.int64)).clip(lower=0)
-    df = batch[batch["step_id"].isin(dur.index)][["step_id", "request_id", "num_tokens"]].reset_index(drop=True)
+    # Each step id's duration (its first record), looked up by binary search: no index is built.
+    known, first = np.unique(steps["step_id"].to_numpy(np.int64), return_index=True)
+    dur = np.clip(steps["end_ns"].to_numpy(np.int64)[first] - steps["start_ns"].to_numpy(np.int64)[first], 0, None)
+    b_step = batch["step_id"].to_numpy(np.int64)
+    at = np.minimum(np.searchsorted(known, b_step), len(known) - 1)
+    has = known[at] == b_step
+    df = batch[has][["step_id", "request_id", "num_tokens"]].reset_index(drop=True)
     if df.empty:
         return _empty(SHARE_COLUMNS)
     weight, denom = _weights(df)
     step_id = df["step_id"].to_numpy(np.int64)
-    engine_ns = _largest_remainder(step_id, weight, denom, dur.reindex(step_id).to_numpy(np.int64))
+    engine_ns = _largest_remainder(step_id, weight, denom, dur[at[has]])
     out = pd.DataFrame({"step_id": step_id, "request_id": df["request_id"].to_numpy(np.int64),
                         "num_tokens": df["num_tokens"].to_numpy(np.int64), "share": weight / denom,
                         "engine_seconds": engine_ns / 1e9})

@@ -27,6 +27,7 @@ EVENT_NAMES = [e.name.lower() for e in KVBlockEvent]
 STATE_OF = {"allocated": "in_use", "prefix_hit": "in_use", "resume_hit": "in_use", "reloaded": "in_use",
             "freed": "free", "evicted": "free", "cached": "cached"}
 BLOCK_STATES = ("free", "in_use", "cached")
+_INT64_MAX = np.iinfo(np.int64).max
 LIFETIME_COLUMNS = {"block_id": "int64", "kind": "object", "seconds": "float64"}
 
 
@@ -66,25 +67,31 @@ def block_lifetimes(kv_events: pd.DataFrame) -> pd.DataFrame:
 
     Intervals still open at the end of the frame, or whose start precedes it, are not reported.
     """
-    ev = _ordered(kv_events[kv_events["event"].isin(list(STATE_OF))])
-    if ev.empty:
+    # Plain numpy over the columns (this runs on every poll's events): rows in _ordered's order.
+    keep = np.flatnonzero(kv_events["event"].isin(list(STATE_OF)).to_numpy(bool))
+    if len(keep) == 0:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in LIFETIME_COLUMNS.items()})
-    event = ev["event"].to_numpy(object)
-    ts = ev["ts_ns"].to_numpy(np.int64)
-    block = ev["block_id"].to_numpy(np.int64)
-    by_block = ev.groupby("block_id", sort=False)
-    prev_event = by_block["event"].shift(1).to_numpy(object)
-    prev_ts = by_block["ts_ns"].shift(1, fill_value=-1).to_numpy(np.int64)
-    after_cached = prev_event == "cached"
+    block = kv_events["block_id"].to_numpy(np.int64)[keep]
+    ts = kv_events["ts_ns"].to_numpy(np.int64)[keep]
+    event = kv_events["event"].to_numpy(object)[keep]
+    order = np.lexsort((ts, block))  # stable: ties keep frame order, as sort_values(kind="stable")
+    block, ts, event = block[order], ts[order], event[order]
+    same_block = np.r_[False, block[1:] == block[:-1]]  # the row before is the same block's
+    prev_ts = np.where(same_block, np.r_[-1, ts[:-1]], -1)
+    after_cached = same_block & np.r_[False, event[:-1] == "cached"]
 
     # Content segments: a segment of a block ends with (and includes) a death.
     death = np.isin(event, ["freed", "evicted"])
-    seg = pd.Series(death, index=ev.index).groupby(ev["block_id"]).cumsum().to_numpy() - death
+    deaths_before = np.cumsum(death) - death  # deaths strictly before each row, over all blocks
+    block_start = np.flatnonzero(~same_block)
+    seg = deaths_before - np.repeat(deaths_before[block_start], np.diff(np.r_[block_start, len(block)]))
     birth = np.isin(event, ["allocated", "reloaded"])
-    keys = pd.MultiIndex.from_arrays([block, seg])
-    born = pd.Series(ts[birth], index=keys[birth]).groupby(level=[0, 1]).min()
+    run = np.cumsum(np.r_[True, (block[1:] != block[:-1]) | (seg[1:] != seg[:-1])]) - 1  # (block, seg) runs
+    born = np.full(int(run[-1]) + 1, _INT64_MAX, np.int64)
+    np.minimum.at(born, run[birth], ts[birth])
     # An int fill keeps int64 (a NaN would pass through float64 and lose ns beyond 2**53).
-    born_at = born.reindex(keys[death], fill_value=-1).to_numpy(np.int64)
+    born_at = born[run[death]]
+    born_at = np.where(born_at == _INT64_MAX, -1, born_at)
     lived = born_at >= 0  # -1: the birth precedes the frame
 
     parts = [
@@ -93,13 +100,13 @@ def block_lifetimes(kv_events: pd.DataFrame) -> pd.DataFrame:
           (("idle_before_evict", (event == "evicted") & after_cached),
            ("reuse_gap", np.isin(event, ["prefix_hit", "resume_hit"]) & after_cached))),
     ]
+    out_block = np.concatenate([p[0] for p in parts])
+    by_end = np.lexsort((np.concatenate([p[3] for p in parts]), out_block))  # stable, as sort_values
     out = pd.DataFrame({
-        "block_id": np.concatenate([p[0] for p in parts]),
-        "kind": np.concatenate([np.full(len(p[0]), p[1], dtype=object) for p in parts]),
-        "seconds": np.concatenate([p[2] for p in parts]) / 1e9,
-        "_end": np.concatenate([p[3] for p in parts])})
-    out = out.sort_values(["block_id", "_end"], kind="stable", ignore_index=True)
-    return out.drop(columns="_end").astype(LIFETIME_COLUMNS)
+        "block_id": out_block[by_end],
+        "kind": np.concatenate([np.full(len(p[0]), p[1], dtype=object) for p in parts])[by_end],
+        "seconds": (np.concatenate([p[2] for p in parts]) / 1e9)[by_end]})
+    return out.astype(LIFETIME_COLUMNS)
 
 
 def recomputed_blocks(kv_events: pd.DataFrame) -> int:

@@ -54,10 +54,11 @@ def _earliest(ev: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
     return ids, rows[first]
 
 
-def _first(ev: pd.DataFrame, name: str, ids: pd.Index, col: str = "ts_ns", fill: int = -1) -> np.ndarray:
+def _first(ev: pd.DataFrame, name: str, ids: pd.Index, col: str = "ts_ns", fill: int = -1,
+           earliest: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Per id in ids, `col` of the earliest `name` event (fill where none). Int64 all the way: a NaN
-    round trip through float64 would lose ns beyond 2**53."""
-    have, rows = _earliest(ev, name)
+    round trip through float64 would lose ns beyond 2**53. `earliest`: _earliest(ev, name), if known."""
+    have, rows = _earliest(ev, name) if earliest is None else earliest
     want = ids.to_numpy(np.int64)
     pos = np.minimum(np.searchsorted(have, want), max(len(have) - 1, 0))
     found = (have[pos] == want) if len(have) else np.zeros(len(want), bool)
@@ -91,15 +92,16 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
     """
     ev = request_events
     done_ids, done_rows = _earliest(ev, "FINISHED")  # by request id, ascending
-    arrived_ids = ev.loc[ev["event"] == "ARRIVED", "request_id"].unique()
-    finished = ev.iloc[done_rows[np.isin(done_ids, arrived_ids)]]
+    arrived = _earliest(ev, "ARRIVED")  # (ids that arrived, their first ARRIVED row)
+    finished = ev.iloc[done_rows[np.isin(done_ids, arrived[0])]]
     if finished.empty:
         return _empty(REQUEST_TABLE_DTYPES)
     ids = pd.Index(finished["request_id"].to_numpy(np.int64))
 
     f = finished["ts_ns"].to_numpy(np.int64)
-    a = _first(ev, "ARRIVED", ids)
-    s_raw = _first(ev, "SCHEDULED", ids)
+    scheduled = _earliest(ev, "SCHEDULED")  # used twice, as arrived is
+    a = _first(ev, "ARRIVED", ids, earliest=arrived)
+    s_raw = _first(ev, "SCHEDULED", ids, earliest=scheduled)
     t_raw = _first(ev, "FIRST_TOKEN", ids)
     f = np.maximum(f, a)
     # Clamp into order so every part is >= 0 and the telescoping sum stays exact.
@@ -123,11 +125,11 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
 
     out_tokens = finished["value0"].to_numpy(np.int64)
     has_token = t_raw >= 0
-    return pd.DataFrame({
+    table = pd.DataFrame({
         "request_id": ids.to_numpy(), "trace_id": finished["trace_id"].to_numpy(object),
         "task": finished["task"].to_numpy(object),
-        "prompt_tokens": _first(ev, "ARRIVED", ids, "value0", 0),
-        "cached_tokens": _first(ev, "SCHEDULED", ids, "value1", 0),
+        "prompt_tokens": _first(ev, "ARRIVED", ids, "value0", 0, arrived),
+        "cached_tokens": _first(ev, "SCHEDULED", ids, "value1", 0, scheduled),
         "output_tokens": out_tokens, "finish_reason": finished["reason"].to_numpy(object),
         "num_preemptions": n_pre, "arrival_ns": a, "first_scheduled_ns": s_raw, "first_token_ns": t_raw,
         "finish_ns": f, "queue_s": queue_ns / NS, "prefill_s": prefill_ns / NS,
@@ -135,13 +137,20 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
         "network_s": net_ns / NS, "e2e_s": (f - a + net_ns) / NS,
         "ttft_s": np.where(has_token, (t - a + lead_ns) / NS, np.nan),
         "itl_mean_s": np.where(has_token, (f - t) / NS / np.maximum(1, out_tokens - 1), np.nan),
-    }).astype(REQUEST_TABLE_DTYPES)
+    })
+    # Built with these dtypes already: cast (a copy of every column) only if one is not.
+    if any(table[c].dtype != t for c, t in REQUEST_TABLE_DTYPES.items()):
+        table = table.astype(REQUEST_TABLE_DTYPES)
+    return table
 
 
 def _stalls(ev: pd.DataFrame, ids: pd.Index, s: np.ndarray, t: np.ndarray, f: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per request (aligned with ids): stall ns inside [S, T), stall ns inside [T, F), PREEMPTED count."""
     pr = ev[ev["event"].isin(["PREEMPTED", "RESUMED"]) & ev["request_id"].isin(ids)]
+    if pr.empty:  # the common case: no preemption, and a groupby costs ms even on nothing
+        zeros = np.zeros(len(ids), np.int64)
+        return zeros, zeros.copy(), zeros.copy()
     pr = pr.sort_values(["request_id", "ts_ns"], kind="stable")
     nxt = pr.groupby("request_id")["ts_ns"].shift(-1, fill_value=-1).to_numpy(np.int64)
     is_pre = (pr["event"] == "PREEMPTED").to_numpy()
@@ -160,6 +169,14 @@ def inter_token_latencies(request_events: pd.DataFrame) -> pd.DataFrame:
     its previous TOKENS event divided by the tokens it emitted, repeated once per token, so a
     histogram weights by tokens (a speculative step emitting 3 tokens in 30 ms counts 3 x 10 ms).
     Gaps span preemption stalls: that is what the client sees. Empty input -> empty frame."""
+    rid, codes, names, itl_s = inter_token_latency_arrays(request_events)
+    task = np.asarray(names, dtype=object)[codes]
+    return pd.DataFrame({"request_id": rid, "task": pd.Series(task, dtype=object, copy=False), "itl_s": itl_s})
+
+
+def inter_token_latency_arrays(request_events: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, pd.Index, np.ndarray]:
+    """inter_token_latencies as arrays (request_id, task code, the task names the codes index,
+    itl_s), row for row: for callers that split by task without building the frame."""
     ev = request_events
     rows = np.flatnonzero(((ev["event"] == "TOKENS") & (ev["value0"] > 0)).to_numpy(bool))
     rid, ts = ev["request_id"].to_numpy(np.int64)[rows], ev["ts_ns"].to_numpy(np.int64)[rows]
@@ -174,6 +191,5 @@ def inter_token_latencies(request_events: pd.DataFrame) -> pd.DataFrame:
     gap = ts[keep] - prev[keep]
     # Task names through their codes: one object per distinct task, not one str conversion per token.
     codes, names = pd.factorize(ev["task"])
-    task = np.asarray(names, dtype=object)[np.repeat(codes[rows], n)]
-    return pd.DataFrame({"request_id": np.repeat(rid[keep], n), "task": pd.Series(task, dtype=object, copy=False),
-                         "itl_s": np.repeat(gap / NS / np.maximum(n, 1), n)})
+    return (np.repeat(rid[keep], n), np.repeat(codes[rows], n), pd.Index(names),
+            np.repeat(gap / NS / np.maximum(n, 1), n))

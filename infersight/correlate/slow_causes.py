@@ -30,6 +30,8 @@ queue, stall and network parts are measured from zero instead of from the typica
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -61,10 +63,6 @@ CANDIDATES = {"e2e": CAUSES,
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-def _per_request(values: pd.Series, ids: pd.Index, fill: float | int = 0) -> np.ndarray:
-    return values.reindex(ids, fill_value=fill).to_numpy()
-
-
 def slow_features(rows: pd.DataFrame, request_events: pd.DataFrame, steps: pd.DataFrame | None = None,
                   batch: pd.DataFrame | None = None, spec: pd.DataFrame | None = None,
                   kv_events: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -81,28 +79,49 @@ def slow_features(rows: pd.DataFrame, request_events: pd.DataFrame, steps: pd.Da
     event = request_events["event"]
     pre = request_events[in_ids & (event == "PREEMPTED").to_numpy(bool)]
     recompute = pre[pre["reason"] == "recompute"]
-    out["recompute_preemptions"] = _per_request(recompute.groupby("request_id").size(), ids)
-    out["swap_preemptions"] = _per_request(pre[pre["reason"] == "swap"].groupby("request_id").size(), ids)
+    # Per request by position lookups and bincounts (rows hold one row per request): pandas'
+    # groupby + reindex cost ms each on every poll.
+    position = _positions(ids.to_numpy(np.int64))
+
+    def at(frame: pd.DataFrame) -> np.ndarray:
+        return position(frame["request_id"].to_numpy(np.int64))
+
+    def count(frame: pd.DataFrame) -> np.ndarray:
+        where = at(frame)
+        return np.bincount(where[where >= 0], minlength=len(ids))
+
+    def total(where: np.ndarray, values: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(ids), np.int64)  # int64 sums: exact, as groupby's
+        np.add.at(out, where[where >= 0], values[where >= 0])
+        return out
+
+    out["recompute_preemptions"] = count(recompute)
+    out["swap_preemptions"] = count(pre[pre["reason"] == "swap"])
     chunks = request_events[in_ids & (event == "PREFILL_CHUNK").to_numpy(bool)]
-    first_recompute = recompute.groupby("request_id")["ts_ns"].min().astype(np.int64)
-    since = first_recompute.reindex(chunks["request_id"], fill_value=_INT64_MAX).to_numpy(np.int64)
-    redo = chunks[chunks["ts_ns"].to_numpy(np.int64) >= since]
-    redo_ns = (redo["end_ns"] - redo["ts_ns"]).clip(lower=0).groupby(redo["request_id"]).sum()
-    out["recompute_s"] = _per_request(redo_ns, ids) / NS
-    reloads = pd.Series(dtype="int64")
+    first_recompute = np.full(len(ids), _INT64_MAX, np.int64)
+    np.minimum.at(first_recompute, at(recompute), recompute["ts_ns"].to_numpy(np.int64))
+    chunk_at = at(chunks)
+    chunk_ts = chunks["ts_ns"].to_numpy(np.int64)
+    redo = chunk_ts >= first_recompute[chunk_at]
+    redo_ns = np.clip(chunks["end_ns"].to_numpy(np.int64) - chunk_ts, 0, None)
+    out["recompute_s"] = total(chunk_at[redo], redo_ns[redo]) / NS
+    reloads = np.zeros(len(ids), np.int64)
     if kv_events is not None and not kv_events.empty:
-        rel = kv_events[kv_events["event"] == "reloaded"]
-        reloads = rel.groupby("request_id").size()
-    out["reloaded_blocks"] = _per_request(reloads, ids)
-    verifs, accepted = pd.Series(dtype="int64"), pd.Series(dtype="int64")
+        reloads = count(kv_events[kv_events["event"] == "reloaded"])
+    out["reloaded_blocks"] = reloads
+    verifs, accepted = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
     if spec is not None and not spec.empty:
         proposed = spec[(spec["proposed"] > 0) & spec["request_id"].isin(ids)]
-        verifs, accepted = proposed.groupby("request_id").size(), proposed.groupby("request_id")["accepted"].sum()
-    out["spec_verifications"] = _per_request(verifs, ids)
-    out["spec_accepted"] = _per_request(accepted, ids)
+        verifs = count(proposed)
+        accepted = total(at(proposed), proposed["accepted"].to_numpy(np.int64))
+    out["spec_verifications"] = verifs
+    out["spec_accepted"] = accepted
     for key, value in _decode_steps(rows, chunks, steps, batch).items():
         out[key] = value
-    return out.astype(FEATURE_DTYPES)
+    # Every feature column was built with its dtype: cast (which copies every column) only if not.
+    if any(out[c].dtype != t for c, t in FEATURE_DTYPES.items()):
+        out = out.astype(FEATURE_DTYPES)
+    return out
 
 
 def _decode_steps(rows: pd.DataFrame, chunks: pd.DataFrame, steps: pd.DataFrame | None,
@@ -117,9 +136,9 @@ def _decode_steps(rows: pd.DataFrame, chunks: pd.DataFrame, steps: pd.DataFrame 
         return zeros
     # Plain numpy over the columns (this runs on every batch row of every poll): batch row -> its
     # request's position in ids and its step's row in steps (first record of a step id).
-    id_index = pd.Index(ids)
     b_rid, b_step = batch["request_id"].to_numpy(np.int64), batch["step_id"].to_numpy(np.int64)
-    req = id_index.get_indexer(b_rid)
+    position = _positions(ids.to_numpy(np.int64))
+    req = position(b_rid)
     step_ids = steps["step_id"].to_numpy(np.int64)
     uniq, first_row = np.unique(step_ids, return_index=True)
     at = np.minimum(np.searchsorted(uniq, b_step), max(len(uniq) - 1, 0))
@@ -133,10 +152,14 @@ def _decode_steps(rows: pd.DataFrame, chunks: pd.DataFrame, steps: pd.DataFrame 
     finish = rows["finish_ns"].to_numpy(np.int64)[req]
     # A request's own prefill chunk starts with the step it ran in: match (request, start) pairs as
     # one int64 key each (request position x dense code of the time), so no MultiIndex is built.
-    creq = id_index.get_indexer(chunks["request_id"].to_numpy(np.int64))
+    # Only rows whose step starts at some chunk's time can match: code times among the chunks' only.
+    creq = position(chunks["request_id"].to_numpy(np.int64))
     cts = chunks["ts_ns"].to_numpy(np.int64)[creq >= 0]
-    times, code = np.unique(np.concatenate([start, cts]), return_inverse=True)
-    own = np.isin(req * len(times) + code[:len(start)], creq[creq >= 0] * len(times) + code[len(start):])
+    times, code = np.unique(cts, return_inverse=True)
+    at_time = np.minimum(np.searchsorted(times, start), max(len(times) - 1, 0))
+    maybe = np.flatnonzero(times[at_time] == start) if len(times) else np.zeros(0, np.int64)
+    own = np.zeros(len(start), bool)
+    own[maybe] = np.isin(req[maybe] * len(times) + at_time[maybe], creq[creq >= 0] * len(times) + code)
     decode = (first >= 0) & (start >= first) & (start <= finish) & ~own
     beside = decode & (steps["prefill_tokens"].to_numpy(np.int64)[srow] > 0)
     clean = decode & ~beside
@@ -148,6 +171,21 @@ def _decode_steps(rows: pd.DataFrame, chunks: pd.DataFrame, steps: pd.DataFrame 
     return {"decode_clean_steps": total(clean, None).astype(np.int64), "decode_clean_s": total(clean, dur),
             "decode_beside_prefill_steps": total(beside, None).astype(np.int64),
             "decode_beside_prefill_s": total(beside, dur)}
+
+
+def _positions(ids: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """Lookup of each value's position in `ids` (distinct), -1 where absent, as Index.get_indexer
+    gives it; by binary search over the few ids rather than hashing every looked-up value."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+
+    def position(values: np.ndarray) -> np.ndarray:
+        if len(sorted_ids) == 0:
+            return np.full(len(values), -1, np.int64)
+        at = np.minimum(np.searchsorted(sorted_ids, values), len(sorted_ids) - 1)
+        return np.where(sorted_ids[at] == values, order[at], -1)
+
+    return position
 
 
 def _median(values: np.ndarray) -> float:

@@ -248,7 +248,11 @@ def _attribute(kernels: pd.DataFrame, process: np.ndarray, runtime: pd.DataFrame
     rt_corr = runtime["correlation"].to_numpy(np.int64)
     if (process >= 0).all():
         keys = pd.MultiIndex.from_arrays([runtime["process"].to_numpy(np.int64), rt_corr])
-        at_row = keys.get_indexer(pd.MultiIndex.from_arrays([process, corr]))
+        # Unique after the runtime frame's de-duplication, unless a garbled export had non-integral
+        # ids that became equal as int64: the first launch wins (get_indexer needs unique keys).
+        first = np.flatnonzero(~keys.duplicated())
+        pos = keys[first].get_indexer(pd.MultiIndex.from_arrays([process, corr]))
+        at_row = np.where(pos >= 0, first[pos] if len(first) else pos, -1)
     else:  # an export without globalPid on GPU rows: the earliest launch with that id
         first = np.flatnonzero(~pd.Series(rt_corr, dtype=np.int64).duplicated().to_numpy())
         pos = pd.Index(rt_corr[first]).get_indexer(corr)

@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context

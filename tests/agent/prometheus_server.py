@@ -110,8 +110,11 @@ def scraped_workload(tmp: Path, tag: str, job: str, settle_s: float = 0.0,
         settled = time.time() + settle_s  # nothing changes in the agent's state after this
         deadline = time.monotonic() + 30
         while True:
-            last = query(url, f'timestamp(up{{job="{job}"}} == 1)')  # a failed scrape leaves series stale
-            if last and float(last[0]["value"][1]) > settled:
+            # timestamp() of a bare selector is the scrape's own time (of an expression it would be the
+            # evaluation time); a failed scrape (up == 0) leaves the series stale, so wait for a good one.
+            last = query(url, f'timestamp(up{{job="{job}"}})')
+            good = query(url, f'up{{job="{job}"}} == 1')
+            if last and good and float(last[0]["value"][1]) > settled:
                 break
             if time.monotonic() > deadline:
                 pytest.fail(f"Prometheus did not scrape the agent within 30 s:\n{log.read_text()[-3000:]}")

@@ -57,8 +57,9 @@ def test_budget_reserves_settles_and_waits_until_the_cost_is_earned_back() -> No
     b.reserve()
     b.release()  # refused: nothing spent
     assert b.allowance_s == pytest.approx(0.201) and b.cost_s == pytest.approx(0.2)
-    b.charge(0.5)  # a triggered capture, not reserved for
-    assert b.allowance_s == pytest.approx(-0.299) and b.cost_s == pytest.approx(0.7)
+    b.charge(0.5)  # a triggered capture: counted apart, the windows' allowance untouched
+    assert b.allowance_s == pytest.approx(0.201) and b.cost_s == pytest.approx(0.2)
+    assert b.triggered_cost_s == pytest.approx(0.5)
 
 
 def test_budget_keeps_the_amortised_cost_under_budget_plus_one_window() -> None:

@@ -30,9 +30,10 @@ def field_mutations(text: str, count: int, seed: int) -> list[bytes]:
     out = []
     for _ in range(count):
         copy = list(lines)
+        rows: dict[int, list[str]] = {}  # parsed from the seed once: a replaced field may be over csv's limit
         for _ in range(rng.randint(1, 3)):
             i = rng.choice(table)
-            row = next(csv.reader([copy[i]]))
+            row = rows.setdefault(i, next(csv.reader([lines[i]])))
             row[rng.randrange(len(row))] = rng.choice(FIELD_VALUES)
             buf = io.StringIO()
             csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="").writerow(row)

@@ -4,6 +4,7 @@ Two kinds of mutation: bytes of the database file (pages the SQLite library must
 as they are) and cells (a value of the wrong type or size put in a column the reader uses)."""
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 from pathlib import Path
@@ -76,9 +77,28 @@ def test_fuzz_nsys_bytes(seed_db: bytes, tmp_path: Path) -> None:
 
 
 def test_regression_fifo_is_refused_without_opening(tmp_path: Path) -> None:
-    import os
-
     fifo = tmp_path / "trace.sqlite"
     os.mkfifo(fifo)  # opening it for reading would block until a writer came
     with pytest.raises(TraceError, match="FIFO"):
         load_trace(fifo, "nsys")
+
+
+def test_regression_correlation_ids_equal_as_int64(seed_db: bytes, tmp_path: Path) -> None:
+    # found by the 5,000-case run: a runtime row copied with correlationId c + 0.5 survives the
+    # de-duplication (c != c + 0.5) and then equals c as int64: pandas' InvalidIndexError, a traceback
+    conn = sqlite3.connect(":memory:")
+    conn.deserialize(seed_db)
+    table = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    columns = [row[1] for row in conn.execute(f'PRAGMA table_info("{table}")') if not row[5]]  # no primary key
+    (rowid,) = conn.execute(f"SELECT rowid FROM {table} WHERE correlationId IN "
+                            "(SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL) LIMIT 1").fetchone()
+    names = ", ".join(f'"{c}"' for c in columns)
+    conn.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {table} WHERE rowid = ?", (rowid,))
+    conn.execute(f"UPDATE {table} SET correlationId = correlationId + 0.5 WHERE rowid = last_insert_rowid()")
+    conn.commit()
+    path = tmp_path / "dup.sqlite"
+    path.write_bytes(conn.serialize())
+    original = tmp_path / "seed.sqlite"
+    original.write_bytes(seed_db)
+    # the copy's kernels keep the launches (and so the ranges) they had
+    assert load_trace(path, "nsys").kernels["range_path"].tolist() == load_trace(original, "nsys").kernels["range_path"].tolist()

@@ -4,8 +4,6 @@ promises never to raise (bad text becomes a warning); `parse_exposition` and vLL
 `parse_vllm_text` raise ValueError only; none may hang or allocate without bound."""
 from __future__ import annotations
 
-import math
-
 import pytest
 from fuzzkit import case_count, describe, fuzz, mutations
 from real_inputs import FIXTURES, OUR_DCGM
@@ -28,10 +26,7 @@ def _dcgm(case: bytes) -> object:
 
 
 def _vllm(case: bytes) -> object:
-    view = parse_vllm_text(case.decode("utf-8", "replace"))
-    assert all(math.isfinite(h.count) or math.isnan(h.count) or math.isinf(h.count)
-               for hs in view.histograms.values() for h in hs.values())
-    return view
+    return parse_vllm_text(case.decode("utf-8", "replace"))
 
 
 def test_fuzz_dcgm_exposition() -> None:

@@ -120,3 +120,60 @@ def test_memory_pipeline_roundtrip() -> None:
     pipe = SpanPipeline.build(memory, batch=False)
     emit(pipe, 2)
     assert [s.name for s in memory.get_finished_spans()] == ["s0", "s1"] and pipe.counts.exported == 2
+
+
+def test_the_queue_byte_limit_drops_and_counts() -> None:
+    """Equal spans, a byte limit worth three of them: of ten queued behind a held export, three fit."""
+    from infersight.tracing.export_queue import ExportLimits, span_bytes
+
+    blocking = Blocking()
+    memory = InMemorySpanExporter()
+    emit(SpanPipeline.build(memory, batch=False), 1)  # the same span emit() will build below
+    size = span_bytes(memory.get_finished_spans()[0])
+    limits = ExportLimits(max_queue_spans=100, max_queue_bytes=3 * size + size // 2, schedule_delay_s=0.01,
+                          max_export_batch_size=100)
+    pipe = SpanPipeline.build(blocking, limits=limits)
+    emit(pipe, 1)
+    assert blocking.entered.wait(5)  # the worker holds span 0; its bytes left the queue with it
+    emit(pipe, 10)
+    c = pipe.counts
+    assert (c.queue_bytes, c.queue_full, c.queued) == (7, 0, 4)
+    blocking.release.set()
+    assert pipe.flush(5_000)
+    assert (c.exported, c.queued_bytes) == (4, 0)
+    assert pipe.close() == 0
+
+
+def test_close_gives_up_at_its_deadline_and_counts_the_unsent() -> None:
+    """An export that never returns: close(0.5) returns within a second, every queued span counted."""
+    import time
+
+    from infersight.tracing.export_queue import ExportLimits
+
+    blocking = Blocking()  # never released: a collector that accepted and never answered
+    pipe = SpanPipeline.build(blocking, limits=ExportLimits(schedule_delay_s=0.01, max_export_batch_size=1))
+    emit(pipe, 1)
+    assert blocking.entered.wait(5)
+    emit(pipe, 5)
+    t0 = time.monotonic()
+    unsent = pipe.close(0.5)
+    took = time.monotonic() - t0
+    assert unsent == 6 and took < 1.0  # the one in flight and the five behind it
+    assert pipe.counts.dropped() == {"queue_full": 0, "queue_bytes": 0, "export_failed": 0, "shutdown": 6}
+    emit(pipe, 1)  # after close: refused and counted, never queued
+    assert pipe.counts.dropped()["shutdown"] == 7
+    blocking.release.set()
+
+
+def test_bounded_table_evicts_oldest_by_entries_then_bytes() -> None:
+    from infersight.tracing.bounded import BoundedTable, Evictions
+
+    ev = Evictions()
+    t: BoundedTable[int, list[int]] = BoundedTable("members", ev, max_entries=3, max_bytes=1_000)
+    for key in range(5):
+        t.put(key, [key], 100)
+    assert list(t) == [2, 3, 4] and t.bytes == 300 and ev.snapshot() == {("members", "entries"): 2}
+    t.append(3, 33, 800)  # 1,100 bytes now: the oldest (2) goes, 3 and 4 stay
+    assert list(t) == [3, 4] and t.bytes == 1_000 and t.get(3) == [3, 33]
+    assert ev.snapshot() == {("members", "entries"): 2, ("members", "bytes"): 1}
+    assert t.pop(3) == [3, 33] and t.bytes == 100
