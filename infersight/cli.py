@@ -7,12 +7,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import typing
 
 COMMANDS = ("demo", "agent", "bench", "capture", "dashboards", "report", "analyze", "serve")
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the usage text stays behind --help), exit code 2.
+    Subcommand parsers inherit the class (add_subparsers defaults to the parent's type)."""
+
+    def error(self, message: str) -> "typing.NoReturn":
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="infersight", description="Observability for LLM inference engines.")
+    parser = OneLineErrors(prog="infersight", description="Observability for LLM inference engines.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         importlib.import_module(f"infersight.commands.{name}").register(sub)
