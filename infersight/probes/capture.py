@@ -128,14 +128,26 @@ class StepCapture:
     def _stop(self) -> None:
         stem = self.out_dir / f"capture-{os.getpid()}-{self._seq}"
         shapes = stem.with_name(stem.name + ".shapes.json")
+        profiled = self._tool in (CaptureTool.TORCH, CaptureTool.TORCH_KERNELS) and self._profiler is not None
+        try:
+            # The profiler stops first, whatever happens to the files: one left running would record
+            # every later op of the engine (and crashes the interpreter at exit).
+            if profiled:
+                if torch.cuda.is_available():
+                    torch.cuda.synchronize()
+                self._profiler.stop()
+            else:
+                torch.cuda.profiler.stop()
+        except Exception as exc:
+            log.error("capture %d could not stop its profiler: %s", self._seq, exc)
+            self.control.set_state(CaptureState.FAILED, str(exc))
+            self._profiler, self._steps = None, []
+            return
         try:
             private_dir(self.out_dir)
             if self._model is not None:
                 self._write_shapes(shapes)
-            if self._tool in (CaptureTool.TORCH, CaptureTool.TORCH_KERNELS) and self._profiler is not None:
-                if torch.cuda.is_available():
-                    torch.cuda.synchronize()
-                self._profiler.stop()
+            if profiled:
                 path = stem.with_name(stem.name + ".json.gz")
                 with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
                     raw = tmp.name
@@ -146,7 +158,6 @@ class StepCapture:
                 os.unlink(raw)
                 self.control.set_state(CaptureState.DONE, str(path))
             else:
-                torch.cuda.profiler.stop()
                 self.control.set_state(CaptureState.DONE, str(shapes) if self._model is not None else "")
         except Exception as exc:
             log.error("capture %d could not be written: %s", self._seq, exc)
