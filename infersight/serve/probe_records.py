@@ -58,7 +58,8 @@ class ProbeWriter:
 
     def text(self, request_id: int, field: TextField, text: str) -> None:
         """The UTF-8 bytes of text, at most max_text_bytes of them, in TEXT_CHUNK_BYTES chunks."""
-        data = text.encode("utf-8")[: self.max_text_bytes]
+        # The door refuses lone surrogates; "replace" keeps a text that got past it from raising here.
+        data = text.encode("utf-8", errors="replace")[: self.max_text_bytes]
         total = len(data)
         for off in range(0, total, TEXT_CHUNK_BYTES):
             chunk = data[off:off + TEXT_CHUNK_BYTES]
