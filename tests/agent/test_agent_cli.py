@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from agent_workload import free_port, make_engine, unique_ring
+from testkit import wait_for_process
 
 from infersight.runtime import SamplingParams
 
@@ -89,19 +90,7 @@ class AgentProc:
         return httpx.get(self.base + path, timeout=2).json()
 
     def wait_for(self, what: str, check, timeout: float = 20.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                value = check()
-                if value:
-                    return value
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                pytest.fail(f"the agent exited ({self.proc.returncode}) while waiting for {what}:\n{self.log}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out waiting for {what}:\n{self.log}")
-            time.sleep(0.05)
+        return wait_for_process(self.proc, lambda: self.log, what, check, timeout, (httpx.HTTPError,))
 
     def finish(self, timeout: float = 30.0) -> int:
         try:

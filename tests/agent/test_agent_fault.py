@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from agent_workload import TINY, free_port, unique_ring
+from testkit import wait_for_process
 
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
@@ -107,17 +108,7 @@ class Agent:
         return httpx.get(self.base + "/api/v1/summary", timeout=5).json()
 
     def wait_for(self, what: str, check, timeout: float = 30.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                value = check()
-                if value:
-                    return value
-            except httpx.HTTPError:
-                pass
-            assert self.proc.poll() is None, f"the agent exited while waiting for {what}:\n{self.log}"
-            assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{self.log}"
-            time.sleep(0.05)
+        return wait_for_process(self.proc, lambda: self.log, what, check, timeout, (httpx.HTTPError,))
 
     def stop(self) -> None:
         if self.proc.poll() is None:
