@@ -70,6 +70,9 @@ def _bind(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise PortInUseError(f"{host}:{port} is already in use; pick another with --listen HOST:PORT") from None
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    # Listening now, not when uvicorn's thread gets to it: a client that connects as soon as the port
+    # is known (or logged as served) waits in the backlog instead of being refused.
+    sock.listen(2048)
     return sock
 
 
