@@ -11,7 +11,6 @@ from __future__ import annotations
 from infersight.exporters.catalogue.spec import MetricSpec, P
 
 
-
 def _per(num: str, den: str, by: str) -> str:
     return (f"sum by ({by}) (rate({num}[$__rate_interval])) / "
             f"clamp_min(sum by ({by}) (rate({den}[$__rate_interval])), 1e-9)")
