@@ -70,6 +70,24 @@ def run_round(engine: Engine, args: argparse.Namespace, seed: int, capture=None)
     return times
 
 
+def replay_under_profiler(graphs) -> None:  # noqa: ANN001 -- runtime.cuda_graphs.DecodeGraphs
+    """Let `graphs.run` replay while torch.profiler records: it falls back to eager when it sees the
+    profiler's flag, so the flag is hidden for the call alone (the ranges outside it still see it)."""
+    import torch.autograd.profiler as autograd_profiler
+
+    run = graphs.run
+
+    def replaying(items, expert_counts=None):  # noqa: ANN001, ANN202
+        enabled = autograd_profiler._is_profiler_enabled
+        autograd_profiler._is_profiler_enabled = False
+        try:
+            return run(items, expert_counts)
+        finally:
+            autograd_profiler._is_profiler_enabled = enabled
+
+    graphs.run = replaying
+
+
 def profiler_gemm_flops(trace_path: str) -> float:
     """2*M*K*N of every weight matrix multiply (aten::mm / addmm) the profiler recorded, from
     record_shapes' "Input Dims": an independent count against the roofline's modelled GEMM FLOPs.
@@ -103,6 +121,9 @@ def main() -> None:
     ap.add_argument("--tool", default="torch", choices=["torch", "cuda-profiler"])
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "torch", "triton"])
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script itself")
+    ap.add_argument("--replay-graphs", action="store_true",
+                    help="replay CUDA graphs inside the capture too (the engine runs decode eagerly while "
+                         "torch.profiler records, for per-layer ranges): what a capture of the fast engine sees")
     ap.add_argument("--agent-nice", type=int, default=0,
                     help="run the agent under `nice -n N` with one thread per math library")
     args = ap.parse_args()
@@ -115,6 +136,8 @@ def main() -> None:
     engine = Engine(EngineConfig(model=args.model, device=args.device, dtype="bfloat16", max_num_seqs=args.batch,
                                  max_num_batched_tokens=args.batch * args.prompt, num_kv_blocks=blocks,
                                  enable_prefix_caching=False, decode_attention=args.decode_attention), probe)
+    if args.replay_graphs and engine.target.graphs is not None:
+        replay_under_profiler(engine.target.graphs)
     with socket.socket() as probe_port:
         probe_port.bind(("127.0.0.1", 0))
         port = probe_port.getsockname()[1]
@@ -148,7 +171,9 @@ def main() -> None:
         raise SystemExit("the agent did not report the capture within 120 s")
 
     print(f"model {args.model}, batch {args.batch}, prompt {args.prompt}, {args.tokens} tokens, "
-          f"decode kernel {engine.decode_attention}, tool {args.tool}")
+          f"decode kernel {engine.decode_attention}, tool {args.tool}, "
+          f"CUDA graphs {'on' if engine.target.graphs is not None else 'off: ' + str(engine.target.graph_blocker)}"
+          f"{', replayed inside the capture' if args.replay_graphs else ', eager inside the capture'}")
     run_round(engine, args, seed=0)  # warm-up: allocator, Triton JIT, cuBLAS heuristics
     rounds = []
     for r in range(args.before + 1 + args.after):
@@ -177,11 +202,12 @@ def main() -> None:
                "decode_attention": engine.decode_attention, "rounds": [[label, ts] for label, ts in rounds],
                "ratio_after_before": ratio, "before_round_medians": medians}
     analysis, path = record["analysis"] or {}, record["path"]
+    tag = "-replay" if args.replay_graphs else ""
     if path.endswith(".gz"):
-        shutil.copy(path, os.path.join(out, f"capture_{args.model}.json.gz"))
+        shutil.copy(path, os.path.join(out, f"capture_{args.model}{tag}.json.gz"))
     shapes = shapes_path_for(path) if path else None
     if shapes is not None and shapes.is_file():
-        shutil.copy(shapes, os.path.join(out, f"capture_{args.model}.shapes.json"))
+        shutil.copy(shapes, os.path.join(out, f"capture_{args.model}{tag}.shapes.json"))
     roof = [r for r in analysis.get("roofline", []) if r["phase"] == "captured"]
     if roof:
         print("roofline of the captured steps (modelled from the shapes file):")
@@ -200,7 +226,7 @@ def main() -> None:
         print(json.dumps({k: analysis.get(k) for k in ("kernels", "categories", "findings", "note", "error")},
                          indent=1)[:5000])
     summary["analysis"] = analysis
-    with open(os.path.join(out, f"capture_check_{args.tool}.json"), "w") as f:
+    with open(os.path.join(out, f"capture_check_{args.tool}{tag}.json"), "w") as f:
         json.dump(summary, f, default=str)
     agent.terminate()
     agent.wait(timeout=30)

@@ -7,7 +7,12 @@ Prints, from rank 0, `key: value` lines and then one JSON object as the last lin
 - per-rank token load (load / mean), compute time and straggler counts;
 - the replication plan (--replicas extra expert copies per layer) and its predicted max/mean rank balance;
 - the balance measured with that plan applied in the runtime (tokens of a replicated expert are
-  split round-robin over its copies), with the step time and the all-to-all share again.
+  split round-robin over its copies), with the step time and the all-to-all share again;
+- bytes per peer (mean bytes rank r dispatches to rank p in one layer of one step, a W x W matrix),
+  the straggler rank of every measured step (and its compute skew), and per rank the parameter
+  bytes it holds and its peak device memory.
+With --out DIR (default: $OUT when set) rank 0 also writes the report to
+DIR/ep_w<W>_<model>_<layers>l.json. benchmarks/run_gpu_ep.sh holds the commands for 4 and 8 GPUs.
 
 On a host with >= 2 GPUs (the command the issue asks for; NVLink multicast stays off):
 
@@ -20,12 +25,14 @@ On a host with >= 2 GPUs (the command the issue asks for; NVLink multicast stays
         --model mixtral-shape --layers 8
 
 `python benchmarks/ep_bench.py --world N ...` starts that torchrun itself. The script also sets the
-three variables in every rank before NCCL starts. Each rank builds the full model and then drops
-the experts it does not host, so a rank needs one full model's memory while it starts: mixtral-shape
-at bf16 is about 93 GB with all 32 layers, 23 GB with --layers 8. A CPU smoke run (gloo):
+three variables in every rank before NCCL starts. Each rank builds only the experts it hosts
+(runtime/parallel/local_model.py): mixtral-shape at bf16 is about 93 GB with all 32 layers and
+23 GB with --layers 8 in one process, while a rank of W = 4 holds the dense parts and 2 experts per
+layer (25 GB for 32 layers; 8 layers: 6.3 GB), plus its replicas. A CPU run (gloo, W = 4):
 
-    torchrun --standalone --nproc-per-node 2 benchmarks/ep_bench.py --device cpu --model tiny-moe \
-        --dtype float32 --batch 8 --prompt-len 16 --warmup 2 --steps 12
+    torchrun --nnodes 1 --nproc-per-node 4 --master-addr 127.0.0.1 --master-port 29533 \
+        benchmarks/ep_bench.py --device cpu --model tiny-moe --layers 0 --dtype float32 \
+        --batch 8 --prompt-len 16 --warmup 2 --steps 12
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ import random
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -81,6 +89,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-apply", action="store_true", help="only predict; do not rerun with the plan applied")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank on CPU")
+    ap.add_argument("--out", default=os.environ.get("OUT"), help="directory for the JSON report (default: $OUT)")
     return ap.parse_args(argv)
 
 
@@ -126,8 +135,11 @@ def decode_run(group: EPGroup, args: argparse.Namespace,
         batch = EventFrames.from_records(records, labels)
         frames = frames.concat(EventFrames(ep=batch.ep))  # only the EP stream is analysed here
 
+    if group.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(group.device)
     try:
         engine = ExpertParallelEngine(config, group, observer, placements)
+        param_bytes = sum(p.numel() * p.element_size() for p in engine.target.model.parameters())
         rng = random.Random(args.seed)
         params = SamplingParams(temperature=0.0, max_tokens=args.warmup + args.steps + 4, ignore_eos=True)
         for _ in range(args.batch):
@@ -152,7 +164,9 @@ def decode_run(group: EPGroup, args: argparse.Namespace,
                 drain()
         drain()
         ep = frames.ep[frames.ep["step_id"].isin(measured)].reset_index(drop=True)
-        return {"ep": ep, "step_s": step_s, "n_experts": config.model_config.n_experts}
+        peak = torch.cuda.max_memory_allocated(group.device) if group.device.startswith("cuda") else None
+        return {"ep": ep, "step_s": step_s, "n_experts": config.model_config.n_experts,
+                "param_bytes": param_bytes, "peak_device_bytes": peak}
     finally:
         consumer.close()
         observer.close()
@@ -168,7 +182,15 @@ def gather(group: EPGroup, value: Any) -> list[Any]:
     return out
 
 
-def summarize(ep: pd.DataFrame, step_s: list[float], batch: int) -> dict[str, Any]:
+def peer_matrix(ep: pd.DataFrame, world: int) -> list[list[float]]:
+    """[r][p]: mean bytes rank r dispatched to rank p in one MoE layer of one step (p == r: a local copy)."""
+    mean = epa.peer_bytes(ep).groupby(["rank", "peer"])["bytes"].mean()
+    return [[float(mean.get((r, p), 0.0)) for p in range(world)] for r in range(world)]
+
+
+def summarize(ep: pd.DataFrame, step_s: list[float], batch: int, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run's figures, from every rank's ep frame (concatenated) and each rank's decode_run result."""
+    world = len(ranks)
     share = epa.a2a_share(ep, by=())
     by_layer = epa.a2a_share(ep)
     hot = epa.hot_ranks(ep)
@@ -185,7 +207,22 @@ def summarize(ep: pd.DataFrame, step_s: list[float], batch: int) -> dict[str, An
         "compute_skew_median": float(strag["skew"].median()),
         "balance_by_layer": [round(float(v), 4) for v in balance],
         "balance_mean": float(balance.mean()), "balance_max": float(balance.max()),
+        "a2a_share_by_rank": [round(float(v), 4) for v in epa.a2a_share(ep, by=("rank",))["a2a_share"]],
+        "bytes_per_peer_per_layer_step": peer_matrix(ep, world),
+        "straggler_by_step": [int(v) for v in strag["straggler"]],
+        "straggler_skew_by_step": [round(float(v), 4) for v in strag["skew"]],
+        "param_bytes_by_rank": [int(r["param_bytes"]) for r in ranks],
+        "peak_device_bytes_by_rank": [r["peak_device_bytes"] for r in ranks],
     }
+
+
+def write_report(report: dict[str, Any], out_dir: str) -> Path:
+    """The report as DIR/ep_w<W>_<model>_<layers>l.json (rank 0 only)."""
+    path = Path(out_dir) / f"ep_w{report['world']}_{report['model']}_{report['layers']}l.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1))
+    print(f"report: {path}")
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -197,32 +234,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     if group.device == "cpu":
         torch.set_num_threads(args.threads)
     replicas = args.replicas if args.replicas is not None else group.world
-    before = decode_run(group, args, None)
-    ep = pd.concat([r["ep"] for r in gather(group, before)], ignore_index=True)
+    before = gather(group, decode_run(group, args, None))
+    ep = pd.concat([r["ep"] for r in before], ignore_index=True)
     plans = epa.replication_plans(ep, replicas) if group.rank == 0 else None
     shared: list[Any] = [None if plans is None else {int(r.layer): list(r.replicas) for r in plans.itertuples()}]
     dist.broadcast_object_list(shared, src=0)
     report: dict[str, Any] = {}
     if group.rank == 0:
-        report = {"model": args.model, "layers": args.layers, "dtype": args.dtype, "world": group.world,
+        report = {"command": " ".join([os.path.basename(sys.argv[0]), *argv]), "torch": torch.__version__,
+                  "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "gpu": torch.cuda.get_device_name(group.device) if group.device.startswith("cuda") else None,
+                  "model": args.model, "layers": args.layers, "dtype": args.dtype, "world": group.world,
                   "device": group.device, "backend": dist.get_backend(), "batch": args.batch,
                   "measured_steps": args.steps, "replicas_per_layer": replicas,
-                  "before": summarize(ep, before["step_s"], args.batch),
+                  "before": summarize(ep, before[0]["step_s"], args.batch, before),
                   "plan_replicas": {k: [list(p) for p in v] for k, v in shared[0].items()},
                   "plan_balance_before_mean": float(plans["balance_before"].mean()),
                   "plan_balance_after_mean": float(plans["balance_after"].mean()),
                   "plan_balance_after_by_layer": [round(float(v), 4) for v in plans["balance_after"]]}
     if not args.no_apply and replicas > 0:
-        n_experts = before["n_experts"]
+        n_experts = before[0]["n_experts"]
         placements = {layer: LayerPlacement.contiguous(n_experts, group.world).with_replicas(map(tuple, reps))
                       for layer, reps in shared[0].items()}
-        after = decode_run(group, args, placements)
-        ep_after = pd.concat([r["ep"] for r in gather(group, after)], ignore_index=True)
+        after = gather(group, decode_run(group, args, placements))
         if group.rank == 0:
-            report["after"] = summarize(ep_after, after["step_s"], args.batch)
+            ep_after = pd.concat([r["ep"] for r in after], ignore_index=True)
+            report["after"] = summarize(ep_after, after[0]["step_s"], args.batch, after)
+            # predicted (even splits over copies, from the home run's loads) against measured (the
+            # records of the run with the plan applied: round-robin splits, the same requests)
+            report["plan_vs_measured"] = [
+                {"layer": int(r.layer), "home_measured": home, "predicted": round(float(r.balance_after), 4),
+                 "measured": measured}
+                for r, home, measured in zip(plans.itertuples(), report["before"]["balance_by_layer"],
+                                             report["after"]["balance_by_layer"])]
     if group.rank == 0:
         for key, value in report.items():
             print(f"{key}: {value}")
+        if args.out:
+            write_report(report, args.out)
         print(json.dumps(report))
         sys.stdout.flush()
     dist.barrier()

@@ -1,19 +1,26 @@
 """The probe observer's CPU time per decode step, measured directly (no GPU needed).
 
-    python3 benchmarks/observer_cost.py [--batch 32] [--steps 3000]
+    taskset -c 1 python3 benchmarks/observer_cost.py [--batch 32] [--steps 3000]
+    taskset -c 1 python3 benchmarks/observer_cost.py --against DIR [--rounds 5]
 
 Calls the ProbeObserver exactly as Engine.step does in a steady decode step (on_step_begin, one
 on_tokens_emitted per sequence, on_step_end with the batch) and times the calls with
 perf_counter_ns around the whole step's callbacks; a no-op EngineObserver timed the same way gives
 the harness's own cost. A reader drains the ring every 64 steps, as the sidecar would, so writes
 never fall into the ring's drop path. Prints medians and p99 in microseconds.
+
+``--against DIR`` (another checkout's root, e.g. ``git worktree add /tmp/before HEAD``) measures
+before / after / after again in separate processes, interleaved in rotating order for ``--rounds``
+rounds (the CPU affinity is inherited): the after-vs-after pair is the A/A noise floor.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import os
+import re
+import statistics
+import subprocess
+import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,6 +28,8 @@ from infersight.probes.config import ProbeConfig  # noqa: E402
 from infersight.probes.observer import ProbeObserver  # noqa: E402
 from infersight.runtime.observer import EngineObserver  # noqa: E402
 from infersight.runtime.stats import StepStats  # noqa: E402
+
+_MEDIAN = re.compile(r"^(no-op observer \(harness\)|ProbeObserver)\s+batch \d+: median\s+([\d.]+)", re.M)
 
 
 def step_cost(observer: EngineObserver, batch: int, steps: int, drain) -> list[float]:
@@ -44,27 +53,70 @@ def step_cost(observer: EngineObserver, batch: int, steps: int, drain) -> list[f
     return times
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=3000)
-    args = ap.parse_args()
+def measure(batch: int, steps: int) -> int:
     from infersight.probes.ring import RingConsumer
 
     probe = ProbeObserver(ProbeConfig(nvtx=False, record_function=False, expert_counts=False,
                                       ring_name=f"obs-cost-{os.getpid()}", ring_capacity=1 << 16))
     consumer = RingConsumer.attach(probe.ring_name)
     try:
-        base = step_cost(EngineObserver(), args.batch, args.steps, lambda: None)
-        cost = step_cost(probe, args.batch, args.steps, lambda: consumer.read())
+        base = step_cost(EngineObserver(), batch, steps, lambda: None)
+        cost = step_cost(probe, batch, steps, lambda: consumer.read())
     finally:
         consumer.close()
         probe.close()
     for name, t in (("no-op observer (harness)", base), ("ProbeObserver", cost)):
         warm = sorted(t[len(t) // 10:])
-        print(f"{name:26} batch {args.batch}: median {statistics.median(warm):6.2f} us/step, "
+        print(f"{name:26} batch {batch}: median {statistics.median(warm):6.2f} us/step, "
               f"p99 {warm[int(0.99 * len(warm))]:6.2f} us/step")
     return 0
+
+
+def _run(script: str, batch: int, steps: int) -> tuple[float, float]:
+    """(harness, ProbeObserver) medians in us/step from one run of `script`."""
+    out = subprocess.run([sys.executable, script, "--batch", str(batch), "--steps", str(steps)],
+                         capture_output=True, text=True, check=True).stdout
+    found = dict(_MEDIAN.findall(out))
+    return float(found["no-op observer (harness)"]), float(found["ProbeObserver"])
+
+
+def compare(against: str, batch: int, steps: int, rounds: int) -> int:
+    before = os.path.join(against, "benchmarks", "observer_cost.py")
+    if not os.path.isfile(before):
+        print(f"observer_cost: no benchmarks/observer_cost.py under {against}", file=sys.stderr)
+        return 2
+    scripts = {"before": before, "after": os.path.abspath(__file__), "after again": os.path.abspath(__file__)}
+    names = list(scripts)
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % 3:] + names[:r % 3]  # rotate, so no variant always runs first
+        for name in order:
+            got[name].append(_run(scripts[name], batch, steps))
+        print(f"round {r + 1}: " + ", ".join(f"{n} {got[n][-1][1]:.2f}" for n in names) + " us/step", flush=True)
+    med = {n: statistics.median(v[1] for v in got[n]) for n in names}
+    harness = statistics.median(h for n in names for h, _ in got[n])
+    aa = [abs(a[1] / b[1] - 1) for a, b in zip(got["after"], got["after again"])]
+    print(f"batch {batch}, {steps} steps x {rounds} rounds, medians of per-run medians (us/step):")
+    print(f"  before {med['before']:.2f}   after {med['after']:.2f}   after again {med['after again']:.2f}   "
+          f"harness (no-op observer) {harness:.2f}")
+    print(f"  after / before {med['after'] / med['before']:.3f};  A/A |after / after again - 1|: median "
+          f"{100 * statistics.median(aa):.1f}%, max {100 * max(aa):.1f}%")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--against", help="another checkout's root: measure it (before) and this tree (after)")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    if args.batch < 1 or args.steps < 20 or args.rounds < 1:
+        print("observer_cost: --batch >= 1, --steps >= 20 and --rounds >= 1", file=sys.stderr)
+        return 2
+    if args.against:
+        return compare(args.against, args.batch, args.steps, args.rounds)
+    return measure(args.batch, args.steps)
 
 
 if __name__ == "__main__":

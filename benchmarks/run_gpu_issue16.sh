@@ -2,14 +2,7 @@
 # Issue 16, integrated check on one H200: the GPU tests of graphs / sampling / MoE / the decode kernel,
 # then decode steps of the whole engine (graphs against eager in one process) for llama-1b-shape at
 # batch 1 and 32 and mixtral-shape at batch 16. Wheels the machine lacks travel in .whl/ (carry it).
-set -uo pipefail
-OUT=${OUT:-out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-fi
+source "$(dirname "$0")/gpu_env.sh"
 bench="python3 -m infersight bench runtime --device cuda --dtype bfloat16 --json"
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

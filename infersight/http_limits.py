@@ -2,16 +2,18 @@
 protocol, so a careless or hostile client costs its answer and a count, never the server.
 
     socket ─> GuardedH11Protocol ──────────────> LimitedApp ───────────────────────> the app
-              headers: byte bound (h11), a        content-length > max -> 413;
+              over max_connections -> 503;        content-length > max -> 413;
+              headers: byte bound (h11), a
               deadline from the first byte        body read with a deadline -> 408,
-              (slow headers -> 408, closed);      counted -> 413; JSON nesting -> 400;
+              (slow headers -> 408, closed);      counted -> 413; gzip/deflate decoded
+                                                  within max_body_bytes (a bomb -> 413,
+                                                  other codings -> 415); JSON nesting -> 400;
               malformed -> 400/431 JSON           errors the app answers in plain text
                                                   (404, 405, 500) re-sent as JSON;
                                                   an exception -> 500 JSON
 
-uvicorn has no header-read timeout: its keep-alive timer is cancelled by every byte received, so a
-client that sends its headers a byte at a time is held forever. GuardedH11Protocol starts one
-deadline at the request's first byte (or the connection's start) and never extends it.
+The protocol is in http_protocol.py (re-exported here), the connection bound in http_connections.py,
+the bounded decoding of gzip/deflate bodies in http_inflate.py.
 
 Each server renders its own error bodies (OpenAI-style for `infersight serve`, {"error": ...} for
 the agent, a google.rpc.Status for the OTLP receiver) through an ErrorRender, and counts refusals
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import http
 import json
 import logging
 import re
@@ -29,18 +30,23 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from infersight.http_connections import ConnectionGate
+from infersight.http_inflate import EncodingRefused, decode_body, is_identity
+from infersight.http_protocol import ErrorRender, GuardedH11Protocol, phrase as _phrase, simple_error_body
+
+__all__ = ["HttpLimits", "LimitedApp", "LimitExceeded", "ErrorRender", "RejectHook", "GuardedH11Protocol",
+           "simple_error_body", "grpc_status_error_body", "json_nesting_exceeds", "RECEIVED_NS"]
 
 log = logging.getLogger("infersight.http")
 
-#: (status, message, reason) -> the JSON body of an error answer.
-ErrorRender = Callable[[int, str, str], Any]
 #: (reason, message): called once for each request the limits refuse.
 RejectHook = Callable[[str, str], None]
 
-_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"')  # a JSON string literal, escapes included (possessive: linear)
+# A JSON string literal, escapes included (possessive: linear; DOTALL: a backslash before a newline is
+# one escape, so brackets after it are not taken for string content).
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
 _OPENERS = frozenset(b"[{")
 _BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")  # everything but brackets, for bytes.translate
 _SKIP_DEPTH_TYPES = ("application/x-protobuf", "application/protobuf", "application/grpc")
@@ -60,31 +66,30 @@ class HttpLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
+    max_connections: int = 256  # open at once; one more is answered 503 and closed (http_connections)
 
     def __post_init__(self) -> None:
-        for name in ("max_body_bytes", "max_header_bytes", "max_json_depth"):
+        for name in ("max_body_bytes", "max_header_bytes", "max_json_depth", "max_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("header_timeout_s", "body_timeout_s", "keep_alive_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
-    def uvicorn_options(self, render: ErrorRender | None = None) -> dict[str, Any]:
+    def uvicorn_options(self, render: ErrorRender | None = None, gate: ConnectionGate | None = None
+                        ) -> dict[str, Any]:
         """Keyword arguments for uvicorn.Config: the guarded h11 protocol (its own errors rendered by
-        `render`, the same as the app's) and its header bound."""
+        `render`, the same as the app's), its header bound, and the connection bound: `gate` (pass one
+        to count its refusals on /metrics; otherwise one of max_connections is made here)."""
+        gate = gate if gate is not None else ConnectionGate(self.max_connections)
         protocol = functools.partial(GuardedH11Protocol, header_timeout_s=self.header_timeout_s,
-                                     render=render or simple_error_body)
+                                     render=render or simple_error_body, gate=gate)
         return {"http": protocol, "h11_max_incomplete_event_size": self.max_header_bytes,
                 "timeout_keep_alive": self.keep_alive_s}
 
 
-def simple_error_body(status: int, message: str, reason: str) -> dict[str, Any]:
-    """{"error": message} (the agent's error bodies)."""
-    return {"error": message}
-
-
 #: google.rpc.Code of each HTTP status the limits answer (OTLP/HTTP's error body is a google.rpc.Status).
-_GRPC_CODES = {400: 3, 404: 5, 405: 12, 408: 4, 413: 8, 431: 8, 500: 13}
+_GRPC_CODES = {400: 3, 404: 5, 405: 12, 408: 4, 413: 8, 415: 3, 431: 8, 500: 13, 503: 14}
 
 
 def grpc_status_error_body(status: int, message: str, reason: str) -> dict[str, Any]:
@@ -172,8 +177,17 @@ class LimitedApp:
             raise LimitExceeded(408, f"request body not received within {lim.body_timeout_s:g} s",
                                 "body_timeout") from None
         media = _header(headers, b"content-type").split(";")[0].strip().lower()
-        encoded = _header(headers, b"content-encoding").strip().lower() not in ("", "identity")
-        if not encoded and media not in _SKIP_DEPTH_TYPES and json_nesting_exceeds(body, lim.max_json_depth):
+        if media in _SKIP_DEPTH_TYPES:  # protobuf: the app decodes it (and its encoding) with its own bounds
+            return body
+        encoding = _header(headers, b"content-encoding")
+        if not is_identity(encoding):  # scanned decoded, and handed on decoded: the app parses what was scanned
+            try:
+                body = decode_body(body, encoding, lim.max_body_bytes)
+            except EncodingRefused as exc:
+                raise LimitExceeded(exc.status, exc.message, exc.reason) from None
+            scope["headers"] = [(k, v) for k, v in headers if k.lower() not in (b"content-encoding", b"content-length")]
+            scope["headers"].append((b"content-length", str(len(body)).encode()))
+        if json_nesting_exceeds(body, lim.max_json_depth):
             raise LimitExceeded(400, f"request body nests JSON deeper than {lim.max_json_depth} levels",
                                 "json_too_deep")
         return body
@@ -238,79 +252,3 @@ def _header(headers: Any, name: bytes) -> str:
     return ""
 
 
-def _phrase(status: int) -> str:
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return f"HTTP {status}"
-
-
-class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a header-read deadline and JSON bodies on its own 400/431.
-
-    The deadline starts at the connection's start and again at the first byte of each later request
-    (the keep-alive timer covers the idle wait between them); reaching it before the headers are
-    complete answers 408 and closes."""
-
-    def __init__(self, *args: Any, header_timeout_s: float = 10.0, render: ErrorRender | None = None,
-                 **kwargs: Any) -> None:  # noqa: D107
-        super().__init__(*args, **kwargs)
-        self.header_timeout_s = header_timeout_s
-        self.render = render or simple_error_body
-        self._header_deadline: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        self._track()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()  # may start the next (pipelined) request
-        self._track()
-
-    def _track(self) -> None:
-        """Disarmed once a request's headers are in; armed when the next one has begun and they are not."""
-        if self.conn.their_state is not h11.IDLE:
-            self._disarm()
-        elif self._header_deadline is None and self.conn.trailing_data[0]:
-            self._arm()  # the first bytes of the next request on a kept-alive connection
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
-
-    def _disarm(self) -> None:
-        if self._header_deadline is not None:
-            self._header_deadline.cancel()
-            self._header_deadline = None
-
-    def _headers_late(self) -> None:
-        self._header_deadline = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-            return
-        if self.conn.trailing_data[0]:  # part of a request arrived: say why it is closed
-            self._raw_json(408, f"request headers not received within {self.header_timeout_s:g} s", "header_timeout")
-        self.transport.close()
-
-    def send_400_response(self, msg: str) -> None:
-        buffered = len(self.conn.trailing_data[0])
-        limit = self.config.h11_max_incomplete_event_size
-        if limit is not None and buffered > limit:
-            self._raw_json(431, f"request headers exceed {limit} bytes", "headers_too_large")
-        else:
-            self._raw_json(400, msg, "invalid_http")
-        self.transport.close()
-
-    def _raw_json(self, status: int, message: str, reason: str) -> None:
-        # Written past h11: it refuses to answer a request it has not parsed.
-        data = json.dumps(self.render(status, message, reason)).encode()
-        head = (f"HTTP/1.1 {status} {_phrase(status)}\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(data)}\r\nconnection: close\r\n\r\n").encode("latin-1")
-        self.transport.write(head + data)

@@ -176,7 +176,8 @@ class CaptureController:
         if self.target is not None:
             capture_id = 1 + sum(1 for r in self.records if r.ring == self.target.name) + (self.window.capture_id
                                                                                             if self.window else 0)
-            self.target.start(capture_id, steps)
+            # A target may read a window's trace more cheaply than a capture's (vLLM: no report built).
+            getattr(self.target, "start_window", self.target.start)(capture_id, steps)
             self.window = CaptureRecord(capture_id, self.target.name, steps, "torch", "window", time.time(),
                                         state="running")
             return self.window

@@ -23,6 +23,7 @@ class AgentConfig:
     discover_prefix: str = "infersight-"  # --discover attaches rings whose names start with this
     host: str = "127.0.0.1"
     port: int = 9464
+    max_connections: int = 64  # per HTTP listener (the API, the OTLP/HTTP receiver); more: 503, counted
     poll_interval_s: float = 0.1
     parquet_dir: str | None = None
     max_expert_series: int = 512
@@ -140,6 +141,8 @@ class AgentConfig:
             raise ConfigError(f"trace sample ratio must be in [0, 1], got {self.trace_sample_ratio}")
         if self.otlp_protocol not in (None, "http/protobuf", "grpc"):
             raise ConfigError(f"OTLP protocol must be http/protobuf or grpc, got {self.otlp_protocol!r}")
+        if not 1 <= self.max_connections <= 65536:
+            raise ConfigError(f"max connections must be in 1..65536, got {self.max_connections}")
         if (self.otlp_receiver or self.otlp_receiver_grpc) and self.otlp_endpoint is None:
             raise ConfigError("the OTLP receiver needs --otlp-endpoint: the joined spans are exported there")
         if not 0.0 <= self.otlp_join_wait_s <= 600.0:

@@ -71,6 +71,11 @@ class FlightRecorder:
         self.roof_fraction: dict[str, float] = {}
         self.triggers: deque[dict[str, Any]] = deque(maxlen=64)
         self.costs: deque[dict[str, float]] = deque(maxlen=256)
+        self.vllm = None  # windows through vLLM's profiler endpoints (agent.recorder_vllm)
+        if captures.target is not None and captures.target.name.startswith("vllm:"):
+            from infersight.agent.recorder_vllm import VllmWindows
+
+            self.vllm = VllmWindows(captures.target.name)
         with state.lock:  # every series from the start at 0, so that the first increase shows in rate()
             for reason in C.RECORDER_REASONS:
                 state.counters[C.RECORDER_TRIGGERED.name].inc((reason,), 0)
@@ -86,6 +91,11 @@ class FlightRecorder:
         if steps.empty:
             return
         new = steps[STEP_FIELDS].astype("int64")
+        if {"running", "decode_tokens"} <= set(steps.columns) and not (new["batch_size"] > 0).any():
+            # An engine that reports no batch membership (vLLM's stat logger writes batch_size 0): the
+            # requests that decoded in the step, or that run after it, or 1 for a prefill-only step.
+            size = np.maximum(steps["running"].to_numpy(np.int64), steps["decode_tokens"].to_numpy(np.int64))
+            new["batch_size"] = np.where((size == 0) & (new["prefill_tokens"].to_numpy() > 0), 1, size)
         busy = new[new["batch_size"] > 0]
         seconds = float((busy["end_ns"] - busy["start_ns"]).sum()) / 1e9
         self.budget.earn(seconds)
@@ -113,13 +123,16 @@ class FlightRecorder:
         record = self.captures.poll_window()
         if record is None:
             return
-        first_step = self.captures.first_step(record)
-        entry: dict[str, Any] = {"kind": "window", "first_step": first_step, "steps": record.steps,
+        first_step, steps = self._first_step(record)
+        entry: dict[str, Any] = {"kind": "window", "first_step": first_step, "steps": steps,
                                  "wall": record.requested_wall, "done_s": now, "path": record.path}
+        vllm = self.vllm is not None and self.vllm.owns(record)
+        if vllm:
+            entry["profiler"] = self.vllm.timings(record)
         if record.state == "done" and record.path:
             try:
-                summary, self.ceilings_used = analyze_window(record.path, first_step, self.gpu_ceilings,
-                                                             self.cpu_ceilings)
+                analyze = self.vllm.analyze if vllm else analyze_window
+                summary, self.ceilings_used = analyze(record.path, first_step, self.gpu_ceilings, self.cpu_ceilings)
             except (TraceError, OSError, ValueError) as exc:
                 entry["error"] = str(exc)
             else:
@@ -164,13 +177,20 @@ class FlightRecorder:
                     self.roof_fraction[r.op_category] = float(r.pct_of_roof)
 
     # -- 3. costs -------------------------------------------------------------------------------
+    def _first_step(self, record: CaptureRecord) -> tuple[int, int]:
+        """(the engine step a window or capture began with, the steps it is charged before the after-steps)."""
+        if self.vllm is not None and self.vllm.owns(record):
+            return self.vllm.first_step(self.history, record), self.vllm.charged_steps(record)
+        return self.captures.first_step(record), record.steps
+
     def _collect_triggered(self, now: float) -> None:
         for record, reason in list(self._triggered):
             if record.state in ("requested", "running"):
                 continue
             self._triggered.remove((record, reason))
-            self._pending.append({"kind": "triggered", "first_step": self.captures.first_step(record),
-                                  "steps": record.steps, "wall": record.requested_wall, "done_s": now,
+            first_step, steps = self._first_step(record)
+            self._pending.append({"kind": "triggered", "first_step": first_step,
+                                  "steps": steps, "wall": record.requested_wall, "done_s": now,
                                   "reason": reason, "capture_id": record.capture_id})
 
     def _measure(self, now: float) -> None:
@@ -245,6 +265,8 @@ class FlightRecorder:
             return  # one window's cost is known before the next is taken
         if int(self.history["batch_size"].iloc[-1]) == 0:
             return  # an idle engine: a window of empty steps says nothing
+        if self.vllm is not None and not self.vllm.stepping(self.history, now):
+            return  # vLLM writes no step when idle: its last (busy) step is just old
         since = self.history[self.history["step_id"] > max((b for _, b in self.affected), default=-1)]
         if int((since["batch_size"] > 0).sum()) < BASELINE_STEPS + 1:
             return  # its cost is measured against the steps before it: let a few come first

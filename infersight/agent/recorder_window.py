@@ -9,6 +9,7 @@ the CPU default is a nominal figure, to be set for the host (--recorder-peak-tfl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from infersight.correlate.kernel_windows import WindowSummary, summarize_window
 from infersight.kernels.categories import classify
@@ -24,7 +25,11 @@ CPU_CEILINGS = DeviceCeilings("CPU (nominal)", peak_tflops=1.0, peak_gbps=50.0)
 
 def load_window_trace(path: str | Path) -> tuple[KernelTrace, str]:
     """(the trace, gpu | cpu). TraceError when it cannot be read."""
-    doc = read_json_document(path)
+    return window_trace(read_json_document(path), path)
+
+
+def window_trace(doc: Any, path: str | Path) -> tuple[KernelTrace, str]:
+    """(the trace of a parsed Kineto document, gpu | cpu): kernels, or CPU ops when it has no GPU activity."""
     if has_device_activity(doc):
         return parse_kineto(doc, str(path)), "gpu"
     return parse_cpu_ops(doc, str(path)), "cpu"

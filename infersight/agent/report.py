@@ -107,6 +107,10 @@ def slowest(state: AgentState, n: int) -> list[dict[str, Any]]:
                     "slow_detail": r.get("slow_detail", "")} for r, k_s in zip(rows, kernel)])
 
 
+#: Recent steps whose straggler rank the expert_parallel summary lists.
+EP_SUMMARY_STEPS = 32
+
+
 def expert_parallel(state: AgentState, extra_replicas: int = 2) -> dict[str, Any] | None:
     """All-to-all share of MoE time, hot ranks and a replication plan (None without EP records)."""
     with state.lock:
@@ -115,12 +119,19 @@ def expert_parallel(state: AgentState, extra_replicas: int = 2) -> dict[str, Any
         return None
     share = ep_analysis.a2a_share(ep, by=())
     plans = ep_analysis.replication_plans(ep, extra_replicas)
+    # Max/mean rank load as the records show it, under the placement that ran: with the plan's
+    # replicas applied it is the measured counterpart of balance_after (predicted, even splits).
+    measured = ep_analysis.rank_load(ep).groupby("layer")["load_over_mean"].max()
+    stragglers = ep_analysis.stragglers(ep).tail(EP_SUMMARY_STEPS)
     return _clean({
         "world": int(ep["world"].max()),
         "a2a_share_of_moe_time": float(share["a2a_share"].iloc[0]) if not share.empty else None,
         "ranks": ep_analysis.hot_ranks(ep).drop(columns=["compute_s"]).to_dict("records"),
+        "straggler_by_step": [{"step_id": int(r.step_id), "rank": int(r.straggler), "skew": r.skew}
+                              for r in stragglers.itertuples(index=False)],
         "replication_plan": [{"layer": int(r.layer), "replicas": [list(x) for x in r.replicas],
-                              "balance_before": r.balance_before, "balance_after": r.balance_after}
+                              "balance_before": r.balance_before, "balance_after": r.balance_after,
+                              "balance_measured": float(measured.get(r.layer, math.nan))}
                              for r in plans.itertuples(index=False)],
     })
 

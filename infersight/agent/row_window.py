@@ -10,6 +10,8 @@ from collections import deque
 
 import pandas as pd
 
+from infersight.correlate.frames import concat_frames
+
 
 class RowWindow:
     """The last `limit` rows appended (in order), as one frame with a fresh RangeIndex on demand."""
@@ -43,7 +45,7 @@ class RowWindow:
     def frame(self) -> pd.DataFrame:
         """The window as one frame (index 0 .. len - 1); the same object until the next append."""
         if self._joined is None:
-            self._joined = pd.concat(list(self._frames), ignore_index=True)
+            self._joined = concat_frames(list(self._frames))
         return self._joined
 
     def rows_of(self, column: str, values: object) -> pd.DataFrame:
@@ -53,4 +55,4 @@ class RowWindow:
             return joined[joined[column].isin(values)]
         parts = [f[f[column].isin(values)] for f in self._frames]
         kept = [part for part in parts if not part.empty]
-        return pd.concat(kept, ignore_index=True) if kept else parts[0]
+        return concat_frames(kept) if kept else parts[0]

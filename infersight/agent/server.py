@@ -9,7 +9,7 @@ GET /api/v1/captures              captures so far, with their kernel analysis on
 GET /health
 
 Every route sits behind infersight.http_limits (64 KiB bodies, JSON nesting, header and body
-deadlines) and every error, 404 and 405 included, is a JSON {"error": "..."}. The capture token is
+deadlines, --max-connections) and every error, 404 and 405 included, is a JSON {"error": "..."}. The capture token is
 checked as RFC 7235 says: the scheme `Bearer` in any case, the credentials compared in constant time.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -31,10 +31,19 @@ from starlette.types import ASGIApp
 from infersight.agent import report
 from infersight.agent.capture import CaptureRecord, CaptureRefused
 from infersight.agent.state import AgentState
+from infersight.http_connections import ConnectionGate
 from infersight.http_limits import HttpLimits, LimitedApp, simple_error_body
 
 #: The agent's bodies are capture requests of a few bytes.
 AGENT_LIMITS = HttpLimits(max_body_bytes=64 << 10, max_json_depth=16)
+
+
+def listener_options(max_connections: int, registry: CollectorRegistry) -> dict[str, Any]:
+    """uvicorn.Config options of the agent's API listener: AGENT_LIMITS, at most max_connections held
+    at once, the refused ones counted on `registry` (server="agent")."""
+    gate = ConnectionGate(max_connections, "agent")
+    registry.register(gate.collector())
+    return replace(AGENT_LIMITS, max_connections=max_connections).uvicorn_options(gate=gate)
 
 
 class CaptureSurface(Protocol):

@@ -21,7 +21,7 @@ from infersight.agent.capture import (
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.ingest import RingSet
 from infersight.agent.record_limits import RecordLimits
-from infersight.agent.server import AGENT_LIMITS, build_app
+from infersight.agent.server import build_app, listener_options
 from infersight.agent.state import AgentState
 from infersight.probes.ring_lease import lease_refusal
 from infersight.correlate.frames import EventFrames
@@ -32,13 +32,17 @@ from infersight.gpu.frames import covering_samples
 log = logging.getLogger("infersight.agent")
 
 
-def analyze_capture(path: str, batch: "pd.DataFrame", first_step: int) -> tuple[dict[str, object], dict]:
+def analyze_capture(path: str, batch: "pd.DataFrame", first_step: int,
+                    steps: "pd.DataFrame | None" = None) -> tuple[dict[str, object], dict]:
     """A finished capture's kernel breakdown and findings (or why there is none), and each
-    captured request's kernel summary (request id -> kernel ns and top categories)."""
+    captured request's kernel summary (request id -> kernel ns and top categories). steps: the
+    engine's STEP records; the steps before the capture tell its own step time (the capture's gaps
+    are judged against it: kernels.step_findings)."""
     from infersight.kernels.attribution import request_kernel_summaries
     from infersight.kernels.load import load_trace
     from infersight.kernels.report import build_report
     from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
+    from infersight.kernels.step_findings import outside_step_times
 
     shapes_file = shapes_path_for(path)
     if Path(path) == shapes_file:  # a cuda-profiler capture: the trace is nsys's or ncu's, not ours
@@ -47,7 +51,8 @@ def analyze_capture(path: str, batch: "pd.DataFrame", first_step: int) -> tuple[
     try:
         captured = load_capture_shapes(shapes_file) if shapes_file.is_file() else None
         trace = load_trace(Path(path))
-        report = build_report(trace, captured=captured)
+        outside = outside_step_times(steps, first_step) if steps is not None else {}
+        report = build_report(trace, captured=captured, outside_step_ns=outside)
     except (ValueError, OSError) as exc:
         return {"error": str(exc)}, {}
     report["shapes"] = str(shapes_file) if captured is not None else None
@@ -141,7 +146,7 @@ class Agent:
         if self.token_file is not None:
             log.info("capture token (bearer for POST /api/v1/capture): %s", self.token_file)
         self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry, self), log_level="warning",
-                                                     access_log=False, **AGENT_LIMITS.uvicorn_options()))
+                                                     access_log=False, **listener_options(config.max_connections, self.registry)))
         self._stop = threading.Event()
         self._stop_at: float | None = None
         self._http: threading.Thread | None = None
@@ -271,7 +276,7 @@ class Agent:
             if record.state == "done" and record.path and record.analysis is None:  # a target may analyse its own
                 first_step = self.captures.first_step(record)
                 record.analysis, per_request = analyze_capture(record.path, self.state.recent_batch_frame(),
-                                                               first_step)
+                                                               first_step, self.state.recent_steps_frame())
                 self.state.add_kernel_summaries(per_request)
         last = self.state.last_step
         kv_usage = last["kv_blocks_in_use"] / last["kv_blocks_total"] if last.get("kv_blocks_total") else None

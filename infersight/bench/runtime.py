@@ -13,6 +13,11 @@ decode context: infersight.kernels.roofline) over the measured copy bandwidth (D
 roofline_share = roofline time / step time. hf_anchor adds Hugging Face transformers on the same
 shape in the same process (bench.hf_anchor): "eager", or "all" for eager and static-cache +
 torch.compile. The KV pool is sized for this run only: max_model_len = prompt + decode steps.
+prefill_len N adds one N-token prompt prefilled in one step, in modelled TFLOP/s against the GEMM
+ceiling (bench.runtime_prefill), in a second engine after the first is gone.
+fused_forward (default) runs CUDA forwards through runtime.forward_fused; False (--unfused) through
+Transformer.forward. graph_io says whether the decode graphs copy their inputs and greedy tokens
+themselves (runtime.graph_tokens), so a greedy step is one launch.
 """
 from __future__ import annotations
 
@@ -23,7 +28,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from infersight.bench.timing import sync
+from infersight.bench.runtime_prefill import LongPrefillResult, bench_long_prefill
+from infersight.bench.timing import sync, timed_step
 from infersight.runtime import Engine, EngineConfig, SamplingParams
 from infersight.runtime.cuda_graphs import DecodeGraphs
 
@@ -50,6 +56,9 @@ class RuntimeBenchResult:
     hf_eager_step_ms: float | None = None
     hf_static_compile_step_ms: float | None = None
     hf_note: str | None = None
+    fused_forward: bool = False
+    graph_io: bool | None = None       # the decode graphs copy their inputs and greedy tokens themselves
+    long_prefill: LongPrefillResult | None = None
 
 
 def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | None = None) -> float:
@@ -61,7 +70,7 @@ def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | Non
     return float(work["bytes"].sum()) / ((gbps or DeviceCeilings().peak_gbps) * 1e9) * 1e3
 
 
-def _replay_ms(graphs: DecodeGraphs, n: int = 20) -> float:
+def replay_alone_ms(graphs: DecodeGraphs, n: int = 20) -> float:
     """Median device ms of the most recently used decode graph replayed alone (its inputs are the
     last step's, so it rewrites the same K/V slots with the same values)."""
     graph = list(graphs.graphs.values())[-1][0]
@@ -101,10 +110,13 @@ def _hf_anchor(result: RuntimeBenchResult, config: EngineConfig, modes: list[str
 def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "float32", batch: int = 16,
                   prompt_len: int = 128, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
                   decode_attention: str = "auto", enforce_eager: bool = False, compare_eager: bool = False,
-                  hf_anchor: str = "none", compile_layers: bool = False) -> RuntimeBenchResult:
+                  hf_anchor: str = "none", compile_layers: bool = False, fused_forward: bool = True,
+                  prefill_len: int = 0) -> RuntimeBenchResult:
     """Measure one shape; see the module docstring. hf_anchor: none, eager or all."""
     if hf_anchor not in ("none", "eager", "all"):
         raise ValueError(f"hf_anchor must be none, eager or all, got {hf_anchor!r}")
+    if prefill_len < 0 or prefill_len == 1:
+        raise ValueError("prefill_len must be 0 (none) or >= 2")
     if min(batch, prompt_len, repeats) < 1:
         raise ValueError("batch, prompt_len and repeats must be >= 1")
     if decode_steps < (6 if compare_eager else 3):
@@ -117,7 +129,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                           decode_attention=decode_attention, max_num_seqs=batch,
                           max_num_batched_tokens=batch * prompt_len, block_size=block,
                           max_model_len=max_model_len, num_kv_blocks=batch * per_seq + 4,
-                          enforce_eager=enforce_eager, compile_layers=compile_layers)
+                          enforce_eager=enforce_eager, compile_layers=compile_layers, fused_forward=fused_forward)
     engine = Engine(config)
     gen = torch.Generator().manual_seed(seed)
     vocab = config.model_config.vocab_size
@@ -134,11 +146,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     for i in range(repeats + 1):
         for p in prompts():
             engine.add_request(p, SamplingParams(temperature=0, max_tokens=1, ignore_eos=True))
-        sync(device)
-        t0 = time.perf_counter()
-        stats = engine.step()
-        sync(device)
-        dt = time.perf_counter() - t0
+        stats, dt = timed_step(engine, device)
         drain()
         if i:
             prefill_rates.append(stats.num_prefill_tokens / dt)
@@ -159,7 +167,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
         if i >= 2 and not (compare and decode_steps // 2 <= i < decode_steps // 2 + 2):
             step_times[use_graph].append((time.perf_counter() - t0, stats.num_decode_tokens))
     engine.target.graphs = graphs
-    replay_ms = _replay_ms(graphs) if graphs is not None and graphs.graphs else None
+    replay_ms = replay_alone_ms(graphs) if graphs is not None and graphs.graphs else None
     drain()
     main = step_times[graphs is not None] or step_times[False]
     decode_rates = [n / dt for dt, n in main if n]
@@ -171,8 +179,10 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                                 round(statistics.median(prefill_rates), 1), round(statistics.median(decode_rates), 1),
                                 round(step_ms, 3), machine,
                                 cuda_graphs="on" if graphs is not None else str(engine.target.graph_blocker),
-                                compile_layers=compile_layers)
+                                compile_layers=compile_layers, fused_forward=engine.target.fused is not None)
     result.graph_replay_ms = replay_ms
+    if graphs is not None and graphs.graphs:
+        result.graph_io = all(entry[3] for entry in graphs.graphs.values())
     if compare and step_times[False]:
         result.eager_decode_step_ms = round(1000 * statistics.median(dt for dt, _ in step_times[False]), 3)
     if device.startswith("cuda"):
@@ -181,10 +191,14 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
         result.roofline_share = round(roof / step_ms, 4)
         if result.eager_decode_step_ms:
             result.eager_roofline_share = round(roof / result.eager_decode_step_ms, 4)
-    if hf_anchor != "none":
-        del engine
+    if hf_anchor != "none" or prefill_len:
+        del engine, graphs
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
+    if prefill_len:
+        result.long_prefill = bench_long_prefill(model, device, dtype, prefill_len, repeats, seed, decode_attention,
+                                                 compile_layers, fused_forward)
+    if hf_anchor != "none":
         _hf_anchor(result, config, ["eager"] if hf_anchor == "eager" else ["eager", "static-compile"],
                    min(decode_steps, 64))
     return result

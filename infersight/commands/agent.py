@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     host, port = parse_listen(args.listen)
     agent = Agent(AgentConfig(rings=args.ring or [], discover=args.discover or bool(args.discover_prefix),
                               discover_prefix=args.discover_prefix or "infersight-", host=host, port=port,
+                              max_connections=args.max_connections,
                               poll_interval_s=args.poll_interval, parquet_dir=args.parquet_dir,
                               vllm_compat=args.vllm_compat, model_name=args.model_name,
                               max_expert_series=args.max_expert_series, slow_quantile=args.slow_quantile,
@@ -73,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     agent.add_argument("--discover-prefix", metavar="PREFIX",
                        help="discover only rings whose names start with PREFIX (implies --discover)")
     agent.add_argument("--listen", default="127.0.0.1:9464", help="HOST:PORT (default 127.0.0.1:9464)")
+    agent.add_argument("--max-connections", type=int, default=64, metavar="N",
+                       help="connections each HTTP listener holds at once (the API, the OTLP/HTTP receiver); "
+                            "one more is answered 503 and counted (default 64)")
     agent.add_argument("--poll-interval", type=float, default=0.1, help="seconds between ring reads")
     agent.add_argument("--parquet-dir", help="write per-request rows to DIR/requests.parquet")
     agent.add_argument("--vllm-compat", action="store_true", help="also serve vLLM metric names")

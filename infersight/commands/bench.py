@@ -14,7 +14,9 @@ def _runtime(args: argparse.Namespace) -> int:
                                               decode_steps=args.decode_steps,
                                               decode_attention=args.decode_attention,
                                               enforce_eager=args.enforce_eager, compare_eager=args.compare_eager,
-                                              hf_anchor=args.hf_anchor, compile_layers=args.compile_layers)), args.json)
+                                              hf_anchor=args.hf_anchor, compile_layers=args.compile_layers,
+                                              fused_forward=not args.unfused,
+                                              prefill_len=args.prefill_len)), args.json)
 
 
 def _overhead(args: argparse.Namespace) -> int:
@@ -63,9 +65,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="paged decode kernel (auto: triton on CUDA when installed)")
     rt.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
     rt.add_argument("--compare-eager", action="store_true",
-                    help="with CUDA graphs: alternate graph and eager decode steps, report both")
+                    help="with CUDA graphs: a block of graph decode steps, then a block of eager ones; report both")
     rt.add_argument("--compile-layers", action="store_true",
-                    help="torch.compile the layers' norms, RoPE and SwiGLU (CUDA; EngineConfig.compile_layers)")
+                    help="torch.compile the layers' norms, RoPE and SwiGLU (CUDA; EngineConfig.compile_layers; "
+                         "with --unfused: the fused forward does not call those modules)")
+    rt.add_argument("--unfused", action="store_true",
+                    help="forwards through Transformer.forward, not the fused kernels (EngineConfig.fused_forward)")
+    rt.add_argument("--prefill-len", type=int, default=0,
+                    help="also prefill one prompt of this many tokens in one step; modelled TFLOP/s against the GEMM ceiling")
     rt.add_argument("--hf-anchor", choices=("none", "eager", "all"), default="none",
                     help="also time Hugging Face transformers on the same shape (all: eager and static cache + compile)")
     rt.set_defaults(func=_runtime)

@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
     config = ServeConfig(host=host, port=port, model_name=args.served_model_name or args.model,
                          max_body_bytes=args.max_body_bytes, max_header_bytes=args.max_header_bytes,
                          max_pending=args.max_pending, export_content=args.export_content,
-                         header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout)
+                         header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
+                         max_connections=args.max_connections)
     engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
                                  seed=args.seed, num_kv_blocks=args.num_kv_blocks,
                                  max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
@@ -61,6 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds from a request's first byte to its last header byte (408 and closed beyond)")
     p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
                    help="seconds to receive a request body once its headers are in (408 beyond)")
+    p.add_argument("--max-connections", type=int, default=512, metavar="N",
+                   help="connections held at once; one more is answered 503 and closed, and counted (default 512)")
     p.add_argument("--ring", help="probe ring name (default infersight-<pid>)")
     p.add_argument("--nvtx", action="store_true", help="also emit NVTX ranges")
     p.add_argument("--export-content", action="store_true",

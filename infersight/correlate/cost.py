@@ -39,6 +39,11 @@ def _weights(batch: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def _groups(step_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(group of each row, rows ordered by group (stable), start of each group in that order): plain
     numpy for the per-step sums and ranks (pandas' groupby costs ms per call on every poll)."""
+    if len(step_id) and bool(np.all(step_id[1:] >= step_id[:-1])):
+        # Batch rows come step by step: groups in order already, so no hashing and no sort (the
+        # same group numbers, first-seen order, as factorize gives).
+        new = np.r_[True, step_id[1:] != step_id[:-1]]
+        return np.cumsum(new) - 1, np.arange(len(step_id)), np.flatnonzero(new)
     group = pd.factorize(step_id)[0]
     order = np.argsort(group, kind="stable")
     starts = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]]) if len(group) else group

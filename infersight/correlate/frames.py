@@ -2,6 +2,9 @@
 
 Every analysis in `correlate` takes these frames and never mutates them. Timestamps stay in
 monotonic ns of the engine process (`*_ns` columns); durations derived from them are seconds.
+Decoded from records, the name columns of the big streams (request_events task/event/reason, spec
+and prefix task) are pandas Categoricals of the names that occur, sorted (they compare, sort and
+group as the strings do); concatenate such frames with `concat_frames`, which keeps them so.
 
 request_events   ts_ns, end_ns, request_id, trace_id (32 hex chars), task, event, reason, value0, value1
                  event in ARRIVED SCHEDULED PREFILL_CHUNK FIRST_TOKEN TOKENS PREEMPTED RESUMED FINISHED;
@@ -109,6 +112,34 @@ def _take_names(names: np.ndarray, codes: np.ndarray) -> pd.Series | np.ndarray:
     return taken.to_pandas(types_mapper={pa.large_string(): _STR_DTYPE}.get)
 
 
+def _categorical(table: np.ndarray, codes: np.ndarray) -> pd.Categorical:
+    """table[codes] (table: names indexed by code) as a Categorical whose categories are the names
+    that occur, sorted: it sorts, groups and factorizes as the strings would, and filtering or
+    comparing it costs a small-integer take or compare per row, not a string copy or compare."""
+    used = np.flatnonzero(np.bincount(codes, minlength=len(table)))  # codes < len(table) <= 65536: one pass
+    names = table[used]
+    categories, inverse = np.unique(names.astype(str), return_inverse=True)  # names sorted; equal names merged
+    recode = np.zeros(len(table), np.int64)
+    recode[used] = inverse.reshape(-1)
+    return pd.Categorical.from_codes(recode[codes], categories=categories.tolist(), validate=False)
+
+
+def concat_frames(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """pd.concat(parts, ignore_index=True), keeping categorical columns categorical: parts whose
+    categories differ are recoded to the sorted union first (pd.concat would fall back to object,
+    and every later filter of the frame would copy strings again)."""
+    if len(parts) > 1:
+        for col, dtype in parts[0].dtypes.items():
+            if not isinstance(dtype, pd.CategoricalDtype):
+                continue
+            dtypes = [p[col].dtype for p in parts if col in p.columns]
+            if len(dtypes) == len(parts) and all(isinstance(d, pd.CategoricalDtype) for d in dtypes) \
+                    and any(d != dtype for d in dtypes):
+                union = pd.CategoricalDtype(sorted(set().union(*(d.categories.tolist() for d in dtypes))))
+                parts = [p if p[col].dtype == union else p.astype({col: union}) for p in parts]
+    return pd.concat(parts, ignore_index=True)
+
+
 def trace_hex(hi: np.ndarray, lo: np.ndarray, request_id: np.ndarray) -> pd.Series:
     """32-hex-digit trace ids, formatted once per request (a request has one trace id and many events)."""
     codes, uniques = pd.factorize(np.asarray(request_id))
@@ -130,14 +161,20 @@ def _table(codes: np.ndarray, names: dict[int, str], default: str) -> np.ndarray
     return table
 
 
-def _lookup(codes: np.ndarray, names: dict[int, str], default: str) -> pd.Series | np.ndarray:
+def _lookup(codes: np.ndarray, names: dict[int, str], default: str) -> pd.Categorical:
     """Vectorised code -> name: one table indexed by code, unknown codes -> default. Codes come from
     u8/u16 record fields, so the table has at most 65536 entries."""
+    codes = np.asarray(codes, np.int64)
+    return _categorical(_table(codes, names, default), codes)
+
+
+def _lookup_str(codes: np.ndarray, names: dict[int, str], default: str) -> pd.Series | np.ndarray:
+    """As _lookup, as a str column (the small streams, whose analyses count values per name)."""
     codes = np.asarray(codes, np.int64)
     return _take_names(_table(codes, names, default), codes)
 
 
-def task_names(task_ids: np.ndarray, labels: dict[int, str]) -> pd.Series | np.ndarray:
+def task_names(task_ids: np.ndarray, labels: dict[int, str]) -> pd.Categorical:
     return _lookup(task_ids, labels, "other")
 
 
@@ -146,13 +183,19 @@ _REASON_NAMES = {**{int(RequestEvent.PREEMPTED) << 8 | c: n for c, n in _PREEMPT
                  **{int(RequestEvent.FINISHED) << 8 | c: n for c, n in _FINISH_NAMES.items()}}
 
 
+def _frame(columns: dict[str, object]) -> pd.DataFrame:
+    """A frame over these freshly built column arrays, without copying them: pandas would otherwise
+    copy every same-dtype column into one 2-D block (a second copy of the whole stream, per poll)."""
+    return pd.DataFrame(columns, copy=False)
+
+
 def request_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(REQUEST_COLUMNS)
     events = rec["event"].astype(np.int64)
     reason_codes = np.where((events == RequestEvent.PREEMPTED) | (events == RequestEvent.FINISHED),
                             events << 8 | rec["reason"].astype(np.int64), 0)
-    return pd.DataFrame({
+    return _frame({
         "ts_ns": rec["ts_ns"].astype(np.int64), "end_ns": rec["end_ns"].astype(np.int64),
         "request_id": rec["request_id"].astype(np.int64), "trace_id": trace_hex(rec["trace_hi"], rec["trace_lo"], rec["request_id"]),
         "task": task_names(rec["task_id"], labels),
@@ -163,21 +206,21 @@ def request_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
 def step_frame(rec: np.ndarray) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(STEP_COLUMNS)
-    return pd.DataFrame({name: rec[name].astype(np.int64) for name in STEP_COLUMNS})
+    return _frame({name: rec[name].astype(np.int64) for name in STEP_COLUMNS})
 
 
 def batch_frame(rec: np.ndarray) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(BATCH_COLUMNS)
-    return pd.DataFrame({name: rec[name].astype(np.int64) for name in BATCH_COLUMNS})
+    return _frame({name: rec[name].astype(np.int64) for name in BATCH_COLUMNS})
 
 
 def kv_frame(rec: np.ndarray) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(KV_COLUMNS)
-    return pd.DataFrame({
+    return _frame({
         "ts_ns": rec["ts_ns"].astype(np.int64),
-        "event": _lookup(rec["event"], KV_EVENT_NAMES, "unknown"),
+        "event": _lookup_str(rec["event"], KV_EVENT_NAMES, "unknown"),
         "block_id": rec["block_id"].astype(np.int64), "request_id": rec["request_id"].astype(np.int64),
         "block_hash": rec["block_hash"].astype(np.uint64)})
 
@@ -191,14 +234,14 @@ def moe_frame(rec: np.ndarray) -> pd.DataFrame:
     k = np.clip(rec["n_experts"].astype(np.int64) - offset, 0, counts.shape[1])  # valid experts per record
     rows = np.repeat(np.arange(len(rec)), k)
     within = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)  # 0..k-1 in each record
-    return pd.DataFrame({"step_id": rec["step_id"][rows].astype(np.int64), "layer": rec["layer"][rows].astype(np.int64),
+    return _frame({"step_id": rec["step_id"][rows].astype(np.int64), "layer": rec["layer"][rows].astype(np.int64),
                          "expert": offset[rows] + within, "tokens": counts[rows, within].astype(np.int64)})
 
 
 def spec_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(SPEC_COLUMNS)
-    return pd.DataFrame({
+    return _frame({
         "ts_ns": rec["ts_ns"].astype(np.int64), "request_id": rec["request_id"].astype(np.int64),
         "task": task_names(rec["task_id"], labels), "proposed": rec["proposed"].astype(np.int64),
         "accepted": rec["accepted"].astype(np.int64), "accept_mask": rec["accept_mask"].astype(np.uint64),
@@ -208,13 +251,13 @@ def spec_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
 def step_timing_frame(rec: np.ndarray) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(STEP_TIMING_COLUMNS)
-    return pd.DataFrame({name: rec[name].astype(dtype) for name, dtype in STEP_TIMING_COLUMNS.items()})
+    return _frame({name: rec[name].astype(dtype) for name, dtype in STEP_TIMING_COLUMNS.items()})
 
 
 def prefix_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(PREFIX_COLUMNS)
-    return pd.DataFrame({
+    return _frame({
         "ts_ns": rec["ts_ns"].astype(np.int64), "request_id": rec["request_id"].astype(np.int64),
         "task": task_names(rec["task_id"], labels), "prompt_tokens": rec["prompt_tokens"].astype(np.int64),
         "cached_tokens": rec["cached_tokens"].astype(np.int64), "group_hash": rec["group_hash"].astype(np.uint64)})
@@ -223,17 +266,17 @@ def prefix_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
 def network_frame(rec: np.ndarray) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(NETWORK_COLUMNS)
-    return pd.DataFrame({name: rec[name].astype(np.int64) for name in NETWORK_COLUMNS})
+    return _frame({name: rec[name].astype(np.int64) for name in NETWORK_COLUMNS})
 
 
 def served_frame(rec: np.ndarray) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(SERVED_COLUMNS)
     flags = rec["flags"].astype(np.int64)
-    return pd.DataFrame({
+    return _frame({
         "request_id": rec["request_id"].astype(np.int64), "receive_ns": rec["receive_ns"].astype(np.int64),
         "parent_span_id": rec["parent_span_id"].astype(np.uint64),
-        "operation": _lookup(rec["operation"], OPERATION_NAMES, "text_completion"),
+        "operation": _lookup_str(rec["operation"], OPERATION_NAMES, "text_completion"),
         "stream": (flags & ServedFlag.STREAM) != 0, "remote_parent": (flags & ServedFlag.REMOTE_PARENT) != 0,
         "parent_sampled": (flags & ServedFlag.PARENT_SAMPLED) != 0,
         "traceparent_invalid": (flags & ServedFlag.TRACEPARENT_INVALID) != 0,
@@ -248,8 +291,8 @@ def text_frame(rec: np.ndarray) -> pd.DataFrame:
     n = rec["nbytes"].astype(np.int64)
     data = np.empty(len(rec), dtype=object)
     data[:] = [bytes(d)[:k] for d, k in zip(rec["data"], n.tolist())]  # S fields drop trailing NULs; slice anyway
-    return pd.DataFrame({
-        "request_id": rec["request_id"].astype(np.int64), "field": _lookup(rec["field"], TEXT_FIELD_NAMES, "unknown"),
+    return _frame({
+        "request_id": rec["request_id"].astype(np.int64), "field": _lookup_str(rec["field"], TEXT_FIELD_NAMES, "unknown"),
         "offset": rec["offset"].astype(np.int64), "total": rec["total"].astype(np.int64), "data": data})
 
 
@@ -281,7 +324,7 @@ def ep_frame(rec: np.ndarray) -> pd.DataFrame:
     columns: dict[str, object] = {name: rec[name].astype(np.int64) for name, t in EP_COLUMNS.items() if t != "object"}
     columns.update(bytes_to_peer=tuples(rec["bytes_to_peer"], n_peers), expert_ids=tuples(rec["expert_ids"], n_slots),
                    expert_tokens=tuples(rec["expert_tokens"], n_slots))
-    return pd.DataFrame(columns)
+    return _frame(columns)
 
 
 @dataclass
@@ -320,7 +363,7 @@ class EventFrames:
         def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
             if b.empty:
                 return a
-            return b if a.empty else pd.concat([a, b], ignore_index=True)
+            return b if a.empty else concat_frames([a, b])
 
         return EventFrames(*(cat(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)))
 

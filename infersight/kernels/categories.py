@@ -7,7 +7,9 @@ elementwise, sampling, memcpy, communication, other. The first rule that matches
  2. communication  NCCL and collective kernels (nccl, all_reduce, all_gather, reduce_scatter, ...)
  3. MoE routing    anything inside a "layer.N.moe.router" range (the router GEMM, its softmax
                    and top-k are one unit of work), or a gating kernel by name (topk_softmax, ...)
- 4. attention-*    attention kernels by name (flash, fmha, sdpa, attention, paged, ...)
+ 4. attention-*    attention kernels by name (flash, fmha, sdpa, attention, paged, ...), and RoPE /
+                   KV-write kernels (rope, rotary): inside a "layer.N.attention" range they count as
+                   attention (rule 9); a CUDA-graph replay has no per-layer range, so the name says it
  5. MoE experts    fused MoE kernels by name (fused_moe, moe_gemm, ...)
  6. GEMM           gemm, cutlass, cublas, xmma (sm80_xmma, sm90_xmma), nvjet, matmul, gemv, conv; on a
                    CPU trace (cpu_trace.py) oneDNN / mkldnn ops and aten::mm, addmm, bmm, baddbmm, linear
@@ -40,7 +42,8 @@ CATEGORIES = ("GEMM", "attention-prefill", "attention-decode", "MoE routing", "M
 _MEMCPY = re.compile(r"memcpy|memset")
 _COMM = re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce|sendrecv")
 _ROUTING = re.compile(r"topk_softmax|topk_gating|moe_align|gating_kernel|router")
-_ATTENTION = re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|attn|paged_|xformers|mha_|_mha")
+_ATTENTION = re.compile(r"flash|fmha|sdpa|scaled_dot_product|attention|attn|paged_|xformers|mha_|_mha|"
+                        r"rope_|_rope|rotary")
 _MOE_EXPERTS = re.compile(r"fused_moe|moe_gemm|moe_mlp|expert")
 _GEMM = re.compile(r"gemm|gemv|cutlass|cublas|xmma|nvjet|matmul|wgmma|hmma|implicit_convolve|scudnn|"
                    r"hcudnn|fprop|dgrad|wgrad|convolution|onednn|mkldnn|aten::(?:addmm|mm|bmm|baddbmm|linear)\b")

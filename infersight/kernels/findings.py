@@ -59,6 +59,12 @@ def _pct(x: float) -> str:
     return f"{pct:.0f}%" if pct >= 1 or pct == 0 else f"{pct:.2g}%"
 
 
+#: The launch-bound action when the kernels already come from CUDA-graph replays (kernels.step_findings).
+GRAPH_REPLAY_ACTION = ("the kernels already replay as CUDA graphs: the gaps are host work between replays; overlap "
+                       "the next step's scheduling, inputs and sampling with this step's GPU work (async "
+                       "scheduling, as in vLLM), or move sampling into the graph")
+
+
 def launch_findings(phases: pd.DataFrame, has_timeline: bool) -> list[Finding]:
     """Phases whose windows are mostly gaps between kernels: the GPU waits on the CPU."""
     if not has_timeline:

@@ -11,6 +11,7 @@ of all GPU time.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Sequence
 
@@ -25,6 +26,7 @@ from infersight.kernels.roofline import (
     DeviceCeilings, StepShape, measured_dram_bytes, roofline_for_phase, roofline_for_steps, with_measured_bytes,
 )
 from infersight.kernels.shapes import CaptureShapes, engine_step_ids
+from infersight.kernels.step_findings import bandwidth_finding, graph_launch_share, outside_step_findings
 from infersight.kernels.timeline import category_breakdown, idle_gaps, phase_breakdown, top_kernels
 
 
@@ -48,11 +50,14 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepShape] = (),
                  ceilings: DeviceCeilings = DeviceCeilings(), top: int = 10,
-                 captured: CaptureShapes | None = None) -> dict[str, Any]:
+                 captured: CaptureShapes | None = None,
+                 outside_step_ns: dict[str, float] | None = None) -> dict[str, Any]:
     """The report for one capture. model: a ModelConfig (only needed with shapes, uniform steps
     given by hand). captured: the capture's shapes file, which models every captured step as it
     was (roofline rows with phase "captured"). For an ncu capture with DRAM metrics, roofline rows
-    also carry measured_bytes and model_error."""
+    also carry measured_bytes and model_error. outside_step_ns: the engine's own step time by phase
+    outside the capture (its STEP records); gaps of a capture that slowed its steps are judged
+    against it (kernels.step_findings)."""
     k = classify(trace.kernels)
     only_kernels = k[k["category"] == "kernel"]
     categories = category_breakdown(k)
@@ -64,7 +69,11 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
     device_rows = streams[streams["stream"] == -1]
     tops = top_kernels(k, top)
     roof_parts = []
-    found: list[rules.Finding] = rules.launch_findings(phases, trace.has_timeline)
+    graph_share = graph_launch_share(trace.runtime, trace.kernels)
+    outside, replaced = outside_step_findings(phases, outside_step_ns or {}, graph_share >= 0.5)
+    found: list[rules.Finding] = outside + [
+        dataclasses.replace(f, action=rules.GRAPH_REPLAY_ACTION) if graph_share >= 0.5 else f
+        for f in rules.launch_findings(phases[~phases["phase"].isin(replaced)], trace.has_timeline)]
     found += rules.category_findings(categories, k)
     placements = []
     if captured is not None:
@@ -79,6 +88,9 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
             placed = with_measured_bytes(placed, measured)
             found += rules.byte_model_findings(placed)
         found += rules.roofline_findings(placed, label)
+        if phase == "captured" and captured is not None and (captured.steps["phase"] == "decode").all():
+            found += bandwidth_finding(placed, int(captured.steps["step_id"].nunique()), ceilings.peak_gbps,
+                                       (outside_step_ns or {}).get("decode"))
         roof_parts.append(placed.assign(phase=phase))
     if trace.kind == "ncu":  # one profiled kernel "taking all the time" says nothing
         found += rules.sol_findings(trace.metrics) + rules.ncu_findings(trace.rules)
@@ -99,6 +111,7 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
         "top_kernels": records(tops),
         "roofline": records(roofline),
         "ceilings": {"name": ceilings.name, "peak_tflops": ceilings.peak_tflops, "peak_gbps": ceilings.peak_gbps},
+        "graph_launch_share": graph_share, "outside_step_ns": dict(outside_step_ns or {}),
         "findings": [f.as_dict() for f in rules.sort_findings(found)],
     }
 

@@ -153,7 +153,7 @@ class StepCapture:
                     raw = tmp.name
                 self._profiler.export_chrome_trace(raw)
                 with open(raw, "rb") as src, open_private(path) as out, \
-                        gzip.GzipFile(fileobj=out, mode="wb") as dst:
+                        gzip.GzipFile(fileobj=out, mode="wb", compresslevel=1) as dst:  # in the engine's step: fast
                     shutil.copyfileobj(src, dst)
                 os.unlink(raw)
                 self.control.set_state(CaptureState.DONE, str(path))

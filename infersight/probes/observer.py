@@ -1,7 +1,8 @@
 """ProbeObserver: the engine's observer that writes each transition as a fixed-size record.
 
-Every callback packs one struct and hands the bytes to the ring; the ring never blocks and
-counts what it drops. Nothing here aggregates: that is the sidecar's job, outside the loop.
+Every callback packs one struct and hands the bytes to the ring, except a step's TOKENS, STEP,
+STEP_TIMING and BATCH_MEMBER records, which go out as one block of slots at the step's end
+(probes.step_block); the ring never blocks and counts what it drops. Nothing here aggregates: that is the sidecar's job, outside the loop.
 Nothing here raises into the engine for a value: one that does not fit its field is coerced and
 counted (probes.record_encoding; ``encode_fixes``), the fast C pack being tried first.
 """
@@ -19,12 +20,12 @@ from infersight.probes.control import ControlBlock, control_name
 from infersight.probes.record_encoding import PACK_ERRORS
 from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.records import (
-    MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_dtype, record_registry,
+    MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_registry,
     record_struct, split_trace_id,
 )
 from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD
 from infersight.probes.ring import RingProducer
-from infersight.probes.token_batch import TokenBatch
+from infersight.probes.step_block import StepBlock, step_values, timing_values
 from infersight.runtime.model_config import ModelConfig
 from infersight.runtime.observer import EngineObserver, KVBlockEvent
 from infersight.runtime.ranges import RangeMarker
@@ -50,23 +51,30 @@ class ProbeObserver(EngineObserver):
         self._pinned: list[torch.Tensor] | None = None
         self._flip = 0
         self._ring_write = self.ring.write
-        # TOKENS records wait for one batched write; any other record flushes them first (ring order kept).
-        self._tokens = TokenBatch(self.ring, self._requests,
-                                  lambda rid, t, n: self._req(rid, t, 0, n, 0, RequestEvent.TOKENS, 0))
-        self._add_tokens = self._tokens.pending.append
+        # TOKENS records wait for the step's one block write; any other record flushes them first
+        # (ring order kept). The step's own records go out in the same block (probes.step_block).
+        self._block = StepBlock(self.ring)
+        self._pending_tokens = self._block.pending
+        self._add_tokens = self._pending_tokens.extend  # flat: t_ns, request_id, num_tokens
+        self._write_step = self._block.write_step
         self._structs = {kind: record_struct(kind) for kind in RecordKind}
         self._pack = {kind: s.fast_pack for kind, s in self._structs.items()}  # raise PACK_ERRORS
         self._safe = {kind: s.pack for kind, s in self._structs.items()}  # coerce and count
-        self._member_dtype = record_dtype(RecordKind.BATCH_MEMBER)
 
     @property
     def ring_name(self) -> str:
         return self.ring.name
 
     def _write(self, kind: RecordKind, data: bytes) -> bool:
-        if self._tokens.pending:
-            self._tokens.flush()
+        if self._pending_tokens:
+            self._flush_tokens()
         return self._ring_write(kind, data)
+
+    def _flush_tokens(self) -> None:
+        """The held TOKENS records, as one block; when a value does not fit, record by record, coerced."""
+        if not self._block.write_tokens():
+            for t, rid, n in self._block.take_pending():
+                self._req(rid, t, 0, n, 0, RequestEvent.TOKENS, 0)
 
     @property
     def encode_fixes(self) -> dict[str, int]:
@@ -94,7 +102,8 @@ class ProbeObserver(EngineObserver):
         task_id, new = self.tasks.intern(task)
         if new:  # a str label: the coercing pack encodes it (unencodable characters replaced, counted)
             self._write(RecordKind.TASK_LABEL, self._safe[RecordKind.TASK_LABEL](task_id, task or b""))
-        self._requests[request_id] = (*split_trace_id(trace_id), task_id)
+        self._requests[request_id] = meta = (*split_trace_id(trace_id), task_id)
+        self._block.add_request(request_id, *meta)
         self._req(request_id, t_ns, 0, num_prompt_tokens, 0, RequestEvent.ARRIVED, 0)
 
     def on_request_scheduled(self, request_id: int, t_ns: int, num_prompt_tokens: int,
@@ -124,6 +133,7 @@ class ProbeObserver(EngineObserver):
         self._req(request_id, t_ns, 0, num_output_tokens, 0, RequestEvent.FINISHED,
                   _FINISH.get(reason, FinishReason.OTHER))
         self._requests.pop(request_id, None)
+        self._block.drop_request(request_id)
 
     def on_network(self, request_id: int, receive_ns: int, first_byte_ns: int, last_byte_ns: int) -> None:
         """The HTTP server's timing of a request (monotonic ns): body received, first and last
@@ -205,32 +215,21 @@ class ProbeObserver(EngineObserver):
         self.capture.on_step_begin(step_id)
 
     def on_step_end(self, stats: StepStats) -> None:
-        self._put(RecordKind.STEP,
-            stats.step_id, stats.start_ns, stats.end_ns, stats.num_prefill_tokens, stats.num_decode_tokens,
-            stats.num_spec_tokens, stats.num_spec_accepted, stats.kv_blocks_in_use, stats.kv_blocks_cached,
-            stats.kv_blocks_total, stats.kv_block_size,
-            stats.num_waiting, stats.num_running, stats.num_swapped, stats.num_preempted, len(stats.batch),
-            len(stats.finished))
-        self._put(RecordKind.STEP_TIMING,
-            stats.step_id, stats.start_ns, stats.end_ns, stats.schedule_ns, stats.draft_ns, stats.target_ns,
-            stats.num_decode_tokens, stats.num_prefill_tokens, stats.num_spec_tokens, stats.num_spec_accepted,
-            stats.draft_forwards, stats.spec_probe)
-        if stats.batch:
-            members = np.empty(len(stats.batch), self._member_dtype)
-            try:
-                members["step_id"] = stats.step_id
-                members[["request_id", "num_tokens"]] = stats.batch  # one vectorised write for the batch
-            except (OverflowError, ValueError, TypeError):  # a value out of range: row by row, coerced
-                for rid, tokens in stats.batch:
-                    self._put(RecordKind.BATCH_MEMBER, stats.step_id, rid, tokens)
-            else:
-                self.ring.write_many(RecordKind.BATCH_MEMBER, members)
-        self._tokens.flush()  # an idle step writes no record above: its tokens go out here
+        if not self._write_step(stats):  # a value that does not fit: record by record, coerced
+            self._write_step_records(stats)
         self.capture.on_step_end(stats)
+
+    def _write_step_records(self, stats: StepStats) -> None:
+        """The step's records one `write` each (held TOKENS first), every value coerced to fit and counted."""
+        self._flush_tokens()
+        self._put(RecordKind.STEP, *step_values(stats), len(stats.batch), len(stats.finished))
+        self._put(RecordKind.STEP_TIMING, *timing_values(stats))
+        for rid, tokens in stats.batch:
+            self._put(RecordKind.BATCH_MEMBER, stats.step_id, rid, tokens)
 
     def close(self, unlink: bool = True) -> None:
         self.flush()
-        self._tokens.flush()
+        self._flush_tokens()
         self.capture.close()
         self.control.close()
         self.ring.close()

@@ -36,6 +36,9 @@ class EngineConfig:
     enforce_eager: never run decode steps as CUDA graphs (vLLM's name); on the CPU they never are.
     compile_layers: on CUDA, torch.compile each layer's norms, RoPE and SwiGLU (fewer, fused
     kernels; seconds of compilation at start and at new shapes); ignored on the CPU.
+    fused_forward: on CUDA with the Triton decode kernel, every forward (decode graphs, eager steps,
+    prefill) runs runtime.forward_fused's fused kernels; False keeps Transformer.forward (whose norms,
+    RoPE and SwiGLU compile_layers compiles). Ignored on the CPU.
     """
 
     model: str | ModelConfig = "tiny-moe"
@@ -58,6 +61,7 @@ class EngineConfig:
     max_model_len: int | None = None
     enforce_eager: bool = False
     compile_layers: bool = False
+    fused_forward: bool = True
     model_config: ModelConfig = field(init=False)
     draft_config: ModelConfig | None = field(init=False)
 

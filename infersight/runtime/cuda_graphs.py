@@ -15,11 +15,10 @@ kernel splits the context by the table's width: a table as wide as max_model_len
 splits empty. Eager CUDA steps use the same width buckets (ModelRunner), so a batch that fills its
 bucket gets bit-identical logits in graph and eager mode.
 
-Host side, one pinned int64 buffer holds every input; one non-blocking copy moves it to the
-device buffer whose views the graphs read:
-
-    [ input_ids | positions | slot_mapping | context_lens ]  max_batch each
-    [ block tables, row-major [bucket, width] ]               max_batch * max_blocks
+Host side, one pinned int64 buffer holds every input (runtime.graph_inputs). Where the driver
+lets it, the graph itself copies that buffer to the device at replay time and copies the argmax of
+its logits into a pinned host buffer (runtime.graph_tokens), so a greedy step costs the host one
+launch and one wait; elsewhere the input copy is launched before each replay.
 
 What stays eager: prefill and mixed steps, speculative verify, any step while torch.profiler
 records (so captures keep their per-layer ranges and kernels), MoE layers still on the "loop"
@@ -32,29 +31,20 @@ logits stay valid until the next replay of any graph, and the engine reads them 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from infersight.runtime.forward_batch import ForwardBatch
+from infersight.runtime.graph_inputs import DecodeFeed, DecodeInputs, decode_rows
+from infersight.runtime.graph_tokens import GraphTokens
 
 if TYPE_CHECKING:
     from infersight.runtime.model import Transformer
-    from infersight.runtime.request import Request
 
 log = logging.getLogger("infersight.runtime")
 
 MIN_WIDTH_BLOCKS = 4
-
-
-class DecodeFeed(Protocol):
-    """What a step feeds for one request (model_runner.FeedItem; a protocol to keep imports one-way)."""
-
-    req: "Request"
-    start_pos: int
-    tokens: list[int]
-    logits: int
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -79,79 +69,6 @@ def bucket_for(n: int, buckets: Sequence[int]) -> int | None:
         if b >= n:
             return b
     return None
-
-
-@dataclass
-class DecodeRow:
-    """One sequence's single-token decode, as the graph inputs need it."""
-
-    token: int
-    position: int
-    slot: int
-    blocks: list[int]  # the block table up to the last block holding context
-
-
-def decode_rows(items: Sequence[DecodeFeed], block_size: int) -> list[DecodeRow] | None:
-    """The rows of a pure decode step (every item one token, its logits wanted); else None."""
-    rows = []
-    for item in items:
-        if len(item.tokens) != 1 or item.logits != 1:
-            return None
-        pos = item.start_pos
-        table = item.req.block_table
-        rows.append(DecodeRow(item.tokens[0], pos, table[pos // block_size] * block_size + pos % block_size,
-                              table[: pos // block_size + 1]))
-    return rows
-
-
-class DecodeInputs:
-    """The static input buffers (host staging and device) and the ForwardBatch views on them."""
-
-    def __init__(self, max_batch: int, max_blocks: int, block_size: int, pad_block: int, device: str) -> None:
-        self.max_batch, self.max_blocks = max_batch, max_blocks
-        self.pad_block, self.pad_slot = pad_block, pad_block * block_size
-        size = 4 * max_batch + max_batch * max_blocks
-        pin = device.startswith("cuda")
-        self.host = torch.zeros(size, dtype=torch.long, pin_memory=pin)
-        self.device_buf = torch.zeros(size, dtype=torch.long, device=device)
-        self._np = self.host.numpy()
-        self._ready: torch.cuda.Event | None = None
-        self.arange = torch.arange(max_batch, dtype=torch.long, device=device)
-
-    def _fields(self, buf: torch.Tensor) -> list[torch.Tensor]:
-        m = self.max_batch
-        return [buf[i * m:(i + 1) * m] for i in range(4)]
-
-    def batch(self, bucket: int, width: int, expert_counts: torch.Tensor | None = None) -> ForwardBatch:
-        """The ForwardBatch a (bucket, width) graph is captured on: views of the device buffer."""
-        ids, pos, slots, lens = (f[:bucket] for f in self._fields(self.device_buf))
-        tables = self.device_buf[4 * self.max_batch:4 * self.max_batch + bucket * width].view(bucket, width)
-        index = self.arange[:bucket]
-        return ForwardBatch(input_ids=ids, positions=pos, slot_mapping=slots, segments=[], decode_index=index,
-                            decode_block_tables=tables, decode_context_lens=lens, logits_index=index,
-                            expert_counts=expert_counts)
-
-    def fill(self, rows: Sequence[DecodeRow], bucket: int, width: int) -> None:
-        """Write rows (padded to bucket) into the host buffer and start the copy to the device."""
-        if self._ready is not None:
-            self._ready.synchronize()  # the previous copy has read the host buffer
-        n, m = len(rows), self.max_batch
-        ids, pos, slots, lens = (self._np[i * m:(i + 1) * m] for i in range(4))
-        ids[:n] = [r.token for r in rows]
-        pos[:n] = [r.position for r in rows]
-        slots[:n] = [r.slot for r in rows]
-        lens[:n] = [r.position + 1 for r in rows]
-        ids[n:bucket], pos[n:bucket], slots[n:bucket], lens[n:bucket] = 0, 0, self.pad_slot, 1
-        tables = self._np[4 * m:4 * m + bucket * width].reshape(bucket, width)
-        for i, r in enumerate(rows):
-            # Columns past a row's context are never read by the kernel: they may hold stale ids.
-            tables[i, :len(r.blocks)] = r.blocks
-        tables[n:, 0] = self.pad_block
-        end = 4 * m + bucket * width
-        self.device_buf[:end].copy_(self.host[:end], non_blocking=True)
-        if self.device_buf.is_cuda:
-            self._ready = torch.cuda.Event()
-            self._ready.record()
 
 
 def graph_blocker(model: "Transformer", device: str, decode_attention: str, enforce_eager: bool) -> str | None:
@@ -202,8 +119,10 @@ class DecodeGraphs:
     """Captures lazily, on the first step of each (batch bucket, width bucket), and replays."""
 
     def __init__(self, model: "Transformer", k_caches: torch.Tensor, v_caches: torch.Tensor, block_size: int,
-                 max_batch: int, max_model_len: int, pad_block: int, device: str) -> None:
+                 max_batch: int, max_model_len: int, pad_block: int, device: str,
+                 forward: Callable[[ForwardBatch, torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> None:
         self.model, self.k_caches, self.v_caches = model, k_caches, v_caches
+        self.forward = forward if forward is not None else model  # what a capture records
         self.block_size = block_size
         max_blocks = -(-max_model_len // block_size)
         self.is_moe = model.cfg.is_moe
@@ -211,8 +130,11 @@ class DecodeGraphs:
         self.widths = width_buckets(max_blocks)
         self.inputs = DecodeInputs(max_batch, max_blocks, block_size, pad_block, device)
         self.pool = torch.cuda.graph_pool_handle()
-        # (bucket, width) -> (graph, its logits, the expert-count buffer it accumulates into)
-        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None]] = {}
+        # (bucket, width) -> (graph, its logits, the expert-count buffer it accumulates into, whether
+        # it copies its inputs in and its greedy tokens out itself: GraphTokens)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None, bool]] = {}
+        self.tokens = GraphTokens(max_batch)
+        self.in_graph_io = True  # off after a capture with in-graph copies failed here
         self.disabled: str | None = None
         self.num_replays = 0
 
@@ -221,6 +143,7 @@ class DecodeGraphs:
 
     def run(self, items: Sequence[DecodeFeed], expert_counts: torch.Tensor | None = None) -> torch.Tensor | None:
         """Logits [len(items), V] of a pure decode step by graph replay; None: run it eagerly."""
+        self.tokens.forget()
         if self.disabled or torch.autograd.profiler._is_profiler_enabled:
             return None
         rows = decode_rows(items, self.block_size)
@@ -239,24 +162,26 @@ class DecodeGraphs:
                 return None
         if entry[2] is not expert_counts:  # captured with another counter (or none): eager this step
             return None
-        self.inputs.fill(rows, bucket, width)
+        self.tokens.wait()
+        self.inputs.fill(rows, bucket, width, copy=not entry[3])
         entry[0].replay()
+        if entry[3]:
+            self.tokens.replayed(len(rows))
         self.num_replays += 1
         return entry[1][:len(rows)]
 
     def _capture(self, bucket: int, width: int, expert_counts: torch.Tensor | None
-                 ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None] | None:
+                 ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None, bool] | None:
         batch = self.inputs.batch(bucket, width, expert_counts)
+        self.tokens.wait()
         self.inputs.fill([], bucket, width)  # every row padding: the warm-up and capture touch no real KV
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # compiles Triton kernels and sets cuBLAS up outside the capture
-                self.model(batch, self.k_caches, self.v_caches)
+                self.forward(batch, self.k_caches, self.v_caches)
             torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                logits = self.model(batch, self.k_caches, self.v_caches)
+            graph, logits, io = self._record(batch, bucket, width)
         except Exception as exc:  # noqa: BLE001 -- a model that cannot be captured still runs eagerly
             self.disabled = f"capture failed: {type(exc).__name__}: {exc}"
             log.warning("CUDA graphs off for this engine (%s); decode runs eagerly", self.disabled)
@@ -264,5 +189,26 @@ class DecodeGraphs:
         finally:
             if expert_counts is not None:
                 expert_counts.zero_()  # the warm-up routed padding rows into it; the step's own forward follows
-        self.graphs[(bucket, width)] = entry = (graph, logits, expert_counts)
+        self.graphs[(bucket, width)] = entry = (graph, logits, expert_counts, io)
         return entry
+
+    def _record(self, batch: ForwardBatch, bucket: int, width: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, bool]:
+        """Capture the forward, with the input copy and the greedy tokens' copy inside when that
+        works here (else, once for all, without: the copies are then launched around each replay)."""
+        if self.in_graph_io:
+            try:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                    self.inputs.copy_in(bucket, width)
+                    logits = self.forward(batch, self.k_caches, self.v_caches)
+                    self.tokens.capture(logits)
+                return graph, logits, True
+            except Exception as exc:  # noqa: BLE001 -- the plain capture below is the fallback
+                self.in_graph_io = False
+                log.info("decode graphs copy their inputs and tokens outside the graph (%s: %s)",
+                         type(exc).__name__, exc)
+                torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            logits = self.forward(batch, self.k_caches, self.v_caches)
+        return graph, logits, False

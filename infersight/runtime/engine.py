@@ -15,6 +15,7 @@ from infersight.runtime.config import EngineConfig
 from infersight.runtime.errors import InvalidRequestError
 from infersight.runtime.forward_timer import ForwardTimer
 from infersight.runtime.kv_cache import KVCacheManager
+from infersight.runtime.model import Transformer
 from infersight.runtime.model_runner import FeedItem, ModelRunner
 from infersight.runtime.observer import EngineObserver
 from infersight.runtime.outputs import RequestOutput
@@ -22,7 +23,7 @@ from infersight.runtime.request import Request, checked_params
 from infersight.runtime.sampling import SamplingParams, probs_from_logits, sample, sample_batch
 from infersight.runtime.scheduler import Scheduler, ScheduledRequest
 from infersight.runtime.spec_probe import SpecProbe
-from infersight.runtime.speculative import verify
+from infersight.runtime.speculative import DraftFallbacks, verify
 from infersight.runtime.stats import StepStats
 from infersight.runtime.tokenizer import ByteTokenizer
 from infersight.runtime.weights import build_model
@@ -55,9 +56,7 @@ class Engine:
         backend = config.resolved_attention_backend
         self.decode_attention = decode_kernel(config)
         cfg = config.model_config
-        target = build_model(cfg, dtype=config.torch_dtype, device=config.device, seed=config.seed,
-                             weights=config.weights, attention_backend=backend, ranges=self.ranges,
-                             decode_attention=self.decode_attention)
+        target = self.build_target(config, backend, self.decode_attention)
         self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
         self.target.use_cuda_graphs(config, self.decode_attention)  # decode steps as CUDA graphs, when they can be
         self.draft: ModelRunner | None = None
@@ -68,6 +67,7 @@ class Engine:
                                 decode_attention=self.decode_attention)
             self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
         self.spec_probe = SpecProbe(config.spec_probe_every if self.draft is not None else 0)
+        self.draft_fallbacks = DraftFallbacks()  # requests (and steps) the draft failed: decoded plainly
         self.forward_timer = ForwardTimer(config.device)
         self.expert_counts = None
         if self.observer.wants_expert_counts and cfg.is_moe:
@@ -77,6 +77,13 @@ class Engine:
         self.next_request_id = 0
         self._trace_ids = random.Random()  # W3C trace ids for requests that arrive without one
         self.step_id = 0
+
+    def build_target(self, config: EngineConfig, attention_backend: str, decode_attention: str) -> Transformer:
+        """The target model, in eval mode on config.device. An expert-parallel engine overrides this to
+        build only its rank's experts (runtime/parallel/local_model.py)."""
+        return build_model(config.model_config, dtype=config.torch_dtype, device=config.device, seed=config.seed,
+                           weights=config.weights, attention_backend=attention_backend, ranges=self.ranges,
+                           decode_attention=decode_attention)
 
     # -- requests -------------------------------------------------------------------------------
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, *,
@@ -186,8 +193,13 @@ class Engine:
         drafts: dict[int, list[int]] = {}
         draft_probs: dict[int, torch.Tensor] = {}
         if self.draft is not None and not stats.spec_probe:
+            sched = self.draft_fallbacks.without_drafts(sched, lambda rid: rid not in self.draft_fallbacks.off)
             with self.ranges.range("forward.draft"):
-                drafts, draft_probs = self._propose(self.draft, sched)
+                try:
+                    drafts, draft_probs = self._propose(self.draft, sched)
+                except Exception as exc:  # noqa: BLE001 -- the draft only proposes: the step goes on without it
+                    self.draft_fallbacks.step_failed(self.step_id, exc)
+            sched = self.draft_fallbacks.without_drafts(sched, drafts.__contains__)
             stats.draft_forwards = max((s.num_spec_tokens for s in sched), default=0)
             stats.draft_ns = time.monotonic_ns() - t_draft
         forward = self._forward_name(sched, prefilling)
@@ -253,15 +265,22 @@ class Engine:
                 s.req.draft_computed = s.req.num_computed + s.num_new_tokens
         for j in range(max((s.num_spec_tokens for s in spec), default=0)):
             if j > 0:
-                active = [s for s in spec if s.num_spec_tokens > j]
+                active = [s for s in spec if s.num_spec_tokens > j and s.req.request_id in drafts]
+                if not active:
+                    break
                 feed = [FeedItem(s.req, s.req.num_tokens + j - 1, [drafts[s.req.request_id][-1]], 1) for s in active]
                 logits = dict(zip((s.req.request_id for s in active), draft.run(feed)))
             for s in spec:
                 rid = s.req.request_id
-                if s.num_spec_tokens > j:
-                    q = probs_from_logits(logits[rid][-1:], s.req.params)[0]
-                    drafts.setdefault(rid, []).append(sample(q, s.req.generator))
-                    probs.setdefault(rid, []).append(q)
+                if s.num_spec_tokens > j and (j == 0 or rid in drafts):
+                    try:
+                        q = probs_from_logits(logits[rid][-1:], s.req.params)[0]
+                        drafts.setdefault(rid, []).append(sample(q, s.req.generator))
+                        probs.setdefault(rid, []).append(q)
+                    except Exception as exc:  # noqa: BLE001 -- this request decodes plainly (DraftFallbacks)
+                        drafts.pop(rid, None)
+                        probs.pop(rid, None)
+                        self.draft_fallbacks.request_failed(rid, exc, self.requests)
         return drafts, {rid: torch.stack(p) for rid, p in probs.items()}
 
     def _target_items(self, sched: list[ScheduledRequest], drafts: dict[int, list[int]]) -> list[FeedItem]:
@@ -289,11 +308,15 @@ class Engine:
             return {}
         reqs = [r for r, _ in rows]
         try:
-            full = self.target.last_logits
-            batch = (full if full is not None and len(rows) == len(sched) == full.shape[0]
-                     else torch.stack([lg[-1] for _, lg in rows]))
-            tokens = sample_batch(batch, [r.params for r in reqs], [r.generator.initial_seed() for r in reqs],
-                                  [len(r.output_token_ids) for r in reqs]).tolist()
+            # A greedy graph step's tokens are already on the host (ModelRunner.greedy_tokens).
+            tokens = (self.target.greedy_tokens(len(rows))
+                      if len(rows) == len(sched) and all(r.params.greedy for r in reqs) else None)
+            if tokens is None:
+                full = self.target.last_logits
+                batch = (full if full is not None and len(rows) == len(sched) == full.shape[0]
+                         else torch.stack([lg[-1] for _, lg in rows]))
+                tokens = sample_batch(batch, [r.params for r in reqs], [r.generator.initial_seed() for r in reqs],
+                                      [len(r.output_token_ids) for r in reqs]).tolist()
         except Exception:  # noqa: BLE001 -- see the docstring
             log.exception("step %d: batched sampling failed; sampling request by request", self.step_id)
             return {}

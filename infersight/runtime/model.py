@@ -13,19 +13,29 @@ from torch import nn
 
 from infersight.runtime.attention import flash_attention, gather_kv, naive_attention, paged_decode_attention
 from infersight.runtime.config import ModelConfig
-from infersight.runtime.forward_batch import ForwardBatch
+from infersight.runtime.forward_batch import ForwardBatch, Segment
 from infersight.runtime.layers import RMSNorm, RotaryEmbedding, SwiGLU
 from infersight.runtime.moe import MoEFFN
 from infersight.runtime.ranges import RangeMarker, layer_range_names
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int) -> torch.Tensor:
-    """torch SDPA with a bottom-right causal mask (queries are the last rows of the context)."""
+    """torch SDPA with a bottom-right causal mask (queries are the last rows of the context).
+
+    Inputs go in as [1, heads, tokens, head_dim] with the KV heads repeated to the query heads:
+    SDPA's flash and memory-efficient kernels take only 4-D inputs, and GQA only in some builds;
+    anything else falls back to the float32 math kernel, 20x slower on an 8k prompt."""
     lq, lk = q.shape[0], k.shape[0]
-    mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(diagonal=q_offset)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         attn_mask=mask, enable_gqa=True)
-    return out.transpose(0, 1)
+    group = q.shape[1] // k.shape[1]
+    qh = q.transpose(0, 1).unsqueeze(0)
+    kh, vh = (x.repeat_interleave(group, dim=1).transpose(0, 1).unsqueeze(0) if group > 1
+              else x.transpose(0, 1).unsqueeze(0) for x in (k, v))
+    if lq == lk:  # a whole prompt: the plain causal mask, which lets SDPA pick its flash kernel
+        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
+    else:
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(diagonal=q_offset)
+        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
+    return out[0].transpose(0, 1)
 
 
 class Attention(nn.Module):
@@ -57,22 +67,33 @@ class Attention(nn.Module):
         # Write this step's K/V first, so every kernel below reads its whole context from the cache.
         k_cache.view(-1, self.n_kv_heads, self.head_dim)[batch.slot_mapping] = k
         v_cache.view(-1, self.n_kv_heads, self.head_dim)[batch.slot_mapping] = v
+        return self.out(self.attend(q, batch, k_cache, v_cache).reshape(t, -1))
+
+    def attend(self, q: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
+               ) -> torch.Tensor:
+        """q [T, H, D] of the batch's tokens, their K/V already in the cache -> attention out [T, H, D]:
+        single-token decodes through the paged decode kernel, multi-token segments through the
+        prefill kernel over their gathered context."""
+        segs = batch.segments
+        if not batch.decode_index.numel() and len(segs) == 1 and segs[0].start == 0 and segs[0].length == q.shape[0]:
+            return self._segment(q, segs[0], k_cache, v_cache)  # one prompt chunk alone: no copy into out
         out = torch.empty_like(q)
         if batch.decode_index.numel():
             out[batch.decode_index] = self.paged_decode(
                 q[batch.decode_index], k_cache, v_cache, batch.decode_block_tables, batch.decode_context_lens)
-        for seg in batch.segments:
-            ks, vs = gather_kv(k_cache, v_cache, seg.block_table, seg.context_len)
-            qs = q[seg.start:seg.start + seg.length]
-            q_offset = seg.context_len - seg.length
-            if self.backend == "sdpa":
-                o = sdpa_attention(qs, ks, vs, q_offset)
-            elif self.backend == "naive":
-                o = naive_attention(qs, ks, vs, causal=True, q_offset=q_offset)
-            else:
-                o = flash_attention(qs, ks, vs, causal=True, q_offset=q_offset)
-            out[seg.start:seg.start + seg.length] = o
-        return self.out(out.reshape(t, -1))
+        for seg in segs:
+            out[seg.start:seg.start + seg.length] = self._segment(q, seg, k_cache, v_cache)
+        return out
+
+    def _segment(self, q: torch.Tensor, seg: Segment, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        ks, vs = gather_kv(k_cache, v_cache, seg.block_table, seg.context_len)
+        qs = q[seg.start:seg.start + seg.length]
+        q_offset = seg.context_len - seg.length
+        if self.backend == "sdpa":
+            return sdpa_attention(qs, ks, vs, q_offset)
+        if self.backend == "naive":
+            return naive_attention(qs, ks, vs, causal=True, q_offset=q_offset)
+        return flash_attention(qs, ks, vs, causal=True, q_offset=q_offset)
 
     def forward_train(self, x: torch.Tensor, rope: RotaryEmbedding, positions: torch.Tensor) -> torch.Tensor:
         """Training path: x [B, T, d], causal SDPA over the window itself, no KV cache."""

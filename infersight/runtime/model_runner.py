@@ -13,6 +13,7 @@ import torch
 
 from infersight.runtime.cuda_graphs import DecodeGraphs, bucket_for, compile_layers, graph_blocker, width_buckets
 from infersight.runtime.forward_batch import ForwardBatch, Segment
+from infersight.runtime.forward_fused import FusedForward, fused_forward_problem
 from infersight.runtime.model import Transformer
 from infersight.runtime.request import Request
 
@@ -47,6 +48,8 @@ class ModelRunner:
         # width), so eager and graph steps of one batch run the same kernels on the same shapes.
         self.decode_widths: list[int] | None = None
         self.last_logits: torch.Tensor | None = None  # the last run's logits, all items' rows
+        # On CUDA, every forward runs these kernels when set (pure decode batches through decode()).
+        self.fused: FusedForward | None = None
 
     def use_cuda_graphs(self, config: "EngineConfig", decode_attention: str) -> str | None:
         """Run pure decode steps as CUDA graphs where they can be; returns why not (None: they are)."""
@@ -56,6 +59,8 @@ class ModelRunner:
             self.decode_widths = width_buckets(max_blocks)
         if config.compile_layers and self.device.startswith("cuda"):
             compile_layers(self.model)
+        if config.fused_forward and fused_forward_problem(self.model, self.device, decode_attention) is None:
+            self.fused = FusedForward(self.model)
         reason = graph_blocker(self.model, self.device, decode_attention, config.enforce_eager)
         if reason is None and self.k_caches.shape[1] <= (config.num_kv_blocks or 0):
             reason = "no spare KV block for padding rows"
@@ -63,7 +68,8 @@ class ModelRunner:
         if reason is None:
             self.graphs = DecodeGraphs(self.model, self.k_caches, self.v_caches, self.block_size,
                                        config.max_num_seqs, config.max_model_len,
-                                       pad_block=self.k_caches.shape[1] - 1, device=self.device)
+                                       pad_block=self.k_caches.shape[1] - 1, device=self.device,
+                                       forward=self.fused.decode if self.fused is not None else None)
         else:
             log.info("decode steps run eagerly: %s", reason)
         return reason
@@ -109,6 +115,11 @@ class ModelRunner:
             decode_context_lens=as_tensor(decode_lens), logits_index=as_tensor(logits_index),
             expert_counts=expert_counts)
 
+    def greedy_tokens(self, rows: int) -> list[int] | None:
+        """The argmax of each of the last run's `rows` logits rows, when a decode graph already
+        copied them to the host (runtime.graph_tokens); None: take them from the logits."""
+        return self.graphs.tokens.take(rows) if self.graphs is not None else None
+
     @torch.inference_mode()
     def run(self, items: list[FeedItem], expert_counts: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Logits [item.logits, V] for each item, in order."""
@@ -116,6 +127,10 @@ class ModelRunner:
             return []
         logits = self.graphs.run(items, expert_counts) if self.graphs is not None else None
         if logits is None:
-            logits = self.model(self.build_batch(items, expert_counts), self.k_caches, self.v_caches)
+            forward = self.model
+            if self.fused is not None:
+                pure_decode = all(len(it.tokens) == 1 and it.logits == 1 for it in items)
+                forward = self.fused.decode if pure_decode else self.fused.forward
+            logits = forward(self.build_batch(items, expert_counts), self.k_caches, self.v_caches)
         self.last_logits = logits
         return list(logits.split([item.logits for item in items]))

@@ -78,6 +78,11 @@ class Scheduler:
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n, spec = self._plan(req, budget)
+            if not self.kv.blocks_needed(req, n + spec):  # most decode steps: the last block has room
+                out.scheduled.append(ScheduledRequest(req, n, spec))
+                budget -= n + spec
+                i += 1
+                continue
             while not self.kv.can_allocate_slots(req, n + spec):
                 victim = self.running.pop()
                 self._preempt(victim)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import torch
 
@@ -22,18 +23,27 @@ def shipped_weights(name: str) -> Path | None:
 def init_random(model: Transformer, seed: int) -> None:
     """Same seed, same weights: draw in parameter-name order on a generator of the model's device
     (so a 40B-parameter shape is initialised on the GPU, not on the host)."""
-    device = next(model.parameters()).device
+    init_named_random(dict(model.named_parameters()), model.cfg.n_layers, seed, next(model.parameters()).device)
+
+
+def init_named_random(params: Mapping[str, torch.Tensor], n_layers: int, seed: int,
+                      device: torch.device | str) -> None:
+    """init_random over parameters given by their full-model names. A meta tensor stands for a
+    parameter this process does not hold (another expert-parallel rank's expert): its draws go to
+    a transient buffer of its size, so the rest of the stream, hence every weight held, is the
+    full model's."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    n_layers = model.cfg.n_layers
     with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
+        for name, param in sorted(params.items()):
             if param.ndim == 1:
-                param.fill_(1.0)
+                if not param.is_meta:
+                    param.fill_(1.0)
                 continue
             std = 0.02
             if name.endswith(("attn.out.weight", "down.weight")):
                 std = 0.02 / (2 * n_layers) ** 0.5  # keep the residual stream's variance flat with depth
-            param.normal_(0.0, std, generator=gen)
+            target = torch.empty(param.shape, dtype=param.dtype, device=device) if param.is_meta else param
+            target.normal_(0.0, std, generator=gen)
 
 
 def load_safetensors(model: Transformer, path: str | Path) -> None:

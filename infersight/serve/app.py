@@ -31,6 +31,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from infersight.http_connections import ConnectionGate
 from infersight.http_limits import RECEIVED_NS, LimitedApp
 from infersight.probes.records import TextField
 from infersight.serve import protocol as P
@@ -89,9 +90,13 @@ async def read_json(request: Request) -> dict[str, Any]:
     return body
 
 
-def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters | None = None) -> ASGIApp:
+def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters | None = None,
+              gate: ConnectionGate | None = None) -> ASGIApp:
+    """The app behind its HTTP limits; `gate` (the server's connection bound) is shown on /metrics."""
     counters = counters if counters is not None else engine.counters
     registry = counters.registry()
+    if gate is not None:
+        registry.register(gate.collector())
 
     def bounded(value: str | None) -> str | None:
         return value[: config.max_id_bytes] if value else None

@@ -26,6 +26,7 @@ class ServeConfig:
     max_json_depth: int = 64  # nesting of arrays/objects in a body (400 beyond, before parsing)
     header_timeout_s: float = 10.0  # from a request's first byte to its last header byte (408 beyond)
     body_timeout_s: float = 30.0  # to read the whole body once the headers are in (408 beyond)
+    max_connections: int = 512  # held at once (idle keep-alive ones too); one more: 503, closed, counted
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -43,4 +44,4 @@ class ServeConfig:
         """The HTTP limits this server applies (infersight.http_limits)."""
         return HttpLimits(max_body_bytes=self.max_body_bytes, max_header_bytes=self.max_header_bytes,
                           max_json_depth=self.max_json_depth, header_timeout_s=self.header_timeout_s,
-                          body_timeout_s=self.body_timeout_s)
+                          body_timeout_s=self.body_timeout_s, max_connections=self.max_connections)

@@ -12,7 +12,8 @@ the engine is not thread-safe, and the ring has a single producer. Admission is 
 Failures are confined and counted: a request whose own sampling or probes raise is finished by
 the engine with reason "error" and only its handler gets Failed (scope "request"); a step that
 raises as a whole fails the requests in flight (scope "step"); a probe record that cannot be
-written is counted and the request goes on.
+written is counted and the request goes on. A request the draft model fails for is not failed: it
+decodes without speculation (runtime.speculative.DraftFallbacks), counted apart.
 """
 from __future__ import annotations
 
@@ -155,6 +156,8 @@ class EngineLoop:
                 if self.engine.has_unfinished():
                     self.engine.step()
                     self._deliver()
+                    fallbacks = self.engine.draft_fallbacks
+                    self.counters.draft_fallbacks(fallbacks.requests, fallbacks.steps)
             except Exception as exc:  # noqa: BLE001 -- fail the requests in flight, keep serving
                 log.exception("engine step failed; failing %d requests in flight", len(self._active))
                 self.counters.request_failed("step", len(self._active))

@@ -1,5 +1,5 @@
 """The server's own counters (rejections by reason, malformed traceparents, requests the engine failed,
-probe records not written), served on its /metrics.
+probe records not written, draft-model fallbacks), served on its /metrics.
 
 Names and help come from the catalogue (SERVE_METRICS); the registry is the server's own, never the
 process-global default one.
@@ -25,6 +25,7 @@ class ServerCounters(Collector):
         self.rejected: dict[str, int] = {}
         self.failed: dict[str, int] = {"request": 0, "step": 0}
         self.probe_writes_failed = 0
+        self.fallbacks: dict[str, int] = {"request": 0, "step": 0}
 
     def reject(self, reason: str) -> None:
         with self._lock:
@@ -39,6 +40,12 @@ class ServerCounters(Collector):
         with self._lock:
             self.probe_writes_failed += 1
 
+    def draft_fallbacks(self, requests: int, steps: int) -> None:
+        """The engine's running totals (runtime.speculative.DraftFallbacks): requests and steps that
+        went on without speculation because the draft model failed."""
+        with self._lock:
+            self.fallbacks = {"request": requests, "step": steps}
+
     def invalid_traceparent(self) -> None:
         with self._lock:
             self.traceparent_invalid += 1
@@ -46,7 +53,8 @@ class ServerCounters(Collector):
     def snapshot(self) -> dict[str, object]:
         with self._lock:
             return {"traceparent_invalid": self.traceparent_invalid, "rejected": dict(self.rejected),
-                    "failed": dict(self.failed), "probe_writes_failed": self.probe_writes_failed}
+                    "failed": dict(self.failed), "probe_writes_failed": self.probe_writes_failed,
+                    "draft_fallbacks": dict(self.fallbacks)}
 
     def collect(self) -> Iterator[Metric]:
         snap = self.snapshot()
@@ -63,6 +71,11 @@ class ServerCounters(Collector):
         yield fam
         yield CounterMetricFamily(C.SERVER_PROBE_WRITES_FAILED.name, C.SERVER_PROBE_WRITES_FAILED.help,
                                   value=snap["probe_writes_failed"])
+        fam = CounterMetricFamily(C.SERVER_DRAFT_FALLBACKS.name, C.SERVER_DRAFT_FALLBACKS.help,
+                                  labels=list(C.SERVER_DRAFT_FALLBACKS.labels))
+        for scope, n in sorted(snap["draft_fallbacks"].items()):  # type: ignore[union-attr]
+            fam.add_metric([scope], n)
+        yield fam
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry(auto_describe=True)

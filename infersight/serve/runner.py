@@ -6,6 +6,7 @@ import signal
 
 import uvicorn
 
+from infersight.http_connections import ConnectionGate
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime.config import EngineConfig
@@ -20,11 +21,11 @@ from infersight.serve.sidecar import AgentOptions, AgentProcess
 log = logging.getLogger("infersight.serve")
 
 
-def uvicorn_config(app: object, config: ServeConfig) -> uvicorn.Config:
-    """h11 guarded by the HTTP limits: the header bound and the header-read deadline hold before any
-    request reaches the app (infersight.http_limits.GuardedH11Protocol)."""
+def uvicorn_config(app: object, config: ServeConfig, gate: ConnectionGate | None = None) -> uvicorn.Config:
+    """h11 guarded by the HTTP limits: the connection bound (`gate`), the header bound and the
+    header-read deadline hold before any request reaches the app (http_limits.GuardedH11Protocol)."""
     return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
-                          **config.limits.uvicorn_options(openai_error_body))
+                          **config.limits.uvicorn_options(openai_error_body, gate))
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -50,7 +51,8 @@ def serve(config: ServeConfig, engine_config: EngineConfig, probe_config: ProbeC
         log.info("serving %s on http://%s:%d (probe ring %s)", config.model_name, config.host, config.port,
                  probe.ring_name)
         try:
-            uvicorn.Server(uvicorn_config(build_app(loop, config), config)).run()
+            gate = ConnectionGate(config.max_connections, "serve")
+            uvicorn.Server(uvicorn_config(build_app(loop, config, gate=gate), config, gate)).run()
         except KeyboardInterrupt:
             pass  # uvicorn re-raises the stop signal after its graceful shutdown: a requested stop, not an error
         finally:

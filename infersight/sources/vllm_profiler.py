@@ -10,9 +10,11 @@ which this module does not read.) One capture, on its own thread (the agent's lo
   2. POST /start_profile {"profile_prefix": "infersight-<id>-<random>", "max_iterations": N}: since
      vLLM 0.3x the worker's profiler stops itself after N engine steps, so the window is exactly N
      steps even though step 3 counts them late (the counter moves when outputs reach the API server)
-  3. wait until the count has grown by N, at most `step_wait_s` (an idle server takes no steps:
-     the capture then covers the steps that came)
-  4. POST /stop_profile: ends vLLM's session (and writes the trace when vLLM has not yet)
+  3. wait until the worker's trace appears (its profiler stopped itself after N steps), at most
+     `step_wait_s` (an idle server takes no steps: the capture then covers the steps that came);
+     flight-recorder windows wait at most WINDOW_STEP_WAIT_S
+  4. POST /stop_profile: ends vLLM's session (the API server's own profiler, unless vLLM runs with
+     "ignore_frontend": true; the worker's, writing its trace, when it has not stopped yet)
   5. wait, at most `trace_wait_s`, for the worker's trace: a new `*.pt.trace.json[.gz]` in DIR, not
      the API server's `*async_llm*` one, rank 0 first, ours by prefix when vLLM names it so, and
      readable (torch writes the gzip in place, so a half-written file is retried)
@@ -59,6 +61,7 @@ TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 _STEP_RANGE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+)\(.*\)$")
 _RANK = re.compile(r"rank(\d+)")
 LARGE_TRACE_BYTES = 5 << 20
+WINDOW_STEP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -152,10 +155,18 @@ class VllmProfilerTarget:
 
     # -- the CaptureTarget protocol ------------------------------------------------------------------
     def start(self, capture_id: int, steps: int) -> None:
+        self._launch(capture_id, steps, analyse=True)
+
+    def start_window(self, capture_id: int, steps: int) -> None:
+        """A flight-recorder window: like start(), but the trace is only checked to be complete, not
+        analysed here (agent.recorder_vllm reads it into the window's summary)."""
+        self._launch(capture_id, steps, analyse=False)
+
+    def _launch(self, capture_id: int, steps: int, analyse: bool) -> None:
         if self._thread is not None and self._thread.is_alive():
             raise CaptureRefused(409, "a vLLM capture is still finishing; one at a time")
         self._outcome = None
-        self._thread = threading.Thread(target=self._run, args=(capture_id, steps), daemon=True,
+        self._thread = threading.Thread(target=self._run, args=(capture_id, steps, analyse), daemon=True,
                                         name=f"infersight-vllm-capture-{capture_id}")
         self._thread.start()
 
@@ -188,47 +199,59 @@ class VllmProfilerTarget:
         """Sleep one poll interval (or less); False once the agent is closing."""
         return not self._closing.wait(max(0.0, min(self.config.poll_s, seconds)))
 
-    def _run(self, capture_id: int, steps: int) -> None:
+    def _run(self, capture_id: int, steps: int, analyse: bool) -> None:
         try:
-            self._capture(capture_id, steps)
+            self._capture(capture_id, steps, analyse)
         except Exception as exc:  # noqa: BLE001 (a bug here must end the capture, not wedge every later one)
             self._fail("unreadable", f"the capture could not be analysed ({type(exc).__name__}: {exc})", {})
 
-    def _capture(self, capture_id: int, steps: int) -> None:
+    def _capture(self, capture_id: int, steps: int, analyse: bool = True) -> None:
+        """One capture (the module docstring's steps); analyse False: a flight-recorder window, which
+        waits at most WINDOW_STEP_WAIT_S for its steps (an idle vLLM must not hold the recorder)."""
         cfg = self.config
         directory = Path(cfg.profiler_dir)
         prefix = f"infersight-{capture_id}-{secrets.token_hex(4)}"  # unique across agents and restarts
         before = set(trace_files(directory))
-        info: dict[str, Any] = {"steps_requested": steps, "profile_prefix": prefix}
+        # start_mono_ns: when /start_profile was sent, on the clock of the probe rings' STEP records
+        # (CLOCK_MONOTONIC): the flight recorder charges the window from the step that ends after it.
+        info: dict[str, Any] = {"steps_requested": steps, "profile_prefix": prefix,
+                                "start_mono_ns": time.monotonic_ns()}
         try:
             self._post("/start_profile", {"profile_prefix": prefix, "max_iterations": steps}, cfg.http_timeout_s)
+            info["start_call_s"] = round((time.monotonic_ns() - info["start_mono_ns"]) / 1e9, 4)
         except (urllib.error.URLError, OSError) as exc:
             return self._fail("profiler_http", f"{cfg.base_url}/start_profile failed ({exc}): was vLLM started "
                               "with --profiler-config '{\"profiler\": \"torch\", \"torch_profiler_dir\": ...}'?",
                               info)
-        # Counted from after the start (iterations finished while it was being set up are not in the
-        # trace), with two to spare: vLLM's max_iterations bounds the trace itself, and the scraped
-        # count lags the worker, so stopping on exactly N could cut the window short.
+        # vLLM's worker stops itself after N steps (max_iterations) and writes its trace then: its
+        # appearance ends the wait. The scraped count is only a fallback for a vLLM that ignores
+        # max_iterations, with a wide margin: it lags the worker and, on a loaded host, catches up in
+        # bursts, so stopping on it near N sent /stop_profile before any step was profiled.
         start_count = self.steps()
         started = time.monotonic()
-        deadline = started + cfg.step_wait_s
+        deadline = started + (cfg.step_wait_s if analyse else min(cfg.step_wait_s, WINDOW_STEP_WAIT_S))
         counted = 0.0
         while time.monotonic() < deadline:
+            if set(trace_files(directory)) - before:
+                break
             now_count = self.steps()
             if start_count is None:
                 start_count = now_count
             elif now_count is not None:
                 counted = now_count - start_count
-            if counted >= steps + 2 or not self._wait(deadline - time.monotonic()):
+            if counted >= 4 * steps + 16 or not self._wait(deadline - time.monotonic()):
                 break
         info.update(steps_counted=int(counted), window_s=round(time.monotonic() - started, 3))
+        stop_at = time.monotonic()
         try:
             self._post("/stop_profile", None, max(cfg.http_timeout_s, cfg.trace_wait_s))
         except (urllib.error.URLError, OSError) as exc:
             return self._fail("profiler_http", f"{cfg.base_url}/stop_profile failed ({exc})", info)
-        self._pick_up(directory, before, prefix, info)
+        info["stop_call_s"] = round(time.monotonic() - stop_at, 4)
+        self._pick_up(directory, before, prefix, info, analyze_vllm_trace if analyse else _complete_trace)
 
-    def _pick_up(self, directory: Path, before: set[str], prefix: str, info: dict[str, Any]) -> None:
+    def _pick_up(self, directory: Path, before: set[str], prefix: str, info: dict[str, Any],
+                 analyse: Callable[[str], dict[str, Any]] = analyze_vllm_trace) -> None:
         """Wait for the new worker trace to be complete, then analyse it (steps 5 and 6)."""
         deadline = time.monotonic() + self.config.trace_wait_s
         sizes: dict[str, int] = {}
@@ -240,11 +263,11 @@ class VllmProfilerTarget:
             if name is not None and sizes.get(name) == now[name] != failed_at.get(name):  # unchanged: try it
                 path = str(directory / name)
                 try:
-                    report = analyze_vllm_trace(path)
+                    report = analyse(path)
                 except TraceError as exc:
                     last_error, failed_at[name] = str(exc), now[name]  # tried again only if it grows
                 else:
-                    info["trace_bytes"] = now[name]
+                    info["trace_bytes"], info["trace_ready_mono_ns"] = now[name], time.monotonic_ns()
                     if now[name] > LARGE_TRACE_BYTES:
                         info["note"] = "a large trace: start vLLM with torch_profiler_with_stack false"
                     report["capture"] = info
@@ -254,6 +277,8 @@ class VllmProfilerTarget:
                 break
         if last_error:
             return self._fail("unreadable", f"the worker trace did not parse: {last_error}", info)
+        if self._closing.is_set():
+            return self._fail("no_trace", "the agent stopped before vLLM's worker trace appeared", info)
         return self._fail("no_trace", f"no worker trace (*.pt.trace.json.gz) appeared in {directory} within "
                           f"{self.config.trace_wait_s:g} s after /stop_profile: is it vLLM's torch_profiler_dir "
                           "as this host sees it?", info)
@@ -267,6 +292,12 @@ class VllmProfilerTarget:
     def _finish(self, outcome: CaptureOutcome) -> None:
         with self._lock:
             self._outcome = outcome
+
+
+def _complete_trace(path: str) -> dict[str, Any]:
+    """{} once the trace parses (TraceError before: torch may still be writing it)."""
+    read_json_document(path)
+    return {}
 
 
 class _FailureCounts(Collector):

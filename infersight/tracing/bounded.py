@@ -46,6 +46,7 @@ class BoundedTable(Generic[K, V]):
         self._data: OrderedDict[K, V] = OrderedDict()  # popping the oldest of a plain dict is O(holes)
         self._sizes: dict[K, int] = {}
         self.bytes = 0
+        self._evicted: list[K] = []  # keys forgotten since the last evicted() call
 
     def put(self, key: K, value: V, size: int) -> None:
         """Set key (replacing its value and size; a new key goes last), then enforce the limits."""
@@ -80,6 +81,17 @@ class BoundedTable(Generic[K, V]):
         self.bytes -= self._sizes.pop(key)
         return key, value
 
+    def evicted(self) -> list[K]:
+        """The keys forgotten for the limits since the last call (so an owner can release what
+        they referred to elsewhere); cleared by the call."""
+        out, self._evicted = self._evicted, []
+        return out
+
+    def clear(self) -> None:
+        self._data.clear()
+        self._sizes.clear()
+        self.bytes = 0
+
     def __len__(self) -> int:
         return len(self._data)
 
@@ -104,6 +116,8 @@ class BoundedTable(Generic[K, V]):
         while (reason := self.over()) is not None:
             key, value = self.popitem_oldest()
             self.evictions.add(self.name, reason)
+            if len(self._evicted) < 1024:  # an owner that never asks cannot grow this without bound
+                self._evicted.append(key)
             if on_evict is not None:
                 on_evict(key, value)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.correlate.frames import EventFrames, join_texts
-from infersight.tracing.bounded import TUPLE_ITEM, BoundedTable, Evictions, record_bytes
+from infersight.tracing.bounded import TUPLE_ITEM, BoundedTable, Evictions, frame_bytes, record_bytes
 from infersight.tracing.spans import ServedInfo
 
 MAX_STEPS = 20_000
@@ -25,8 +25,8 @@ DEFAULT_MAX_BYTES = 32 << 20
 #: Request ids carry their ring's index above this bit (agent.ingest.RING_ID_SHIFT).
 RING_SHIFT = 48
 #: Each table's share of the byte limit (steps and memberships are the big ones at steady load).
-SHARES = {"steps": 0.25, "members": 0.25, "spec": 0.04, "reloads": 0.04, "served": 0.12, "network": 0.05,
-          "texts": 0.25}
+SHARES = {"steps": 0.2, "members": 0.2, "spec": 0.04, "reloads": 0.04, "served": 0.12, "network": 0.05,
+          "texts": 0.2, "rows": 0.15}
 
 
 class TraceBuffers:
@@ -47,6 +47,8 @@ class TraceBuffers:
         self.served = table("served", MAX_REQUESTS)         # request id -> SERVED record
         self.network = table("network", MAX_REQUESTS)       # request id -> (receive, first, last byte)
         self.texts = table("texts", MAX_REQUESTS)           # request id -> REQUEST_TEXT chunks
+        # request id -> (finished row, its events, when added): rows waiting for their steps (hook.process)
+        self.rows = table("rows", MAX_REQUESTS)
 
     def absorb(self, frames: EventFrames, ring_index: int) -> None:
         """Fold in one batch (request and step ids already shifted by ring, as the agent reads them)."""
@@ -79,6 +81,19 @@ class TraceBuffers:
             chunk = tuple(row)
             self.texts.append(int(row.request_id), chunk, TUPLE_ITEM + sum(
                 len(v) if isinstance(v, (str, bytes)) else 8 for v in chunk))
+
+    def add_row(self, row: dict[str, Any], events: pd.DataFrame, added: float) -> None:
+        """A finished row (and its events) waiting for its steps; the oldest beyond the rows table's
+        limits is forgotten (counted), and so are its pieces in the other tables."""
+        rid = int(row["request_id"])
+        self.rows.put(rid, (row, events, added), record_bytes(row) + frame_bytes(events))
+        for gone in self.rows.evicted():
+            self.forget(gone)
+
+    def forget(self, request_id: int) -> None:
+        """Drop a request's pieces without building anything (its row was evicted)."""
+        for table in (self.spec, self.reloads, self.members, self.served, self.network, self.texts):
+            table.pop(request_id)
 
     def evictions(self) -> dict[str, int]:
         """Entries forgotten so far, as "table/reason" -> count."""

@@ -52,7 +52,6 @@ class TracingHook:
         self.model, self.ratio, self.export_content, self.metrics = model, ratio, export_content, metrics
         self.buffers = buffers if buffers is not None else TraceBuffers()
         self.kept = self.sampled_out = 0
-        self._rows: list[tuple[dict[str, Any], pd.DataFrame, float]] = []  # (row, its events, when added)
         self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
         self._step_spans: OrderedDict[int, SpanContext] = OrderedDict()
         self._mirror: dict[str, LabelledCounter] = {}
@@ -89,8 +88,8 @@ class TracingHook:
         """AgentState.on_rows: runs under the state's lock, so it only queues."""
         now = time.monotonic()
         by_request = {int(rid): g for rid, g in events.groupby("request_id", sort=False)}
-        for row in rows.to_dict("records"):
-            self._rows.append((row, by_request.get(int(row["request_id"]), events.iloc[:0]), now))
+        for row in rows.to_dict("records"):  # bounded in entries and bytes (buffers.rows), evictions counted
+            self.buffers.add_row(row, by_request.get(int(row["request_id"]), events.iloc[:0]), now)
 
     def ingest(self, frames: EventFrames, ring_index: int, anchor: tuple[int, int]) -> None:
         """One probe batch of ring `ring_index` (after AgentState ingested it); builds what is ready."""
@@ -104,19 +103,17 @@ class TracingHook:
     # -- output -----------------------------------------------------------------------------------
     def process(self, force: bool = False) -> None:
         """Build spans of rows whose steps have all been read (or waited STEP_WAIT_S; force: all)."""
-        now, waiting = time.monotonic(), []
-        for row, events, added in self._rows:
-            ring = int(row["request_id"]) >> RING_SHIFT
+        now, rows = time.monotonic(), self.buffers.rows
+        for rid, (row, events, added) in list(rows.items()):
+            ring = rid >> RING_SHIFT
             if self.build_deadline is not None and time.monotonic() > self.build_deadline:
-                waiting.append((row, events, added))  # shutting down: what is left is counted in close()
-            elif force or now - added >= STEP_WAIT_S or self.buffers.step_end.get(ring, -1) >= int(row["finish_ns"]):
+                break  # shutting down: what is left is counted in close()
+            if force or now - added >= STEP_WAIT_S or self.buffers.step_end.get(ring, -1) >= int(row["finish_ns"]):
+                rows.pop(rid)
                 if self.span_join is not None:
                     self.span_join.add_row(row, events, ring)
                 else:
                     self.export_row(row, events, ring)
-            else:
-                waiting.append((row, events, added))
-        self._rows = waiting
         if self.span_join is not None and (self.build_deadline is None or time.monotonic() <= self.build_deadline):
             self.span_join.process(force)
         self._sync_mirror()
@@ -180,10 +177,10 @@ class TracingHook:
         if self.build_deadline is None:  # building gets half the time, sending the rest
             self.build_deadline = time.monotonic() + (deadline - time.monotonic()) / 2
         self.process(force=True)
-        self.rows_unsent += len(self._rows) + (sum(self.span_join.pending[1:]) if self.span_join is not None else 0)
+        self.rows_unsent += len(self.buffers.rows) + (sum(self.span_join.pending[1:]) if self.span_join is not None else 0)
         if self.rows_unsent:
             log.warning("OTLP shutdown: %d finished requests had no spans built before the deadline", self.rows_unsent)
-        self._rows = []
+        self.buffers.rows.clear()
         # The metrics reader gets a share of what is left: its exporter has the same timeout.
         share = 0.5 if self.metrics is not None else 1.0
         unsent = self.pipeline.close(max(0.0, (deadline - time.monotonic()) * share))

@@ -33,8 +33,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from infersight.exporters import catalogue as C
+from infersight.http_connections import ConnectionGate
 from infersight.http_limits import HttpLimits, LimitedApp, grpc_status_error_body
 from infersight.tracing import otlp_decode as D
+from infersight.tracing.daemon_executor import DaemonThreadExecutor
 from infersight.tracing.span_join import JoinCounts, SpanJoin
 
 if TYPE_CHECKING:
@@ -50,7 +52,7 @@ CONTENT_PREFIXES = ("input.", "output.", "llm.input_messages", "llm.output_messa
                     "gen_ai.prompt", "gen_ai.completion", "gen_ai.input.messages", "gen_ai.output.messages",
                     "gen_ai.system_instructions")
 TRANSPORTS = ("http", "grpc")
-REASONS = ("malformed", "too_large", "unsupported_media_type")
+REASONS = ("malformed", "too_large", "unsupported_media_type", "too_many_connections")
 LIMIT_REASONS = {"body_too_large": "too_large", "headers_too_large": "too_large"}  # http_limits' -> ours
 
 
@@ -86,18 +88,21 @@ class OtlpReceiver:
 
     def __init__(self, sink: Callable[[list[ReadableSpan]], None], http: tuple[str, int] | None = None,
                  grpc_address: tuple[str, int] | None = None, export_content: bool = False,
-                 max_body_bytes: int = MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, max_connections: int = 64) -> None:
         self.sink, self.max_body_bytes = sink, max_body_bytes
+        # The HTTP listener's connections; refusals are counted as bodies refused (too_many_connections).
+        self.gate = ConnectionGate(max_connections, "otlp_receiver",
+                                   on_refuse=lambda: self.reject("http", "too_many_connections", "connection refused"))
         self.keep = None if export_content else not_content
         self.counts = ReceiverCounts()
         self.join_counts: JoinCounts | None = None  # shown beside ours on /metrics (set by attach)
         self._logged: dict[str, float] = {}
         self.http_port = self.grpc_port = None
-        self._sock = self._server = self._thread = self._grpc = None
+        self._sock = self._server = self._thread = self._grpc = self._grpc_pool = None
         if http is not None:
             self._sock = _bind(*http)
             self.http_port = self._sock.getsockname()[1]
-            options = self.http_limits().uvicorn_options(grpc_status_error_body)
+            options = self.http_limits().uvicorn_options(grpc_status_error_body, self.gate)
             self._server = uvicorn.Server(uvicorn.Config(self.app(), log_level="warning", access_log=False, **options))
         if grpc_address is not None:
             self._grpc, self.grpc_port = self._grpc_server(*grpc_address)
@@ -112,7 +117,8 @@ class OtlpReceiver:
         hook.span_join = join
         http = parse_hostport(config.otlp_receiver) if config.otlp_receiver else None
         grpc_address = parse_hostport(config.otlp_receiver_grpc) if config.otlp_receiver_grpc else None
-        receiver = cls(join.add_spans, http, grpc_address, config.export_content)
+        receiver = cls(join.add_spans, http, grpc_address, config.export_content,
+                       max_connections=config.max_connections)
         receiver.join_counts = join.counts
         return receiver
 
@@ -183,13 +189,13 @@ class OtlpReceiver:
         """infersight.http_limits on the HTTP listener: bodies up to twice max_body_bytes reach the
         handler (its 413 is a Status in the sender's encoding); JSON nested past protobuf's own
         recursion limit (100) is refused before it is parsed."""
-        return HttpLimits(max_body_bytes=2 * self.max_body_bytes, max_json_depth=100)
+        return HttpLimits(max_body_bytes=2 * self.max_body_bytes, max_json_depth=100,
+                          max_connections=self.gate.max_connections)
 
     # -- OTLP/gRPC ------------------------------------------------------------------------------------------
     def _grpc_server(self, host: str, port: int) -> tuple[object, int]:
         try:
             import grpc
-            from concurrent import futures
         except ImportError:
             raise ReceiverConfigError("the OTLP gRPC receiver needs grpcio: pip install 'infersight[grpc]'") from None
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
@@ -207,7 +213,9 @@ class OtlpReceiver:
 
         # Bodies up to twice our limit reach the handler, so the ones over it are counted there; beyond
         # that gRPC itself refuses them (RESOURCE_EXHAUSTED, uncounted). No SO_REUSEPORT: a busy port fails.
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="infersight-otlp-grpc"),
+        # Daemon workers: a handler stuck in the sink cannot hold the agent's exit (daemon_executor.py).
+        self._grpc_pool = DaemonThreadExecutor(max_workers=2, thread_name_prefix="infersight-otlp-grpc")
+        server = grpc.server(self._grpc_pool,
                              options=[("grpc.so_reuseport", 0),
                                       ("grpc.max_receive_message_length", 2 * self.max_body_bytes)])
         handler = grpc.unary_unary_rpc_method_handler(  # raw bytes in: we parse, so we count what does not
@@ -243,8 +251,9 @@ class OtlpReceiver:
             if self._thread is not None:
                 self._thread.join(timeout=5)
             self._sock.close()
-        if self._grpc is not None:
-            self._grpc.stop(grace=1).wait(5)
+        if self._grpc is not None:  # calls still running after the grace are cancelled; their threads
+            self._grpc.stop(grace=1).wait(5)  # are daemons, abandoned if stuck
+            self._grpc_pool.shutdown(wait=False, cancel_futures=True)
 
     def collector(self) -> Collector:
         return _ReceiverCollector(self)

@@ -64,6 +64,9 @@ class VllmServerConfig:
     otlp_traces_endpoint: str | None = None
     otlp_protocol: str = "http/protobuf"
     profiler_dir: str | None = None
+    # More --profiler-config fields (vLLM's names), e.g. {"ignore_frontend": True}: the API server's own
+    # profiler then stays off (it records the whole session, not just the bounded steps).
+    profiler_options: dict[str, object] = field(default_factory=dict)
     middleware: list[str] = field(default_factory=list)
     ngram_speculative_tokens: int = 0
     served_model_name: str | None = None
@@ -94,7 +97,7 @@ class VllmServerConfig:
             cmd += ["--otlp-traces-endpoint", self.otlp_traces_endpoint]
         if self.profiler_dir:
             cmd += ["--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": self.profiler_dir,
-                                                     "torch_profiler_with_stack": False})]
+                                                     "torch_profiler_with_stack": False, **self.profiler_options})]
         for mw in self.middleware:
             cmd += ["--middleware", mw]
         if self.ngram_speculative_tokens:

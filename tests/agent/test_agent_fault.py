@@ -53,6 +53,13 @@ class EngineEvents:
 
         monkeypatch.setattr(RingProducer, "write", counted_write)
         monkeypatch.setattr(RingProducer, "write_many", counted_many)
+        write_slots = RingProducer.write_slots
+
+        def counted_slots(ring: RingProducer, rows: object) -> int:  # a step's records (probes.step_block)
+            self.n += len(rows)  # type: ignore[arg-type]
+            return write_slots(ring, rows)
+
+        monkeypatch.setattr(RingProducer, "write_slots", counted_slots)
 
 
 class LoadedEngine(threading.Thread):

@@ -30,3 +30,29 @@ def test_roofline_counts_weights_once_and_the_kv_of_every_sequence() -> None:
     kv = 5 * 2 * L * 100 * K * h  # 5 sequences of 100 tokens: K and V of every layer
     want_ms = (weights + kv) * 2 / 1000e9 * 1e3
     assert roofline_step_ms(engine, batch=5, context=100, gbps=1000.0) == pytest.approx(want_ms, rel=1e-9)
+
+
+def test_prefill_flops_count_the_matmuls_and_the_causal_triangle() -> None:
+    from infersight.bench.runtime_prefill import prefill_flops
+
+    d, L, h, H, K, f, V, n = 32, 2, 8, 4, 2, 64, LONG.vocab_size, 100
+    matmuls = 2 * n * L * (d * H * h + 2 * d * K * h + H * h * d + 3 * d * f) + 2 * d * V  # one logits row
+    attention = 4 * L * H * h * n * (n + 1) / 2  # QK^T and PV, each query against the keys up to it
+    assert prefill_flops(LONG, n) == pytest.approx(matmuls + attention, rel=1e-12)
+
+
+def test_long_prefill_runs_in_one_step_past_the_model_length() -> None:
+    from infersight.bench.runtime_prefill import prefill_flops
+
+    short = ModelConfig("br-short", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
+    result = bench_runtime(model=short, batch=1, prompt_len=8, decode_steps=3, repeats=1, prefill_len=100)  # type: ignore[arg-type]
+    long = result.long_prefill
+    assert long is not None and long.tokens == 100 and long.max_seq_len_raised  # 100 + 2 > 64: a longer RoPE table
+    assert long.forward_ms is None  # no CUDA events on the CPU: the step's wall time is used
+    flop = prefill_flops(short, 100)
+    assert long.modelled_tflop == pytest.approx(flop / 1e12, rel=1e-3)
+    # step_ms is rounded to the microsecond: the rate follows it to that precision
+    assert long.modelled_tflops == pytest.approx(flop / (long.step_ms / 1e3) / 1e12, rel=2e-3)
+    assert long.share_of_gemm_ceiling == pytest.approx(long.modelled_tflops / 782.0, rel=2e-3)
+    with pytest.raises(ValueError, match="prefill_len"):
+        bench_runtime(model=short, prefill_len=1)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ D = "step/forward.decode"
 P = "step/forward.prefill"
 ROWS = [
     # name, raw category, range_path, expected
+    ("_rope_kv_kernel", "kernel", D, "attention-decode"),  # RoPE + KV write under a graph replay: no layer range
     ("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", D, "memcpy"),
     ("Memset (Device)", "gpu_memset", "", "memcpy"),
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "kernel", D, "communication"),

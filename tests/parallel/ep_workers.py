@@ -144,3 +144,72 @@ def run_layer_cases(group: EPGroup) -> list[LayerResult]:
         (stats,) = collector.flush(1, None)
         out.append(LayerResult(dtype, n_tokens, replicas, reference, output, stats, counts))
     return out
+
+
+# -- one rank's model, built alone ---------------------------------------------------------------
+#: Experts dominate it (2 layers x 8 experts x 3 x 256 x 2048 fp32 = 100.7 MB; the rest ~1 MB), so
+#: a process's peak RSS tells a rank's share from the full model.
+BIG_EXPERTS = ModelConfig("ep-local-rss", d_model=256, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=2048,
+                          n_experts=8, top_k=2, max_seq_len=64)
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def build_peak_rss(world: int, rank: int | None) -> tuple[int, int]:
+    """In a fresh process: (parameter bytes, peak RSS growth in bytes) of building BIG_EXPERTS for
+    `rank` of `world` (rank None: the full single-process model). The peak is the kernel's VmHWM,
+    reset just before the build (clear_refs 5), minus the RSS then."""
+    from infersight.runtime.config import EngineConfig
+    from infersight.runtime.parallel.local_model import build_local_model
+    from infersight.runtime.weights import build_model
+
+    torch.set_num_threads(1)
+    # Both builds once on a tiny model first: the lazy imports and kernel loads of a first build
+    # (about 150 MB here) must not count as the model's.
+    build_model(TINY, dtype=torch.float32, device="cpu", seed=0)
+    build_local_model(EngineConfig(model=TINY, device="cpu"), EPGroup(0, 2, "cpu"), EPStatsCollector(0, 2, "cpu"),
+                      RangeMarker())
+    config = EngineConfig(model=BIG_EXPERTS, device="cpu", dtype="float32", seed=3)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+    before = _status_kib("VmRSS")
+    if rank is None:
+        model = build_model(BIG_EXPERTS, dtype=torch.float32, device="cpu", seed=3)
+    else:
+        group = EPGroup(rank, world, "cpu")  # building needs no collective: no process group
+        model = build_local_model(config, group, EPStatsCollector(rank, world, "cpu"), RangeMarker())
+    after = _status_kib("VmHWM")
+    return sum(p.numel() * p.element_size() for p in model.parameters()), (after - before) * 1024
+
+
+# -- rings the sidecar reads after the ranks exit -------------------------------------------------
+def generate_keeping_ring(group: EPGroup, spec: GenerationSpec, prefix: str) -> tuple[list[list[int]], str]:
+    """One rank of an expert-parallel run, probed into its own ring, which stays in /dev/shm after
+    this rank exits (the test's parent reads every rank's ring as the agent would, then removes it)."""
+    observer = ProbeObserver(ProbeConfig(ring_name=ep_ring_name(prefix, group.rank)))
+    try:
+        result = run_generation(group, spec, observer)
+    finally:
+        observer.close(unlink=False)
+    return result.tokens, observer.ring_name
+
+
+def generate_runs_keeping_rings(group: EPGroup, runs: list[tuple[str, int, GenerationSpec]]
+                                ) -> list[tuple[list[list[int]], str] | None]:
+    """Several runs in the same W processes (their start-up is most of a CPU test's time):
+    runs[i] = (ring prefix, world, spec). A world below group.world runs on the first `world`
+    ranks, a gloo subgroup; the other ranks skip it (None)."""
+    import torch.distributed as dist
+
+    out: list[tuple[list[list[int]], str] | None] = []
+    for prefix, world, spec in runs:
+        sub = group
+        if world != group.world:
+            pg = dist.new_group(list(range(world)))  # every rank takes part in creating it
+            sub = EPGroup(group.rank, world, group.device, pg)
+        out.append(generate_keeping_ring(sub, spec, prefix) if group.rank < world else None)
+        dist.barrier()
+    return out

@@ -21,8 +21,9 @@ def results():
 
 def _expected_bytes(dtype: torch.dtype, n_tokens: int, replicas: tuple[tuple[int, int], ...]) -> list[list[int]]:
     """[source rank][peer] bytes, from the routing recomputed here: rank r sources tokens
-    [r*ceil.., ...) (first ranks one larger), and a pair goes to the copy (i + r) % copies of its
-    expert, copies ordered by rank, i its index among the shard's pairs for that expert."""
+    [r*ceil.., ...) (first ranks one larger), and a pair goes to the copy g % copies of its
+    expert, copies ordered by rank, g its index among all the layer's pairs for that expert in
+    token order (over every source's shard)."""
     moe, x = layer_inputs(dtype, n_tokens)
     with torch.inference_mode():
         _, ids = route(moe.router(x), LAYER_CFG.top_k)
@@ -32,15 +33,15 @@ def _expected_bytes(dtype: torch.dtype, n_tokens: int, replicas: tuple[tuple[int
         copies[e].append(r)
     copies = {e: sorted(rs) for e, rs in copies.items()}
     out, start = [], 0
+    seen = {e: 0 for e in range(n_exp)}
     for r in range(WORLD):
         size = n_tokens // WORLD + (1 if r < n_tokens % WORLD else 0)
         sent = [0] * WORLD
-        seen = {e: 0 for e in range(n_exp)}
         # pairs in token order per expert (the order is what decides the copy)
         for e in range(n_exp):
             for t in range(start, start + size):
                 if e in ids[t].tolist():
-                    peer = copies[e][(seen[e] + r) % len(copies[e])]
+                    peer = copies[e][seen[e] % len(copies[e])]
                     seen[e] += 1
                     sent[peer] += LAYER_CFG.d_model * ELEMENT_BYTES[dtype]
         out.append(sent)

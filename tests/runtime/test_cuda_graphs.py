@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from infersight.runtime import LLM, ModelConfig, SamplingParams
-from infersight.runtime.cuda_graphs import (
-    DecodeInputs, DecodeRow, batch_buckets, bucket_for, decode_rows, width_buckets,
-)
+from infersight.runtime.cuda_graphs import batch_buckets, bucket_for, width_buckets
+from infersight.runtime.graph_inputs import DecodeInputs, DecodeRow, decode_rows
 from infersight.runtime.model_runner import FeedItem
 from infersight.runtime.observer import EngineObserver
 
@@ -63,6 +62,27 @@ def test_inputs_fill_pads_rows_to_the_spare_block() -> None:
     assert tables[0, :3].tolist() == [5, 7, 2] and tables[1, 0] == 3 and tables[2:, 0].tolist() == [10, 10]
     assert batch.decode_index.tolist() == batch.logits_index.tolist() == [0, 1, 2, 3]
     assert batch.segments == []
+
+
+def test_inputs_fill_rewrites_every_row_whose_table_changed() -> None:
+    # fill skips rows whose block list it already wrote; each later fill must still read back
+    # exactly its own rows: a grown table, another sequence in a row, a row padding overwrote,
+    # and another width (a new row layout).
+    inputs = DecodeInputs(max_batch=4, max_blocks=8, block_size=4, pad_block=10, device="cpu")
+
+    def tables(rows: list[DecodeRow], bucket: int, width: int) -> list[list[int]]:
+        inputs.fill(rows, bucket, width)
+        got = inputs.batch(bucket, width).decode_block_tables
+        return [got[i, :len(r.blocks)].tolist() for i, r in enumerate(rows)] + [got[i, :1].tolist()
+                                                                               for i in range(len(rows), bucket)]
+
+    a, b, c = DecodeRow(1, 9, 9, [5, 7, 2]), DecodeRow(2, 0, 12, [3]), DecodeRow(3, 4, 24, [6, 8])
+    assert tables([a, b, c], 4, 4) == [[5, 7, 2], [3], [6, 8], [10]]
+    assert tables([a, b, c], 4, 4) == [[5, 7, 2], [3], [6, 8], [10]]  # nothing changed: the same rows
+    grown = DecodeRow(1, 12, 0, [5, 7, 2, 0])
+    assert tables([grown, c], 4, 4) == [[5, 7, 2, 0], [6, 8], [10], [10]]  # grown; c moved up; padding
+    assert tables([a, b, c], 4, 4) == [[5, 7, 2], [3], [6, 8], [10]]  # rows padding overwrote, rewritten
+    assert tables([b, a], 2, 8) == [[3], [5, 7, 2]]  # another width: another layout
 
 
 def test_cpu_engine_never_uses_graphs_and_says_why() -> None:

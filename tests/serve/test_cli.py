@@ -28,6 +28,14 @@ def test_otlp_without_agent_is_a_usage_error() -> None:
     assert res.stderr.strip().splitlines()[-1].startswith("infersight: error: --otlp-endpoint needs --with-agent")
 
 
+def test_max_connections_out_of_range_is_one_line_exit_2() -> None:
+    for cmd, expected in ((serve_cmd("--max-connections", "0"), "max_connections must be >= 1, got 0"),
+                          ([sys.executable, "-m", "infersight", "agent", "--ring", "x", "--max-connections", "0"],
+                           "max connections must be in 1..65536, got 0")):
+        res = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and res.stderr.strip() == f"infersight: error: {expected}"
+
+
 def wait_json(url: str, check, timeout: float = 40.0):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout
     while True:

@@ -19,6 +19,8 @@ from starlette.routing import Route
 
 from infersight.http_limits import HttpLimits, LimitedApp, json_nesting_exceeds
 
+#: asyncio runs a timer up to its clock resolution early (BaseEventLoop._run_once); seen: 0.5995 s for 0.6.
+EARLY = 0.01
 LIMITS = HttpLimits(max_body_bytes=1000, max_header_bytes=2048, max_json_depth=8, header_timeout_s=0.6,
                     body_timeout_s=0.6)
 
@@ -108,7 +110,7 @@ def test_slow_headers_get_408_at_the_deadline(server) -> None:  # noqa: ANN001
     status, headers, body = split_response(raw)
     assert status == 408 and headers["content-type"] == "application/json"
     assert json.loads(body) == {"error": "request headers not received within 0.6 s"}
-    assert 0.6 <= closed - start < 2.5
+    assert 0.6 - EARLY <= closed - start < 2.5
 
 
 def test_silent_connection_is_closed_at_the_deadline(server) -> None:  # noqa: ANN001
@@ -116,7 +118,7 @@ def test_silent_connection_is_closed_at_the_deadline(server) -> None:  # noqa: A
     with connect(port) as sock:
         start = time.monotonic()
         raw, closed = read_until_closed(sock, 5)
-    assert raw == b"" and 0.6 <= closed - start < 2.5
+    assert raw == b"" and 0.6 - EARLY <= closed - start < 2.5
 
 
 def test_slow_body_is_408(server) -> None:  # noqa: ANN001
@@ -186,7 +188,7 @@ def test_slow_headers_of_a_second_request_on_a_kept_alive_connection(server) -> 
     assert split_response(first)[0] == 200
     status, _, body = split_response(rest)
     assert status == 408 and json.loads(body) == {"error": "request headers not received within 0.6 s"}
-    assert 0.6 <= closed - start < 2.5
+    assert 0.6 - EARLY <= closed - start < 2.5
 
 
 def test_a_bare_asgi_app_that_raises_gets_a_json_500() -> None:

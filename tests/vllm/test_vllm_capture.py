@@ -203,7 +203,7 @@ def test_a_capture_of_n_vllm_steps_is_picked_up_and_analysed(vllm, tmp_path: Pat
         steps = [e["name"] for e in raw if e.get("cat") == "user_annotation" and e["name"].startswith("execute_")]
         assert len(steps) == 4  # vLLM's own bound (max_iterations), counted by the test in the raw trace
         a = record["analysis"]
-        assert a["steps"] == 4 and a["capture"]["steps_counted"] >= 4 and a["capture"]["trace_bytes"] < 1 << 20
+        assert a["steps"] == 4 and "steps_counted" in a["capture"] and a["capture"]["trace_bytes"] < 1 << 20
         assert a["categories"] and a["top_kernels"] and a["findings"]
         assert {r["name"] for r in a["ranges"]} >= set(steps) | {"step"}  # vLLM's annotations, as ranges
         if a.get("device_kind") == "cpu":

@@ -29,10 +29,28 @@ SERVER_REQUESTS_FAILED = MetricSpec(P + "server_requests_failed", "counter",
 SERVER_PROBE_WRITES_FAILED = MetricSpec(P + "server_probe_writes_failed", "counter",
                                         "Server probe records (SERVED, REQUEST_TEXT, NETWORK) that could not be "
                                         "written; the request itself went on.")
+SERVER_DRAFT_FALLBACKS = MetricSpec(P + "server_draft_fallbacks", "counter",
+                                    "Speculative decoding given up because the draft model failed, by scope: request "
+                                    "(its draft sampling raised; it decodes without drafts from then on, its tokens "
+                                    "still the target's) or step (the draft forward raised; that step ran plainly).",
+                                    ("scope",))
+HTTP_CONNECTIONS_REFUSED = MetricSpec(P + "http_connections_refused", "counter",
+                                      "Connections refused (503, closed) because the HTTP server already held "
+                                      "--max-connections, by server (serve, agent, otlp_receiver).", ("server",))
+HTTP_CONNECTIONS_OPEN = MetricSpec(P + "http_connections_open", "gauge",
+                                   "Connections the HTTP server holds now, refused ones not included, by server.",
+                                   ("server",))
+PROBE_RINGS_HELD = MetricSpec(P + "probe_rings_held_elsewhere", "gauge",
+                              "Discovered probe rings this agent does not read because another live agent holds "
+                              "their reader lease (a ring has one reader).")
+PROBE_RING_ATTACH_SKIPPED = MetricSpec(P + "probe_ring_attach_skipped", "counter",
+                                       "Times discovery found a ring held by another agent and passed it over "
+                                       "(each held ring is checked again every retry interval; logged once).")
 
 TRACING_METRICS: tuple[MetricSpec, ...] = (OTLP_SPANS_EXPORTED, OTLP_SPANS_DROPPED, TRACING_BUFFER_EVICTED)
 SERVE_METRICS: tuple[MetricSpec, ...] = (SERVER_TRACEPARENT_INVALID, SERVER_REJECTED, SERVER_REQUESTS_FAILED,
-                                         SERVER_PROBE_WRITES_FAILED)
+                                         SERVER_PROBE_WRITES_FAILED, SERVER_DRAFT_FALLBACKS, HTTP_CONNECTIONS_REFUSED,
+                                         HTTP_CONNECTIONS_OPEN)
 
 # -- The agent's OTLP receiver (infersight.tracing.receiver): an engine's own spans (vLLM's), joined
 # with the agent's rows. Served by the receiver's collector while --otlp-receiver[-grpc] is on.
@@ -44,7 +62,8 @@ OTLP_RECEIVER_SPANS_REJECTED = MetricSpec(P + "otlp_receiver_spans_rejected", "c
                                           "reported back as partial success, by transport.", ("transport",))
 OTLP_RECEIVER_BODIES_REJECTED = MetricSpec(P + "otlp_receiver_bodies_rejected", "counter",
                                            "OTLP export requests refused whole, by transport and reason: malformed "
-                                           "(did not parse), too_large, unsupported_media_type.",
+                                           "(did not parse), too_large, unsupported_media_type, too_many_connections "
+                                           "(refused at --max-connections, 503).",
                                            ("transport", "reason"))
 OTLP_REQUEST_SPANS_JOINED = MetricSpec(P + "otlp_request_spans_joined", "counter",
                                        "Engine request spans joined with the agent's row of the same request and "

@@ -7,6 +7,7 @@ dispatched and combined by torch.distributed all-to-all (NCCL on GPUs, gloo on C
 | `exchange.py` | where each (token, expert) pair goes, and the all-to-all / all-gather collectives |
 | `moe.py` | `ExpertParallelMoE`: the sharded MoE FFN, bit-exact with `MoEFFN` without replicas |
 | `stats.py` | per-layer phase timings, bytes per peer, tokens per local expert; flushed once per step |
+| `local_model.py` | one rank's model: built on meta, sharded, then only its experts materialised and filled |
 | `engine.py` | `ExpertParallelEngine`: the single-process `Engine` with its MoE layers sharded |
 | `group.py` | the process group (torchrun environment, NCCL/gloo, NVLink multicast off) |
 | `spawn.py` | W local CPU processes on gloo, for tests |

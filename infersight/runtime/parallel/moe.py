@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from infersight.runtime.moe import MoEFFN, route
+from infersight.runtime.moe_experts import expert_histogram
 from infersight.runtime.parallel.exchange import Exchange, plan_dispatch, shard_sizes
 from infersight.runtime.parallel.group import EPGroup
 from infersight.runtime.parallel.placement import LayerPlacement
@@ -32,11 +33,13 @@ class ExpertParallelMoE(MoEFFN):
     """A MoEFFN whose experts live on the ranks of `group` as `placement` says.
 
     It subclasses MoEFFN so that DecoderLayer passes it the step's expert counter unchanged, but it
-    is built from an existing MoEFFN (from_moe) and keeps only this rank's experts."""
+    is built from an existing MoEFFN and keeps only this rank's experts (as local_experts)."""
 
     def __init__(self, moe: MoEFFN, layer_idx: int, group: EPGroup, placement: LayerPlacement,
-                 stats: EPStatsCollector, ranges: RangeMarker) -> None:
+                 stats: EPStatsCollector, ranges: RangeMarker, device: torch.device | str | None = None) -> None:
         # Not MoEFFN.__init__: that would allocate every expert again. Take the built parts instead.
+        # moe may still be on the meta device (local_model.py materialises only what is kept):
+        # device is where the routing tables go, by default the router's device.
         nn.Module.__init__(self)
         if placement.n_experts != moe.n_experts or placement.world != group.world:
             raise ValueError(f"placement for {placement.n_experts} experts on {placement.world} ranks does "
@@ -47,8 +50,15 @@ class ExpertParallelMoE(MoEFFN):
         self.local_ids = placement.slots[group.rank]
         self.local_experts = nn.ModuleList(moe.experts[e] for e in self.local_ids)
         self.ranges, self.names = ranges, ep_range_names(layer_idx)
-        self.tables = placement.tables(moe.router.weight.device)
+        self.tables = placement.tables(device if device is not None else moe.router.weight.device)
+        # Pairs routed to each expert by this layer so far, the same on every rank (all route every
+        # token): where each replicated expert's round robin over its copies stands (plan_dispatch).
+        # Not a buffer: to_empty would leave a buffer of a meta-built layer uninitialised.
+        self.routed_so_far = torch.zeros(moe.n_experts, dtype=torch.long, device=self.tables.n_replicas.device)
         self.exchange = Exchange(group.group, group.world)
+        # The all-to-alls take their split sizes on the host: this layer syncs every call, so a decode
+        # step holding it must stay eager (cuda_graphs.moe_syncs_host reads this, as for MoEFFN).
+        self.expert_path = "loop"
 
     def forward(self, x: torch.Tensor, expert_counts: torch.Tensor | None = None) -> torch.Tensor:
         """x [T, d], identical on every rank. expert_counts, when given, counts only the pairs this
@@ -65,7 +75,10 @@ class ExpertParallelMoE(MoEFFN):
             expert_counts += torch.bincount(ids.flatten(), minlength=self.n_experts)
         with ranges.range(names["dispatch"]):
             d0 = mark()
-            plan = plan_dispatch(ids.flatten(), self.tables, rank, world)
+            # expert_histogram, not bincount: bincount on CUDA reads its input's max on the host
+            earlier = self.routed_so_far + expert_histogram(expert_ids[:lo], self.n_experts)
+            plan = plan_dispatch(ids.flatten(), self.tables, world, earlier)
+            self.routed_so_far += expert_histogram(expert_ids, self.n_experts)
             recv_counts = self.exchange.counts(plan.send_counts)
             # One host sync for both split lists: all_to_all_single takes the splits as Python ints.
             host = torch.cat([plan.send_counts.sum(1), recv_counts.flatten()]).tolist()

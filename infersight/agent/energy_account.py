@@ -1,0 +1,64 @@
+"""EnergyAccount: the agent's side of GPU energy accounting (agent.energy_meter does the sums).
+
+Steps go into the meter as their batch rows complete; the sampler's readings measure them; what
+no step used is counted as idle energy. A finished request's row waits until its steps have been
+measured (at most a few sampler intervals, EnergyMeter.ready), then takes its share.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from infersight.agent.energy_meter import EnergyMeter
+from infersight.exporters import catalogue as C
+from infersight.exporters.aggregates import LabelledCounter
+from infersight.gpu.samples import GpuSample
+
+
+class EnergyAccount:
+    def __init__(self, counters: dict[str, LabelledCounter], gpus: tuple[int, ...], wait_s: float) -> None:
+        self.counters = counters
+        # GPU energy over the steps, split by token share; rows wait for it (at most a few sampler intervals).
+        self.meter = EnergyMeter(gpus, wait_s=wait_s)
+
+    def add_steps(self, steps: pd.DataFrame, batch: pd.DataFrame) -> None:
+        """Steps with all their batch rows: measure what the readings so far cover."""
+        self.meter.add_steps(steps, batch)
+        self._count_idle(self.meter.attribute())
+
+    def add_samples(self, samples: list[GpuSample]) -> bool:
+        """The sampler's readings; True when finished rows are waiting for energy (build them now)."""
+        self.meter.add_samples(samples)
+        self._count_idle(self.meter.attribute())
+        return self.meter.holding
+
+    def close(self) -> None:
+        """No more readings will come: the tail of the account is idle."""
+        self._count_idle(self.meter.close())
+
+    def _count_idle(self, idle_uj: int) -> None:
+        if idle_uj:
+            self.counters[C.ENERGY_IDLE.name].inc((), idle_uj / 1e6)
+
+    def complete(self, done_ids: np.ndarray, open_events: pd.DataFrame) -> np.ndarray:
+        """The finished requests whose steps' energy has been measured (all of them without a GPU
+        energy counter); the rest wait in open_events (EnergyMeter.ready)."""
+        if len(done_ids) == 0 or not self.meter.active:
+            return done_ids
+        fin = open_events[open_events["event"] == "FINISHED"].groupby("request_id")["ts_ns"].max()
+        ids = [int(r) for r in done_ids]
+        ready = self.meter.ready(ids, [int(fin.get(r, -1)) for r in ids])
+        return np.asarray(ready, dtype=np.int64)
+
+    def take(self, request_ids: Sequence[int]) -> tuple[list[float], list[float]]:
+        """(energy_j, gpu_sm_active_s) of each request, taken out of the account (NaN: not measured)."""
+        if not self.meter.open:  # nothing measured (always so without a GPU): no per-row lookups
+            nan = [float("nan")] * len(request_ids)  # type: ignore[arg-type]
+            return nan, list(nan)
+        measured = [self.meter.take(int(r)) for r in request_ids]
+        return [m[0] for m in measured], [m[1] for m in measured]
+
+    def forget(self, request_ids: list[int]) -> None:
+        self.meter.forget(request_ids)

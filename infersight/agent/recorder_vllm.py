@@ -1,0 +1,108 @@
+"""The flight recorder on a real vLLM: its windows go through vLLM's profiler endpoints
+(`--vllm-url` with `--vllm-profiler-dir`), their cost is measured on the STEP records that
+infersight's stat-logger plugin writes for every vLLM engine step (the ring
+`infersight-vllm-<api-server pid>`), exactly as on our engine.
+
+A window (sources.vllm_profiler.VllmProfilerTarget.start_window): POST /start_profile
+{"max_iterations": N}. vLLM's worker profiler (vllm/profiler/wrapper.py, 0.32) counts its own
+steps and stops itself at the step() call after the N-th: it then writes the trace (and, on a
+CPU-only worker, builds and prints a key_averages table) inside that engine step. The agent
+waits until vLLM's scraped step count has grown by N + 2, sends /stop_profile (which only ends the
+API server's own profiler, when vLLM was not started with "ignore_frontend": true) and picks the
+worker trace up. vLLM 0.32 also offers "delay_iterations" (steps to skip first) and a
+warm-up/active schedule; a window needs neither.
+
+Which STEP records a window is charged (`VllmWindows.first_step`, `charged_steps`): from the first
+step that ended after /start_profile was sent (the profiler's start runs inside vLLM's engine-core
+loop, between two steps, so it lengthens that step's start-to-end period), N steps plus
+EXTRA_STEPS: the step whose step() call stops the profiler and writes the trace, and one for the
+lag between vLLM's worker and the API server where the plugin stamps steps. The recorder then
+adds its after-steps and measures with agent.recorder_budget.window_cost.
+
+The trace (`analyze_vllm_window`): vLLM's step ranges (`execute_context_..._generation_...`) are
+given the `step` and `forward.<phase>` ranges the kernel analysis reads (vllm_profiler.
+with_step_ranges); a CPU build's trace has no GPU activity, so its activities are the CPU ops'
+exclusive segments (kernels.cpu_trace) with the same categories (GEMM = oneDNN / aten::linear ...).
+vLLM records no shapes for it, so a vLLM window has no roofline.
+
+Without the plugin's ring the agent sees vLLM's steps only as a scraped counter, with no step
+timing to measure a window against: the recorder then starts no window (it needs STEP records).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from infersight.agent.capture import CaptureRecord
+from infersight.agent.recorder_window import window_trace
+from infersight.correlate.kernel_windows import WindowSummary, summarize_window
+from infersight.kernels.categories import classify
+from infersight.kernels.frames import empty_frame
+from infersight.kernels.kineto import read_json_document
+from infersight.kernels.roofline import ROOFLINE_COLUMNS, DeviceCeilings
+from infersight.kernels.shapes import engine_step_ids
+from infersight.sources.vllm_profiler import with_step_ranges
+
+#: Steps charged beyond the window's N (module docstring).
+EXTRA_STEPS = 1
+#: No STEP record for this long: vLLM is idle.
+IDLE_S = 2.0
+
+
+def analyze_vllm_window(path: str | Path, first_step: int, gpu_ceilings: DeviceCeilings,
+                        cpu_ceilings: DeviceCeilings) -> tuple[WindowSummary, DeviceCeilings]:
+    """A vLLM worker trace read into the window's summary (steps numbered from first_step) and the
+    ceilings of its kind. TraceError when it cannot be read."""
+    doc, _ = with_step_ranges(read_json_document(path))
+    trace, kind = window_trace(doc, path)
+    classified = engine_step_ids(classify(trace.kernels), trace.ranges, first_step)
+    return summarize_window(classified, empty_frame(ROOFLINE_COLUMNS), kind), \
+        (gpu_ceilings if kind == "gpu" else cpu_ceilings)
+
+
+class VllmWindows:
+    """How the recorder reads the windows and captures of one vLLM capture target (name: the
+    target's, which its records carry as `ring`)."""
+
+    def __init__(self, target_name: str) -> None:
+        self.name = target_name
+
+    def owns(self, record: CaptureRecord) -> bool:
+        return record.ring == self.name
+
+    @staticmethod
+    def first_step(history: pd.DataFrame, record: CaptureRecord) -> int:
+        """The id of the first STEP record that ended after the record's /start_profile was sent;
+        the next id to come when none has yet; -1 when the record says nothing of its start (it
+        failed before: its cost is then never measured, only estimated)."""
+        started = ((record.analysis or {}).get("capture") or {}).get("start_mono_ns")
+        if started is None:
+            return -1
+        if history.empty:
+            return 0
+        ends = history["end_ns"].to_numpy(np.int64)
+        ids = history["step_id"].to_numpy(np.int64)
+        after = ids[ends > int(started)]
+        return int(after.min()) if len(after) else int(ids.max()) + 1
+
+    analyze = staticmethod(analyze_vllm_window)
+
+    @staticmethod
+    def stepping(history: pd.DataFrame, now_s: float) -> bool:
+        """Whether vLLM took a step within IDLE_S before now_s (time.monotonic()): an idle vLLM takes
+        none, so its last STEP record still looks busy (a window then would wait for steps in vain)."""
+        return not history.empty and now_s - int(history["end_ns"].max()) / 1e9 < IDLE_S
+
+    @staticmethod
+    def charged_steps(record: CaptureRecord) -> int:
+        return record.steps + EXTRA_STEPS
+
+    @staticmethod
+    def timings(record: CaptureRecord) -> dict[str, float]:
+        """What the profiler calls took (s), the trace's size and when (CLOCK_MONOTONIC ns) the window was
+        asked for and its trace was read, for the window's stored entry."""
+        info = (record.analysis or {}).get("capture") or {}
+        keys = ("start_call_s", "stop_call_s", "window_s", "trace_bytes", "start_mono_ns", "trace_ready_mono_ns")
+        return {k: info[k] for k in keys if k in info}

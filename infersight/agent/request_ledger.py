@@ -1,0 +1,125 @@
+"""RequestLedger: request events held until each request finishes, then one row per request.
+
+A request's events arrive over many polls; they wait in `open_events` (bounded) until its
+FINISHED event, its NETWORK record (served requests, agent.network_hold) and its steps' energy
+(agent.energy_account) are all in. Then correlate.requests builds its row, which gets its engine
+time, energy, kernel time and slow cause, is observed into the latency histograms and counters
+per task, and is kept (`finished`, bounded) and handed on (`new_rows`, the emit callback).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from infersight.agent.energy_account import EnergyAccount
+from infersight.agent.kv_fold import KvFold
+from infersight.agent.network_hold import MAX_OPEN_REQUESTS, NetworkHold
+from infersight.agent.slow_judge import SlowJudge
+from infersight.agent.spec_fold import SpecFold
+from infersight.agent.step_fold import StepFold
+from infersight.correlate import requests
+from infersight.correlate.frames import EventFrames, concat_frames
+from infersight.exporters import catalogue as C
+from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
+
+
+class RequestLedger:
+    def __init__(self, counters: dict[str, LabelledCounter], histograms: dict[str, LabelledHistogram],
+                 retain_requests: int, steps: StepFold, energy: EnergyAccount, network: NetworkHold, kv: KvFold,
+                 spec: SpecFold, judge: SlowJudge, kernel_seconds: Callable[[np.ndarray], list[float]],
+                 emit: Callable[[pd.DataFrame, pd.DataFrame], None]) -> None:
+        self.counters, self.histograms = counters, histograms
+        self.steps, self.energy, self.network, self.kv, self.spec, self.judge = steps, energy, network, kv, spec, judge
+        self.kernel_seconds, self.emit = kernel_seconds, emit
+        self.finished: deque[dict[str, object]] = deque(maxlen=retain_requests)
+        self.new_rows: list[dict[str, object]] = []  # rows not yet handed to the Parquet sink
+        self.open_events = EventFrames().request_events
+        self.requests_seen = 0
+
+    def oldest_open_ns(self) -> int | None:
+        """When the oldest event of a request in flight happened (None: no request in flight)."""
+        return int(self.open_events["ts_ns"].min()) if not self.open_events.empty else None
+
+    def fold(self, events: pd.DataFrame, network_wait_s: float) -> None:
+        """Add one batch of request events; build the rows of the requests that are complete now."""
+        self.requests_seen += int((events["event"] == "ARRIVED").sum())
+        for reason in events.loc[events["event"] == "PREEMPTED", "reason"]:
+            self.counters[C.PREEMPTIONS.name].inc((reason,))
+        self.open_events = concat_frames([self.open_events, events]) if not self.open_events.empty else events
+        open_ids = self.open_events["request_id"].unique()
+        if len(open_ids) > MAX_OPEN_REQUESTS:
+            # A request whose FINISHED event was dropped would stay open forever: keep the newest.
+            stale = open_ids[:len(open_ids) - MAX_OPEN_REQUESTS]
+            self.open_events = self.open_events[~self.open_events["request_id"].isin(stale)].reset_index(drop=True)
+            for rid in stale:
+                self.steps.engine_seconds.pop(int(rid), None)
+            self.energy.forget(stale.tolist())
+        done_ids = self.open_events.loc[self.open_events["event"] == "FINISHED", "request_id"].unique()
+        done_ids = self.network.release(done_ids, network_wait_s)
+        done_ids = self.energy.complete(done_ids, self.open_events)
+        if len(done_ids) == 0:
+            return
+        done_mask = self.open_events["request_id"].isin(done_ids)
+        done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
+        # A request whose ARRIVED we never saw (it began before this agent attached, or the record
+        # was dropped) cannot be decomposed and gets no row: count it, never lose it silently.
+        arrived = done.loc[done["event"] == "ARRIVED", "request_id"].unique()
+        orphaned = len(done_ids) - len(np.intersect1d(done_ids, arrived))
+        self.counters[C.REQUESTS_ORPHANED.name].inc((), orphaned)
+        rows = requests.request_table(done, self.network.take_rows(done_ids, done))
+        engine_seconds = self.steps.engine_seconds
+        rows["engine_seconds"] = [engine_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
+        ids = rows["request_id"].to_numpy(np.int64)
+        rows["energy_j"], rows["gpu_sm_active_s"] = self.energy.take(ids)
+        rows["gpu_kernel_s"] = self.kernel_seconds(ids)
+        # Only these requests' verifications, picked frame by frame (the window is not joined per poll).
+        spec = self.spec.window.rows_of("request_id", ids)
+        attribution = self.steps.attribution
+        slow = self.judge.judge(rows, done, attribution.steps, attribution.batch, spec, self.kv.reload_events)
+        self.kv.forget_reloads(done_ids)
+        causes = dict(zip(slow["request_id"], slow["slow_cause"]))
+        details = dict(zip(slow["request_id"], slow["detail"]))
+        rows["slow_cause"] = [causes.get(r, "") for r in rows["request_id"]]
+        rows["slow_detail"] = [details.get(r, "") for r in rows["request_id"]]
+        for cause in causes.values():
+            self.counters[C.SLOW.name].inc((cause,))
+        self._observe_rows(rows, done)
+        columns = list(rows.columns)  # as to_dict("records") (Python values), a third of its cost
+        records = [dict(zip(columns, values)) for values in zip(*(rows[c].tolist() for c in columns))]
+        self.finished.extend(records)
+        self.new_rows.extend(records)
+        self.emit(rows, done)
+
+    def _observe_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
+        # Per task (sorted, as groupby would), over the columns' arrays: no sub-frame per task.
+        codes, names = pd.factorize(rows["task"], sort=True)
+        col = {c: rows[c].to_numpy() for c in ("ttft_s", "e2e_s", "prompt_tokens", "output_tokens", "engine_seconds",
+                                                "energy_j", "trace_id", "finish_reason", *(f"{p}_s" for p in C.PHASES))}
+        for code, task in enumerate(names.tolist()):
+            at = np.flatnonzero(codes == code)
+            t = (str(task),)
+            trace = col["trace_id"][at]
+            wall = time.time()
+            ttft = col["ttft_s"][at]
+            has_ttft = ~np.isnan(ttft)
+            self.histograms[C.TTFT.name].observe(t, ttft[has_ttft], trace[has_ttft].tolist(), wall)
+            self.histograms[C.E2E.name].observe(t, col["e2e_s"][at], trace.tolist(), wall)
+            for phase in C.PHASES:
+                self.histograms[C.PHASE.name].observe((phase, str(task)), col[f"{phase}_s"][at])
+            self.counters[C.PROMPT_TOKENS.name].inc(t, int(col["prompt_tokens"][at].sum()))
+            self.counters[C.GENERATION_TOKENS.name].inc(t, int(col["output_tokens"][at].sum()))
+            # float sums through pandas, as before (its NaN-skipping sum, to the last bit)
+            self.counters[C.ENGINE_SECONDS.name].inc(t, float(pd.Series(col["engine_seconds"][at]).sum()))
+            energy = pd.Series(col["energy_j"][at])
+            if energy.notna().any():  # no series at all where no GPU measured energy
+                self.counters[C.ENERGY.name].inc(t, float(energy.sum()))
+            for reason, n in pd.Series(col["finish_reason"][at]).value_counts().items():
+                self.counters[C.REQUESTS.name].inc((str(task), str(reason)), int(n))
+        # One row per token: arrays and task codes, no frame and no groupby per task (tasks by name).
+        _, tasks, names, itl_s = requests.inter_token_latency_arrays(events)
+        for code, task in sorted(((c, names[c]) for c in np.unique(tasks).tolist()), key=lambda ct: ct[1]):
+            self.histograms[C.ITL.name].observe((str(task),), itl_s[tasks == code])

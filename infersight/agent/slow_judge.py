@@ -1,0 +1,30 @@
+"""SlowJudge: which finished requests are slow, and why.
+
+slow_rule flags a request against the window of recent finished requests (across polls: its
+e2e above their quantile, or over an SLO); slow_causes attributes the flagged ones to a cause
+from the steps they ran in, their verifications and their KV reloads.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from infersight.agent.config import AgentConfig
+from infersight.correlate import slow_causes, slow_rule
+
+
+class SlowJudge:
+    def __init__(self, config: AgentConfig) -> None:
+        self.rule = slow_rule.SlowRule(config.slow_quantile, config.slow_window, config.min_requests_for_p99,
+                                       config.slo_ttft_s, config.slo_itl_s, config.slo_e2e_s)
+        self.window = pd.DataFrame()  # slow_features of the last slow_window finished requests
+
+    def judge(self, rows: pd.DataFrame, done: pd.DataFrame, steps: pd.DataFrame, batch: pd.DataFrame,
+              spec: pd.DataFrame, reloads: pd.DataFrame) -> pd.DataFrame:
+        """attribute_slow's verdicts on the requests of `rows` (request_table rows; `done`: their
+        events) that the rule flags; spec: their verifications; steps, batch: the attribution window."""
+        features = slow_causes.slow_features(rows, done, steps, batch, spec, reloads)
+        verdicts, self.window = slow_rule.judge_slow(features.sort_values("finish_ns", kind="stable"),
+                                                     self.window, self.rule)
+        flagged = features.merge(verdicts.loc[verdicts["slow"], ["request_id", "metric", "threshold_s"]],
+                                 on="request_id")
+        return slow_causes.attribute_slow(flagged, self.window)

@@ -1,0 +1,65 @@
+"""The tracing hook's finished rows waiting for their steps are bounded in bytes (and entries): at a
+high request rate, or while no probe batch arrives to build them, the oldest are forgotten and
+counted (infersight_tracing_buffer_evicted_total{buffer="rows"}), and so are their other pieces.
+The memory bound is checked with tracemalloc (what Python really holds), not with the buffer's
+own estimate; the eviction count against the rows fed in here."""
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from infersight.tracing.buffers import SHARES, TraceBuffers
+from infersight.tracing.exporter import SpanPipeline
+from infersight.tracing.hook import TracingHook
+
+MAX_BYTES = 4 << 20
+N = 4000
+
+
+def rows_and_events(start: int, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rid = np.arange(start, start + n)
+    rows = pd.DataFrame({"request_id": rid, "finish_ns": rid * 1000 + 10**12, "task": ["code"] * n,
+                         "slow_cause": ["none"] * n})
+    events = pd.DataFrame({"request_id": np.repeat(rid, 10), "ts_ns": np.arange(10 * n), "event": ["token"] * (10 * n)})
+    return rows, events
+
+
+def test_waiting_rows_are_capped_in_bytes_and_evictions_counted() -> None:
+    hook = TracingHook(SpanPipeline.build(InMemorySpanExporter(), batch=False), "m", buffers=TraceBuffers(MAX_BYTES))
+    hook.buffers.served.put(0, {"request_id": 0}, 100)  # a piece of the first row: forgotten with it
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for start in range(0, N, 100):  # 4,000 rows and 40,000 events; no batch comes to build them
+            hook.add_rows(*rows_and_events(start, 100))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    kept = len(hook.buffers.rows)
+    share = SHARES["rows"] * MAX_BYTES
+    assert held < 2 * share + (512 << 10), held  # unbounded, the 4,000 rows held ~18 MB
+    assert 0 < kept < N
+    assert list(hook.buffers.rows) == list(range(N - kept, N))  # the newest stay, in order
+    assert hook.buffers.evictions() == {"rows/bytes": N - kept}
+    assert 0 not in hook.buffers.served
+    reg = CollectorRegistry()
+    reg.register(hook.collector())
+    assert reg.get_sample_value("infersight_tracing_buffer_evicted_total",
+                                {"buffer": "rows", "reason": "bytes"}) == N - kept
+
+
+def test_rows_still_build_and_close_counts_the_rest() -> None:
+    memory = InMemorySpanExporter()
+    hook = TracingHook(SpanPipeline.build(memory, batch=False), "m", buffers=TraceBuffers(MAX_BYTES))
+    hook.add_rows(*rows_and_events(0, 3))
+    assert len(hook.buffers.rows) == 3
+    hook.build_deadline = 0.0  # past: nothing more is built
+    assert hook.close(0.5) == 0
+    assert hook.rows_unsent == 3 and len(hook.buffers.rows) == 0
