@@ -77,11 +77,11 @@ def replay_under_profiler(graphs) -> None:  # noqa: ANN001 -- runtime.cuda_graph
 
     run = graphs.run
 
-    def replaying(items, expert_counts=None):  # noqa: ANN001, ANN202
+    def replaying(items, expert_counts=None, graphs_while_profiling=False):  # noqa: ANN001, ANN202
         enabled = autograd_profiler._is_profiler_enabled
         autograd_profiler._is_profiler_enabled = False
         try:
-            return run(items, expert_counts)
+            return run(items, expert_counts, graphs_while_profiling)
         finally:
             autograd_profiler._is_profiler_enabled = enabled
 
@@ -118,7 +118,7 @@ def main() -> None:
     ap.add_argument("--after", type=int, default=3)
     ap.add_argument("--capture-at", type=int, default=10)
     ap.add_argument("--capture-steps", type=int, default=20)
-    ap.add_argument("--tool", default="torch", choices=["torch", "cuda-profiler"])
+    ap.add_argument("--tool", default="torch", choices=["torch", "cuda-profiler", "torch-kernels"])
     ap.add_argument("--decode-attention", default="auto", choices=["auto", "torch", "triton"])
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script itself")
     ap.add_argument("--replay-graphs", action="store_true",

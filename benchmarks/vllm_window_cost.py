@@ -57,6 +57,19 @@ def stream(url: str, tokens: int, stamps: list[float]) -> None:
                 stamps.append(time.monotonic())
 
 
+def profiled_tiny_server(prefix: str, **profiler_options: object) -> tuple[Path, Path, VllmServerConfig]:
+    """(a new temporary directory, its profiles/ directory, the config of a tiny-Llama vLLM profiling
+    into it); SIGTERM unwinds, so that the server is stopped on the way out."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    prof = root / "profiles"
+    prof.mkdir()
+    model = build_tiny_model(root / "tiny-llama", "llama")
+    return root, prof, VllmServerConfig(model=str(model), port=free_port(), profiler_dir=str(prof),
+                                        profiler_options=dict(profiler_options), served_model_name="tiny-llama",
+                                        max_model_len=2048, kv_cache_memory_bytes=32 << 20, cwd=str(root))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--windows", type=int, default=3)
@@ -65,14 +78,7 @@ def main() -> int:
     p.add_argument("--gap-tokens", type=int, default=200, help="tokens between windows (and before the first)")
     p.add_argument("--after", type=int, default=3, help="tokens after the trace appeared, still charged")
     args = p.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # unwind: the server is stopped on the way out
-    root = Path(tempfile.mkdtemp(prefix="infersight-vllm-window-"))
-    prof = root / "profiles"
-    prof.mkdir()
-    model = build_tiny_model(root / "tiny-llama", "llama")
-    config = VllmServerConfig(model=str(model), port=free_port(), profiler_dir=str(prof),
-                              served_model_name="tiny-llama", max_model_len=2048, kv_cache_memory_bytes=32 << 20,
-                              cwd=str(root))
+    root, prof, config = profiled_tiny_server("infersight-vllm-window-")
     results = []
     with VllmServer(config, log_path=root / "vllm.log") as server:
         stamps: list[float] = []
@@ -110,13 +116,19 @@ def main() -> int:
            "windows": [{k: v for k, v in r.items() if k not in ("started", "appeared")} for r in results],
            "cost_median_s": statistics.median(r["cost_s"] for r in results),
            "cost_in_steps": statistics.median(r["cost_s"] for r in results) / base}
-    for k in ("base_itl_s", "cost_median_s", "cost_in_steps"):
-        print(f"{k}: {out[k]}")
-    for i, w in enumerate(out["windows"]):
-        print(f"window {i}: cost {w['cost_s']:.3f} s (noise {w['noise_s']:.3f}), start call {w['start_call_s']:.3f} s, "
-              f"trace after {w['window_s']:.3f} s, stop call {w['stop_call_s']:.3f} s, {w['trace_bytes']} bytes")
-    print(json.dumps(out))
+    report(out, ("base_itl_s", "cost_median_s", "cost_in_steps"),
+           [f"cost {w['cost_s']:.3f} s (noise {w['noise_s']:.3f}), start call {w['start_call_s']:.3f} s, trace after "
+            f"{w['window_s']:.3f} s, stop call {w['stop_call_s']:.3f} s, {w['trace_bytes']} bytes" for w in out["windows"]])
     return 0
+
+
+def report(out: dict, keys: tuple[str, ...], windows: list[str]) -> None:
+    """`key: value` lines, one line per window, then the JSON object as the last line."""
+    for k in keys:
+        print(f"{k}: {out[k]}")
+    for i, line in enumerate(windows):
+        print(f"window {i}: {line}")
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ decompression bomb (a few KB that inflate to gigabytes) stops at the bound: zlib
 most `limit + 1` bytes, so no more than that is ever allocated, whatever the ratio.
 
     gzip, x-gzip   RFC 1952 members (several concatenated members are read as one body, as
-                   Python's gzip.decompress and most servers read them)
+                   Python's gzip.decompress and most servers read them; none is an empty body);
+                   stricter than Python's gzip module: a header CRC (FHCRC) is checked and
+                   reserved header flags are refused, as RFC 1952 asks
     deflate        RFC 1950 zlib stream (what HTTP calls deflate)
     identity / ""  the body as it came
 Anything else, or several codings stacked ("gzip, br"), is refused: we cannot look inside it.
@@ -42,6 +44,8 @@ def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
         raise EncodingRefused(415, f"content-encoding {encoding.strip()[:40]!r} is not supported "
                               f"(use {', '.join(SUPPORTED)} or none)", "unsupported_encoding")
     gzip = coding != "deflate"
+    if gzip and not body:
+        return b""  # no member at all: an empty body (as Python's gzip.decompress reads it)
     out = bytearray()
     rest = body
     while True:
@@ -57,6 +61,8 @@ def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
                 raise EncodingRefused(413, f"request body inflates beyond {limit} bytes", "body_too_large")
             raise EncodingRefused(400, f"request body is not valid {coding}: truncated", "invalid_encoding")
         rest = inflater.unused_data
+        if gzip:  # zero bytes may pad between and after members (as Python's gzip module reads them)
+            rest = rest.lstrip(b"\0")
         if not gzip or not rest:
             if rest:
                 raise EncodingRefused(400, f"request body is not valid {coding}: data after the stream",

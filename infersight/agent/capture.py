@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from infersight.agent.token_file import default_token_file, load_or_create_token  # noqa: F401  (re-exported)
-from infersight.probes.control import CaptureState, CaptureTool, ControlBlock, control_name
+from infersight.probes.control import CaptureDecode, CaptureState, CaptureTool, ControlBlock, control_name, default_decode
 
 log = logging.getLogger("infersight.agent")
 
@@ -37,6 +37,7 @@ class CaptureRecord:
     path: str = ""
     analysis: dict[str, Any] | None = None
     gpu_profiling: str = ""  # "paused" while the capture ran, or why the agent's counters were not
+    decode: str = ""  # "eager" | "graphs": how decode steps ran under the profiler (probes.control.CaptureDecode)
 
 
 @dataclass
@@ -62,6 +63,17 @@ class CaptureTarget(Protocol):
     def poll(self) -> CaptureOutcome | None: ...
 
     def close(self) -> None: ...
+
+
+def capture_decode(tool: CaptureTool, decode: str | None) -> CaptureDecode:
+    """The decode mode of a request: `decode` by name ("eager" | "graphs"), None the tool's default.
+    ValueError for another name."""
+    if decode is None:
+        return default_decode(tool)
+    try:
+        return CaptureDecode[decode.upper()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"decode must be 'eager' or 'graphs', got {decode!r}") from None
 
 
 @dataclass
@@ -93,13 +105,17 @@ class CaptureController:
             block = self._blocks[ring] = ControlBlock(control_name(ring), create=False)
         return block
 
-    def request(self, rings: list[str], steps: int, tool: str, reason: str = "api") -> CaptureRecord:
+    def request(self, rings: list[str], steps: int, tool: str, reason: str = "api",
+                decode: str | None = None) -> CaptureRecord:
+        """Ask the engine for a capture. decode: "eager" (per-layer ranges; a torch capture's default)
+        or "graphs" (CUDA graphs replayed, kernel activity only); see probes.control.CaptureDecode."""
         if not 1 <= steps <= 1000:
             raise ValueError(f"steps must be in 1..1000, got {steps}")
         try:
             tool_id = CaptureTool[tool.upper().replace("-", "_")]
         except KeyError:
             raise ValueError(f"tool must be 'torch' or 'cuda-profiler', got {tool!r}") from None
+        decode_id = capture_decode(tool_id, decode)
         if self.target is not None and tool not in self.target.tools:
             raise ValueError(f"{self.target.name} captures with {' or '.join(self.target.tools)} only, "
                              f"not {tool!r}")
@@ -119,9 +135,9 @@ class CaptureController:
             block = self._block(ring)
         except (FileNotFoundError, ValueError) as exc:
             raise CaptureRefused(503, f"the engine behind {ring!r} has no control block: {exc}") from None
-        seq = block.request(steps, tool_id)
+        seq = block.request(steps, tool_id, decode_id)
         self._last_request = now
-        record = CaptureRecord(seq, ring, steps, tool, reason, time.time())
+        record = CaptureRecord(seq, ring, steps, tool, reason, time.time(), decode=decode_id.name.lower())
         self.records.append(record)
         log.info("capture %d requested on %s: %d steps with %s (%s)", seq, ring, steps, tool, reason)
         return record
@@ -184,12 +200,14 @@ class CaptureController:
         if not rings:
             raise CaptureRefused(503, "no engine attached: no probe ring to send the request to")
         tool_id = CaptureTool[tool.upper().replace("-", "_")]
+        # A window measures the engine as it runs: its decode steps replay their CUDA graphs.
+        decode_id = CaptureDecode.GRAPHS if tool_id is CaptureTool.TORCH_KERNELS else default_decode(tool_id)
         try:
             block = self._block(rings[0])
         except (FileNotFoundError, ValueError) as exc:
             raise CaptureRefused(503, f"the engine behind {rings[0]!r} has no control block: {exc}") from None
-        seq = block.request(steps, tool_id)
-        self.window = CaptureRecord(seq, rings[0], steps, tool, "window", time.time())
+        seq = block.request(steps, tool_id, decode_id)
+        self.window = CaptureRecord(seq, rings[0], steps, tool, "window", time.time(), decode=decode_id.name.lower())
         return self.window
 
     def poll_window(self) -> CaptureRecord | None:

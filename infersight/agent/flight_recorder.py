@@ -76,6 +76,11 @@ class FlightRecorder:
             from infersight.agent.recorder_vllm import VllmWindows
 
             self.vllm = VllmWindows(captures.target.name)
+            if not (state.config.rings or state.config.discover):
+                log.warning("flight recorder on %s: no probe ring attached, so no STEP records to measure a "
+                            "window against; it takes none. Attach the stat-logger plugin's ring (--ring "
+                            "infersight-vllm-<api-server pid>, or --discover --discover-prefix infersight-vllm-)",
+                            captures.target.name)
         with state.lock:  # every series from the start at 0, so that the first increase shows in rate()
             for reason in C.RECORDER_REASONS:
                 state.counters[C.RECORDER_TRIGGERED.name].inc((reason,), 0)
@@ -129,6 +134,7 @@ class FlightRecorder:
         vllm = self.vllm is not None and self.vllm.owns(record)
         if vllm:
             entry["profiler"] = self.vllm.timings(record)
+            entry["until_ns"] = self.vllm.charge_until_ns(record)
         if record.state == "done" and record.path:
             try:
                 analyze = self.vllm.analyze if vllm else analyze_window
@@ -192,10 +198,18 @@ class FlightRecorder:
             self._pending.append({"kind": "triggered", "first_step": first_step,
                                   "steps": steps, "wall": record.requested_wall, "done_s": now,
                                   "reason": reason, "capture_id": record.capture_id})
+            if self.vllm is not None and self.vllm.owns(record):
+                self._pending[-1]["until_ns"] = self.vllm.charge_until_ns(record)
 
     def _measure(self, now: float) -> None:
         not_before = max((b for _, b in self.affected), default=-1)
         for entry in list(self._pending):
+            if entry.get("until_ns") is not None and self.vllm is not None:  # charged through its trace's end
+                steps = self.vllm.steps_until(self.history, entry["first_step"], entry["until_ns"],
+                                              entry.setdefault("min_steps", entry["steps"]))
+                if steps is None and now - entry["done_s"] < COST_WAIT_S:
+                    continue
+                entry["steps"] = steps or entry["steps"]
             cost = window_cost(self.history, entry["first_step"], entry["steps"], self.config.after_steps,
                                not_before=not_before)
             end = entry["first_step"] + entry["steps"] + self.config.after_steps
@@ -216,6 +230,7 @@ class FlightRecorder:
         self.affected.append((entry["first_step"], last))
         with self.state.lock:
             self.state.counters[C.RECORDER_COST.name].inc(("window" if window else "triggered",), measured)
+        entry["charged_s"] = measured  # what the budget and the cost counter were charged (the estimate if unmeasured)
         entry["cost"] = None if cost is None else {"cost_s": cost.cost_s, "noise_s": cost.noise_s,
                                                    "base_period_s": cost.base_period_s,
                                                    "charged_steps": cost.charged_steps}

@@ -7,23 +7,31 @@ A window (sources.vllm_profiler.VllmProfilerTarget.start_window): POST /start_pr
 {"max_iterations": N}. vLLM's worker profiler (vllm/profiler/wrapper.py, 0.32) counts its own
 steps and stops itself at the step() call after the N-th: it then writes the trace (and, on a
 CPU-only worker, builds and prints a key_averages table) inside that engine step. The agent
-waits until vLLM's scraped step count has grown by N + 2, sends /stop_profile (which only ends the
-API server's own profiler, when vLLM was not started with "ignore_frontend": true) and picks the
-worker trace up. vLLM 0.32 also offers "delay_iterations" (steps to skip first) and a
-warm-up/active schedule; a window needs neither.
+waits for that trace to appear (at most 5 s: an idle vLLM takes no steps), sends /stop_profile
+(which then only ends the API server's own profiler, unless vLLM runs with "ignore_frontend":
+true, recommended: that profiler records the whole session and /stop_profile once took 6.3 s
+writing it) and reads the trace. vLLM 0.32 also offers "delay_iterations" (steps to skip first)
+and a warm-up/active schedule; a window needs neither.
 
-Which STEP records a window is charged (`VllmWindows.first_step`, `charged_steps`): from the first
+Which STEP records a window is charged (`VllmWindows.first_step`, `steps_until`): from the first
 step that ended after /start_profile was sent (the profiler's start runs inside vLLM's engine-core
-loop, between two steps, so it lengthens that step's start-to-end period), N steps plus
-EXTRA_STEPS: the step whose step() call stops the profiler and writes the trace, and one for the
-lag between vLLM's worker and the API server where the plugin stamps steps. The recorder then
-adds its after-steps and measures with agent.recorder_budget.window_cost.
+loop, between two steps, so it lengthens that step's start-to-end period) through the first step
+that ended after the agent saw the worker's trace complete (polled every 20 ms), and at least N +
+EXTRA_STEPS and at most MAX_LATE_STEPS more. Measured on a loaded 2-core host, the stall of the trace export showed up anywhere
+from 1 to 9 steps after the first (the plugin stamps steps as their outputs reach the API server,
+in bursts there), so a fixed N + 1 missed it in some windows. The recorder then adds its
+after-steps and measures with agent.recorder_budget.window_cost.
 
 The trace (`analyze_vllm_window`): vLLM's step ranges (`execute_context_..._generation_...`) are
 given the `step` and `forward.<phase>` ranges the kernel analysis reads (vllm_profiler.
 with_step_ranges); a CPU build's trace has no GPU activity, so its activities are the CPU ops'
 exclusive segments (kernels.cpu_trace) with the same categories (GEMM = oneDNN / aten::linear ...).
-vLLM records no shapes for it, so a vLLM window has no roofline.
+vLLM records no shapes for it, so a vLLM window has no roofline. What lands in "other" on the CPU
+build (one 4-step decode window of the tiny Llama, 2026-12-01: other 43% of op time): the compiled
+graph's own exclusive time, `## Call CompiledFxGraph ##` (18%: Inductor's fused C++ kernels, the
+norms, activations and residual adds, emit no cpu_op events of their own), the KV-cache write
+`vllm::unified_kv_cache_update` (7.5%) and view ops (aten::slice / as_strided / view / split /
+narrow / chunk, 10%). GEMM (oneDNN linear) was 35%, attention-decode 15%.
 
 Without the plugin's ring the agent sees vLLM's steps only as a scraped counter, with no step
 timing to measure a window against: the recorder then starts no window (it needs STEP records).
@@ -47,6 +55,10 @@ from infersight.sources.vllm_profiler import with_step_ranges
 
 #: Steps charged beyond the window's N (module docstring).
 EXTRA_STEPS = 1
+#: At most this many steps are charged past N + EXTRA_STEPS: an agent that saw the trace late (its
+#: thread starved: once 11.7 s after the start, the trace written at 0.9 s) must not charge the
+#: window seconds of ordinary steps, nor push its first step out of the recorder's step history.
+MAX_LATE_STEPS = 128
 #: No STEP record for this long: vLLM is idle.
 IDLE_S = 2.0
 
@@ -97,7 +109,23 @@ class VllmWindows:
 
     @staticmethod
     def charged_steps(record: CaptureRecord) -> int:
+        """Steps charged before the trace is known to be written (at least N + EXTRA_STEPS)."""
         return record.steps + EXTRA_STEPS
+
+    @staticmethod
+    def charge_until_ns(record: CaptureRecord) -> int | None:
+        """When the agent saw the worker's trace complete (CLOCK_MONOTONIC ns), None when it never did."""
+        return ((record.analysis or {}).get("capture") or {}).get("trace_ready_mono_ns")
+
+    @staticmethod
+    def steps_until(history: pd.DataFrame, first_step: int, until_ns: int, at_least: int) -> int | None:
+        """Steps from first_step through the first one that ended after until_ns (the trace written:
+        where in those steps vLLM's stall lands varies, from the step after the start call to several
+        steps past the N-th), at least at_least; None until that step has arrived."""
+        later = history["step_id"].to_numpy(np.int64)[history["end_ns"].to_numpy(np.int64) > until_ns]
+        if len(later) == 0:
+            return None
+        return min(max(at_least, int(later.min()) - first_step + 1), at_least + MAX_LATE_STEPS)
 
     @staticmethod
     def timings(record: CaptureRecord) -> dict[str, float]:

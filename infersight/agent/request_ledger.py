@@ -71,9 +71,9 @@ class RequestLedger:
         orphaned = len(done_ids) - len(np.intersect1d(done_ids, arrived))
         self.counters[C.REQUESTS_ORPHANED.name].inc((), orphaned)
         rows = requests.request_table(done, self.network.take_rows(done_ids, done))
-        engine_seconds = self.steps.engine_seconds
-        rows["engine_seconds"] = [engine_seconds.pop(int(r), 0.0) for r in rows["request_id"]]
         ids = rows["request_id"].to_numpy(np.int64)
+        id_list, engine_seconds = ids.tolist(), self.steps.engine_seconds
+        rows["engine_seconds"] = [engine_seconds.pop(r, 0.0) for r in id_list]
         rows["energy_j"], rows["gpu_sm_active_s"] = self.energy.take(ids)
         rows["gpu_kernel_s"] = self.kernel_seconds(ids)
         # Only these requests' verifications, picked frame by frame (the window is not joined per poll).
@@ -83,8 +83,8 @@ class RequestLedger:
         self.kv.forget_reloads(done_ids)
         causes = dict(zip(slow["request_id"], slow["slow_cause"]))
         details = dict(zip(slow["request_id"], slow["detail"]))
-        rows["slow_cause"] = [causes.get(r, "") for r in rows["request_id"]]
-        rows["slow_detail"] = [details.get(r, "") for r in rows["request_id"]]
+        rows["slow_cause"] = [causes.get(r, "") for r in id_list]
+        rows["slow_detail"] = [details.get(r, "") for r in id_list]
         for cause in causes.values():
             self.counters[C.SLOW.name].inc((cause,))
         self._observe_rows(rows, done)

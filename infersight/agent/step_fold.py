@@ -78,8 +78,9 @@ class StepFold:
         if not ready_steps.empty:
             shares = cost.step_cost_shares(ready_steps, ready_batch)
             per_request = cost.cost_by_request(shares)
-            for rid, secs in zip(per_request["request_id"], per_request["engine_seconds"]):
-                self.engine_seconds[int(rid)] = self.engine_seconds.get(int(rid), 0.0) + float(secs)
+            totals = self.engine_seconds
+            for rid, secs in zip(per_request["request_id"].tolist(), per_request["engine_seconds"].tolist()):
+                totals[rid] = totals.get(rid, 0.0) + secs
             self.energy.add_steps(ready_steps, ready_batch)
 
     def trim_attribution(self, oldest_open_ns: int | None) -> None:

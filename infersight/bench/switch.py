@@ -37,6 +37,10 @@ class SwitchObserver(EngineObserver):
         self.current = variants[initial]
         self.select(initial)
 
+    @property
+    def decode_graphs_while_profiling(self) -> bool:  # type: ignore[override]
+        return self.current.decode_graphs_while_profiling
+
     def select(self, name: str) -> None:
         self.current = self.variants[name]
         self.ranges.current = self.current.ranges

@@ -112,7 +112,8 @@ def step_cost_shares(steps: pd.DataFrame, batch: pd.DataFrame, measured: pd.Data
     for col in MEASURED:
         have = per_step is not None and col in per_step.columns
         out[col] = split_by_tokens(df, per_step[col]) if have else np.full(len(df), np.nan)
-    return out.astype(SHARE_COLUMNS)
+    # Built with these dtypes already: cast (a copy of every column) only if one is not.
+    return out.astype(SHARE_COLUMNS) if any(out[c].dtype != t for c, t in SHARE_COLUMNS.items()) else out
 
 
 def cost_by_request(shares: pd.DataFrame) -> pd.DataFrame:

@@ -45,6 +45,11 @@ def _empty(dtypes: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in dtypes.items()})
 
 
+def _objects(column: pd.Series) -> pd.Series:
+    """The column's values as an object Series with a fresh RangeIndex."""
+    return pd.Series(column.to_numpy(object), dtype=object, copy=False)
+
+
 def _earliest(ev: pd.DataFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(request ids ascending, row position in ev of each one's earliest `name` event; ties: the
     first in ev's order). Plain numpy over the columns: no string column is copied."""
@@ -126,11 +131,13 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
     out_tokens = finished["value0"].to_numpy(np.int64)
     has_token = t_raw >= 0
     table = pd.DataFrame({
-        "request_id": ids.to_numpy(), "trace_id": finished["trace_id"].to_numpy(object),
-        "task": finished["task"].to_numpy(object),
+        # Text columns as object Series: from bare object arrays pandas 3 would infer its str dtype,
+        # and the cast back below would copy every column.
+        "request_id": ids.to_numpy(), "trace_id": _objects(finished["trace_id"]),
+        "task": _objects(finished["task"]),
         "prompt_tokens": _first(ev, "ARRIVED", ids, "value0", 0, arrived),
         "cached_tokens": _first(ev, "SCHEDULED", ids, "value1", 0, scheduled),
-        "output_tokens": out_tokens, "finish_reason": finished["reason"].to_numpy(object),
+        "output_tokens": out_tokens, "finish_reason": _objects(finished["reason"]),
         "num_preemptions": n_pre, "arrival_ns": a, "first_scheduled_ns": s_raw, "first_token_ns": t_raw,
         "finish_ns": f, "queue_s": queue_ns / NS, "prefill_s": prefill_ns / NS,
         "preemption_stall_s": (stall_pre + stall_dec) / NS, "decode_s": decode_ns / NS,

@@ -166,7 +166,10 @@ def _decode_steps(rows: pd.DataFrame, chunks: pd.DataFrame, steps: pd.DataFrame 
     dur = (steps["end_ns"].to_numpy(np.int64)[srow] - start).clip(min=0) / NS
 
     def total(mask: np.ndarray, weights: np.ndarray | None) -> np.ndarray:
-        return np.bincount(req[mask], None if weights is None else weights[mask], minlength=len(ids))
+        if weights is None:
+            return np.bincount(req[mask], minlength=len(ids))
+        # float64 even when no row is picked (bincount then returns int64 zeros, and the frame a cast)
+        return np.bincount(req[mask], weights[mask], minlength=len(ids)).astype(np.float64, copy=False)
 
     return {"decode_clean_steps": total(clean, None).astype(np.int64), "decode_clean_s": total(clean, dur),
             "decode_beside_prefill_steps": total(beside, None).astype(np.int64),

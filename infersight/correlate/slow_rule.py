@@ -81,8 +81,10 @@ class SlowRule:
 
 def _verdicts(new: pd.DataFrame, slow: np.ndarray, metric: list[str], value: np.ndarray,
               threshold: np.ndarray) -> pd.DataFrame:
-    return pd.DataFrame({"request_id": new["request_id"].to_numpy(np.int64), "slow": slow, "metric": metric,
-                         "value_s": value, "threshold_s": threshold}).astype(VERDICT_DTYPES)
+    # metric as an object column from the start (pandas 3 infers str from a list; the cast copies)
+    out = pd.DataFrame({"request_id": new["request_id"].to_numpy(np.int64), "slow": slow,
+                        "metric": pd.Series(metric, dtype=object), "value_s": value, "threshold_s": threshold})
+    return out.astype(VERDICT_DTYPES) if any(out[c].dtype != t for c, t in VERDICT_DTYPES.items()) else out
 
 
 def judge_slow(new: pd.DataFrame, window: pd.DataFrame, rule: SlowRule) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -70,7 +70,10 @@ class FrameSink:
         if df.empty:
             return
         buf = self._buffers.setdefault(name, [])
-        buf.append(pa.Table.from_pandas(df, preserve_index=False))
+        # Name columns decoded as Categoricals (correlate.frames) are written as the strings they
+        # hold: every file keeps one plain schema, whatever the poll's categories were.
+        names = {c: "str" for c, t in df.dtypes.items() if getattr(t, "name", "") == "category"}
+        buf.append(pa.Table.from_pandas(df.astype(names) if names else df, preserve_index=False))
         if sum(t.num_rows for t in buf) >= self.rows_per_group:
             self._flush(name)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import torch
 
-from infersight.probes.control import CaptureState, CaptureTool, ControlBlock
+from infersight.probes.control import CaptureDecode, CaptureState, CaptureTool, ControlBlock
 
 if TYPE_CHECKING:
     from infersight.runtime.model_config import ModelConfig
@@ -61,6 +61,7 @@ class StepCapture:
         self._seen = control.request_seq  # requests made before we started are not ours
         self._profiler: torch.profiler.profile | None = None
         self._tool: CaptureTool | None = None
+        self._decode = CaptureDecode.EAGER
         self._left = 0
         self._seq = 0
         self._model: dict[str, Any] | None = None
@@ -70,6 +71,13 @@ class StepCapture:
 
     def on_model(self, model: ModelConfig, dtype_bytes: int) -> None:
         self._model, self._dtype_bytes = dataclasses.asdict(model), dtype_bytes
+
+    @property
+    def decode_graphs(self) -> bool:
+        """True while a window whose request chose CaptureDecode.GRAPHS records: decode steps may
+        replay their CUDA graphs under the profiler (the engine reads it through its observer's
+        decode_graphs_while_profiling). False outside windows and for EAGER ones (per-layer ranges)."""
+        return self._left > 0 and self._decode is CaptureDecode.GRAPHS
 
     def on_step_begin(self, step_id: int) -> None:
         if self._left == 0 and self.control.request_seq != self._seen:
@@ -95,6 +103,7 @@ class StepCapture:
         self.control.set_first_step(step_id)
         self._first_step = step_id
         self._seq, steps, self._tool = self.control.take()
+        self._decode = self.control.decode
         self._seen = self._seq
         self._left = max(1, steps)
         self._steps = []

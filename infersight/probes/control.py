@@ -3,7 +3,7 @@ a capture, and the engine answers. The engine reads one counter per step; that i
 
     0  magic "ISCTRL\\0\\0" | version u32 | pad
    16  request_seq u64   (agent writes: ask for capture number request_seq)
-   24  steps u32 | tool u8 | pad          (agent writes, before request_seq)
+   24  steps u32 | tool u8 | decode u8 | pad  (agent writes, before request_seq)
    32  ack_seq u64       (engine writes: the last request it took)
    40  state u8 | pad                     (engine writes: idle, running, done, failed)
    48  path (256 bytes, NUL-padded UTF-8) (engine writes: where the capture went)
@@ -28,6 +28,27 @@ class CaptureTool(enum.IntEnum):
     TORCH = 1           # torch.profiler (CPU + CUDA activities, shapes) -> Kineto trace
     CUDA_PROFILER = 2   # cudaProfilerStart/Stop, for `nsys profile --capture-range=cudaProfilerApi`
     TORCH_KERNELS = 3   # torch.profiler, activity only: no shapes, no stacks (flight-recorder windows)
+
+
+class CaptureDecode(enum.IntEnum):
+    """How decode steps run while a torch.profiler window records: a choice carried with each request.
+
+    EAGER: launched kernel by kernel, inside the per-layer ranges (record_function), so every kernel
+    is attributed to its layer and op; on an engine with CUDA graphs these are not the steps it runs
+    outside the window (7-9x slower on the H200). GRAPHS: the CUDA graphs already captured replay as
+    they do outside the window: kernel activity and the engine's real step time, no per-layer ranges
+    (the graph's kernels show under cudaGraphLaunch). A step that would need a new capture still runs
+    eagerly (no graph is captured while the profiler records). A cuda-profiler capture never stops
+    graph replays (nsys traces graph kernels itself): the field only concerns torch.profiler windows."""
+
+    EAGER = 1
+    GRAPHS = 2
+
+
+def default_decode(tool: CaptureTool) -> CaptureDecode:
+    """The decode mode a request of `tool` gets when it names none: a full torch capture wants
+    per-layer ranges (EAGER); a kernel-activity window (the flight recorder's) wants the real steps."""
+    return CaptureDecode.GRAPHS if tool is CaptureTool.TORCH_KERNELS else CaptureDecode.EAGER
 
 
 class CaptureState(enum.IntEnum):
@@ -61,8 +82,10 @@ class ControlBlock:
         self._words = self.shm.buf[16:48].cast("Q")  # request_seq, (steps|tool), ack_seq, (state)
 
     # -- agent side ---------------------------------------------------------------------------
-    def request(self, steps: int, tool: CaptureTool) -> int:
-        struct.pack_into("<IB", self.shm.buf, 24, steps, int(tool))
+    def request(self, steps: int, tool: CaptureTool, decode: CaptureDecode | None = None) -> int:
+        """Ask for a capture of `steps` steps; decode None: the tool's default (default_decode)."""
+        decode = default_decode(tool) if decode is None else decode
+        struct.pack_into("<IBB", self.shm.buf, 24, steps, int(tool), int(decode))
         seq = self._words[0] + 1
         self._words[0] = seq  # written last: the engine sees steps and tool before the new seq
         return int(seq)
@@ -83,6 +106,14 @@ class ControlBlock:
         self._words[2] = seq
         self.set_state(CaptureState.RUNNING, "")
         return seq, int(steps), CaptureTool(tool)
+
+    @property
+    def decode(self) -> CaptureDecode:
+        """The decode mode of the pending (or last taken) request; the tool's default if it names none."""
+        tool, raw = struct.unpack_from("<BB", self.shm.buf, 28)
+        if raw in (CaptureDecode.EAGER, CaptureDecode.GRAPHS):
+            return CaptureDecode(raw)
+        return default_decode(CaptureTool(tool)) if tool in CaptureTool._value2member_map_ else CaptureDecode.EAGER
 
     def set_first_step(self, step_id: int) -> None:
         struct.pack_into("<Q", self.shm.buf, 304, step_id)

@@ -62,6 +62,11 @@ class ProbeObserver(EngineObserver):
         self._safe = {kind: s.pack for kind, s in self._structs.items()}  # coerce and count
 
     @property
+    def decode_graphs_while_profiling(self) -> bool:  # type: ignore[override]
+        """True during a capture window that asked for graph replays (StepCapture.decode_graphs)."""
+        return self.capture.decode_graphs
+
+    @property
     def ring_name(self) -> str:
         return self.ring.name
 

@@ -204,14 +204,13 @@ class StepBlock:
 
     def _fill_members(self, batch: list[tuple[int, int]], views: _Views) -> None:
         """The BATCH_MEMBER rows but their step id; raises PACK_ERRORS for a value that does not fit."""
-        if batch != self._members_key:
-            self._members_key = None
-            m = len(batch)
-            packed = self._struct("<" + "QI4x" * m).pack(*[v for pair in batch for v in pair])
-            w = self.w_member_step
-            views.members[:, w + 1:w + 3] = np.frombuffer(packed, np.uint64).reshape(m, 2)
-            views.members[:, 1] = self._member_header
-            self._members_key = list(batch)
+        self._members_key = None
+        m = len(batch)
+        packed = self._struct("<" + "QI4x" * m).pack(*[v for pair in batch for v in pair])
+        w = self.w_member_step
+        views.members[:, w + 1:w + 3] = np.frombuffer(packed, np.uint64).reshape(m, 2)
+        views.members[:, 1] = self._member_header
+        self._members_key = list(batch)
 
     def write_tokens(self) -> bool:
         """Write the held TOKENS (none: nothing to do). False: a value does not fit and nothing was
@@ -231,12 +230,13 @@ class StepBlock:
         """Write the held TOKENS, STEP, STEP_TIMING and one BATCH_MEMBER per batch entry, as one run
         of slots. False: a value does not fit and nothing was written (the TOKENS still held)."""
         batch = stats.batch
-        views = self._views_of(len(self.pending) // 3, len(batch))
+        shape = (len(self.pending) // 3, len(batch))
+        views = self._views.get(shape) or self._views_of(*shape)
         try:
             self._step_rows.pack_into(self._stage_bytes, self._step_offset,
                                       self._step_header, *step_values(stats), len(batch), len(stats.finished),
                                       self._timing_header, *timing_values(stats))
-            if batch:
+            if batch and batch != self._members_key:  # a decode batch mostly is the last step's
                 self._fill_members(batch, views)
             step_id = self._step_id.pack(stats.step_id)  # the pack above checked it
             if self.pending:

@@ -20,8 +20,10 @@ lets it, the graph itself copies that buffer to the device at replay time and co
 its logits into a pinned host buffer (runtime.graph_tokens), so a greedy step costs the host one
 launch and one wait; elsewhere the input copy is launched before each replay.
 
-What stays eager: prefill and mixed steps, speculative verify, any step while torch.profiler
-records (so captures keep their per-layer ranges and kernels), MoE layers still on the "loop"
+What stays eager: prefill and mixed steps, speculative verify, steps while torch.profiler records
+unless the capture asked for graph replays (graph_step_allowed: a full capture keeps its per-layer
+ranges; a kernel-activity window, the flight recorder's, replays the graphs the engine really runs,
+and never captures a new one under the profiler), MoE layers still on the "loop"
 expert path (it reads the per-expert counts on the host), and the torch decode reference (it reads
 the longest context on the host). MoE models get a graph per exact batch size instead of per
 bucket: padding rows would be routed, and counted in the step's expert counts, which the graph
@@ -80,6 +82,19 @@ def graph_blocker(model: "Transformer", device: str, decode_attention: str, enfo
     if decode_attention != "triton":
         return "the torch decode attention reads the longest context on the host"
     return None
+
+
+def graph_step_allowed(profiling: bool, graphs_while_profiling: bool, captured: bool) -> bool:
+    """Whether a pure decode step may run as a graph (replayed, or captured first when not `captured`).
+
+    Outside torch.profiler always. While it records, only when the capture request chose graph
+    replays (probes.control.CaptureDecode.GRAPHS, carried to here through the engine's observer),
+    and only a graph captured before: a capture under the profiler would record the warm-up's
+    kernels into the trace and run under CUPTI's callbacks. Otherwise eager, so the profiler sees
+    each layer's ranges and kernels (CaptureDecode.EAGER, the full capture's default)."""
+    if not profiling:
+        return True
+    return graphs_while_profiling and captured
 
 
 def moe_syncs_host(model: "Transformer", tokens: int) -> bool:
@@ -141,10 +156,13 @@ class DecodeGraphs:
     def width_for(self, n_blocks: int) -> int:
         return bucket_for(n_blocks, self.widths) or n_blocks
 
-    def run(self, items: Sequence[DecodeFeed], expert_counts: torch.Tensor | None = None) -> torch.Tensor | None:
-        """Logits [len(items), V] of a pure decode step by graph replay; None: run it eagerly."""
+    def run(self, items: Sequence[DecodeFeed], expert_counts: torch.Tensor | None = None,
+            graphs_while_profiling: bool = False) -> torch.Tensor | None:
+        """Logits [len(items), V] of a pure decode step by graph replay; None: run it eagerly.
+        graphs_while_profiling: see graph_step_allowed."""
         self.tokens.forget()
-        if self.disabled or torch.autograd.profiler._is_profiler_enabled:
+        profiling = torch.autograd.profiler._is_profiler_enabled
+        if self.disabled or (profiling and not graphs_while_profiling):
             return None
         rows = decode_rows(items, self.block_size)
         if rows is None:
@@ -152,10 +170,12 @@ class DecodeGraphs:
         bucket = bucket_for(len(rows), self.batch_sizes)
         if bucket is not None and self.is_moe and moe_syncs_host(self.model, bucket):
             return None
-        width = bucket_for(max(len(r.blocks) for r in rows), self.widths)
+        width = bucket_for(rows.max_blocks, self.widths)
         if bucket is None or width is None:
             return None
         entry = self.graphs.get((bucket, width))
+        if not graph_step_allowed(profiling, graphs_while_profiling, entry is not None):
+            return None
         if entry is None:
             entry = self._capture(bucket, width, expert_counts)
             if entry is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from typing import Sequence
 
 import torch
 
@@ -206,13 +207,17 @@ class Engine:
         stats.phase = forward.removeprefix("forward.")
         with self.ranges.range(forward):
             self.forward_timer.start()
-            logits = self.target.run(self._target_items(sched, drafts), self.expert_counts)
+            logits = self.target.run(self._target_items(sched, drafts), self.expert_counts,
+                                     self.observer.decode_graphs_while_profiling)
             self.forward_timer.stop()
         end_forward = time.monotonic_ns()
         with self.ranges.range("sampling"):
             sampled = self._sample_plain(sched, logits, drafts)
-            for s, lg in zip(sched, logits):
+            for i, s in enumerate(sched):
                 req = s.req
+                token = sampled.get(req.request_id)
+                # A row view only where it is read (ModelRunner.LogitsRows): not for a sampled token.
+                lg = logits[i] if token is None or s.num_spec_tokens else None
                 stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
                 stats.context_lens.append(req.num_computed + s.num_new_tokens + s.num_spec_tokens)
                 if req.request_id in prefilling:
@@ -224,7 +229,7 @@ class Engine:
                     stats.num_decode_tokens += s.num_new_tokens
                 try:
                     new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
-                                               stats, sampled.get(req.request_id))
+                                               stats, token)
                     self.kv.commit(req)
                     if new_tokens:
                         self._emit(req, new_tokens, stats)
@@ -297,12 +302,12 @@ class Engine:
                 items.append(FeedItem(req, req.num_computed, toks, 1 if s.samples else 0))
         return items
 
-    def _sample_plain(self, sched: list[ScheduledRequest], logits: list[torch.Tensor],
+    def _sample_plain(self, sched: list[ScheduledRequest], logits: Sequence[torch.Tensor],
                       drafts: dict[int, list[int]]) -> dict[int, int]:
         """The next token of every request that samples without verifying drafts: one batched draw
         (runtime.sampling.sample_batch) and one host sync for the whole step. Should the draw raise,
         {} sends each request down its own sampling path, where a failure ends that request only."""
-        rows = [(s.req, lg) for s, lg in zip(sched, logits)
+        rows = [(s.req, i) for i, s in enumerate(sched)
                 if s.samples and not (s.num_spec_tokens and s.req.request_id in drafts)]
         if not rows:
             return {}
@@ -314,7 +319,7 @@ class Engine:
             if tokens is None:
                 full = self.target.last_logits
                 batch = (full if full is not None and len(rows) == len(sched) == full.shape[0]
-                         else torch.stack([lg[-1] for _, lg in rows]))
+                         else torch.stack([logits[i][-1] for _, i in rows]))
                 tokens = sample_batch(batch, [r.params for r in reqs], [r.generator.initial_seed() for r in reqs],
                                       [len(r.output_token_ids) for r in reqs]).tolist()
         except Exception:  # noqa: BLE001 -- see the docstring
@@ -322,11 +327,13 @@ class Engine:
             return {}
         return {r.request_id: t for r, t in zip(reqs, tokens)}
 
-    def _advance(self, s: ScheduledRequest, logits: torch.Tensor, drafted: list[int] | None,
+    def _advance(self, s: ScheduledRequest, logits: torch.Tensor | None, drafted: list[int] | None,
                  q: torch.Tensor | None, stats: StepStats, sampled: int | None = None) -> list[int]:
-        """Move the request's computed counters forward and return the tokens it gained."""
+        """Move the request's computed counters forward and return the tokens it gained (logits:
+        the request's rows, None only when `sampled` is its token and it verifies no drafts)."""
         req = s.req
         if s.num_spec_tokens and drafted is not None and q is not None:
+            assert logits is not None
             p = probs_from_logits(logits, req.params)
             result = verify(drafted, q, p, req.generator, req.params.greedy)
             if stats.target_ns < 0:  # verify() has read the logits: the forward is over (see ForwardTimer)
@@ -350,6 +357,7 @@ class Engine:
             return []
         if sampled is not None:
             return [sampled]
+        assert logits is not None
         return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]
 
     def _emit(self, req: Request, tokens: list[int], stats: StepStats) -> None:

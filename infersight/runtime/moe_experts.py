@@ -31,18 +31,33 @@ def expert_histogram(expert_ids: torch.Tensor, n_experts: int) -> torch.Tensor:
 
 
 def grouped_mm_problem(device: torch.device, dtype: torch.dtype) -> str | None:
-    """None when torch._grouped_mm runs on (device, dtype) and agrees with per-group matmuls."""
+    """None when torch._grouped_mm runs on (device, dtype) without a host sync and agrees with
+    per-group matmuls. On CUDA only bf16 on Hopper has the grouped kernel; other dtypes fall back
+    to a loop that copies the offsets to the host (offs.cpu()): a sync every layer, and inside a
+    CUDA graph capture "Cannot copy between CPU and CUDA tensors ... unless the CPU tensor is
+    pinned" (the tiny-moe float32 demo engine lost its decode graphs to it). The call runs under
+    torch.cuda's sync debug mode "error", so any such fallback is caught here, whatever its dtype."""
     if not hasattr(torch, "_grouped_mm"):
         return "torch has no _grouped_mm"
+    on_cuda = torch.device(device).type == "cuda"
     try:
         gen = torch.Generator().manual_seed(0)
         a = torch.randn(24, 32, generator=gen).to(device, dtype)
         b = torch.randn(3, 16, 32, generator=gen).to(device, dtype)
         offs = torch.tensor([8, 8, 24], dtype=torch.int32, device=device)
-        got = torch._grouped_mm(a, b.transpose(-2, -1), offs=offs).float()
+        if on_cuda:
+            torch.cuda.synchronize(device)
+        previous = torch.cuda.get_sync_debug_mode() if on_cuda else 0
+        if on_cuda:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = torch._grouped_mm(a, b.transpose(-2, -1), offs=offs)
+        finally:
+            if on_cuda:
+                torch.cuda.set_sync_debug_mode(previous)
         want = torch.cat([a[:8].float() @ b[0].float().T, a[8:].float() @ b[2].float().T])
-        err = float((got - want).abs().max() / want.abs().max())
-    except Exception as exc:  # any failure means: use the padded path
+        err = float((got.float() - want).abs().max() / want.abs().max())
+    except Exception as exc:  # any failure (a host sync included) means: use the padded path
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return None if err <= 1e-2 else f"disagrees with matmul (relative error {err:.2e})"
 

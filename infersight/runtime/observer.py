@@ -39,6 +39,10 @@ class EngineObserver:
     wants_expert_counts: bool = False
     #: What marks the engine's phases (NVTX, record_function); the base marks nothing.
     ranges: RangeMarker = RangeMarker()
+    #: True while this observer's capture window wants decode steps to replay their CUDA graphs under
+    #: torch.profiler (a kernel-activity window: probes.control.CaptureDecode.GRAPHS); False keeps the
+    #: eager path whenever the profiler records (per-layer ranges). Read by the engine once per step.
+    decode_graphs_while_profiling: bool = False
 
     def on_model(self, model: "ModelConfig", dtype_bytes: int) -> None:
         """Once, when the engine has built its (target) model: the shape a capture's work is modelled on."""

@@ -131,7 +131,7 @@ class Request:
     task: str | None = None
     output_token_ids: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
-    block_table: list[int] = field(default_factory=list)
+    block_table: list[int] = field(default_factory=list)  # grows in place only; any other change: a new list
     num_cached_blocks: int = 0          # leading blocks already registered in the prefix cache
     num_computed: int = 0
     draft_computed: int = 0
@@ -156,11 +156,12 @@ class Request:
 
     @property
     def num_uncomputed(self) -> int:
-        return self.num_tokens - self.num_computed
+        return len(self.prompt_token_ids) + len(self.output_token_ids) - self.num_computed
 
     @property
     def in_prefill(self) -> bool:
-        return self.num_uncomputed > 1
+        # num_uncomputed > 1, written out: read for every request several times a step
+        return len(self.prompt_token_ids) + len(self.output_token_ids) - self.num_computed > 1
 
     @property
     def is_finished(self) -> bool:

@@ -18,17 +18,20 @@ from infersight.runtime.observer import EngineObserver
 from infersight.runtime.request import Request, RequestStatus
 
 
-@dataclass
+@dataclass(slots=True, init=False)
 class ScheduledRequest:
     """Feed num_new_tokens known tokens (from num_computed on), plus num_spec_tokens draft proposals."""
 
     req: Request
     num_new_tokens: int
-    num_spec_tokens: int = 0
-    samples: bool = field(init=False)  # this step reaches the request's last token: logits needed
+    num_spec_tokens: int
+    samples: bool  # this step reaches the request's last token: logits needed
 
-    def __post_init__(self) -> None:
-        self.samples = self.req.num_computed + self.num_new_tokens == self.req.num_tokens
+    def __init__(self, req: Request, num_new_tokens: int, num_spec_tokens: int = 0) -> None:
+        # One call per scheduled request and step, written out (the dataclass's __init__ and
+        # __post_init__ were two, with a property behind): the engine's host time per step.
+        self.req, self.num_new_tokens, self.num_spec_tokens = req, num_new_tokens, num_spec_tokens
+        self.samples = req.num_computed + num_new_tokens == len(req.prompt_token_ids) + len(req.output_token_ids)
 
 
 @dataclass
@@ -66,8 +69,11 @@ class Scheduler:
         return max(0, min(self.config.num_speculative_tokens, room_out, room_len))
 
     def _plan(self, req: Request, budget: int) -> tuple[int, int]:
-        if req.in_prefill:
-            return min(req.num_uncomputed, budget), 0
+        uncomputed = len(req.prompt_token_ids) + len(req.output_token_ids) - req.num_computed  # req.num_uncomputed
+        if uncomputed > 1:  # req.in_prefill
+            return min(uncomputed, budget), 0
+        if self.config.draft_config is None:  # the common decode: no draft tokens to plan
+            return 1, 0
         spec = min(self._num_spec_tokens(req), budget - 1)
         return 1, spec
 

@@ -62,6 +62,7 @@ _STEP_RANGE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+
 _RANK = re.compile(r"rank(\d+)")
 LARGE_TRACE_BYTES = 5 << 20
 WINDOW_STEP_WAIT_S = 5.0
+WINDOW_POLL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ class VllmProfilerTarget:
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._failures: dict[str, int] = {}
+        self._poll_s = config.poll_s  # the capture in flight's: a window looks for its trace more often
 
     # -- the CaptureTarget protocol ------------------------------------------------------------------
     def start(self, capture_id: int, steps: int) -> None:
@@ -197,7 +199,7 @@ class VllmProfilerTarget:
 
     def _wait(self, seconds: float) -> bool:
         """Sleep one poll interval (or less); False once the agent is closing."""
-        return not self._closing.wait(max(0.0, min(self.config.poll_s, seconds)))
+        return not self._closing.wait(max(0.0, min(self._poll_s, seconds)))
 
     def _run(self, capture_id: int, steps: int, analyse: bool) -> None:
         try:
@@ -227,18 +229,22 @@ class VllmProfilerTarget:
         # appearance ends the wait. The scraped count is only a fallback for a vLLM that ignores
         # max_iterations, with a wide margin: it lags the worker and, on a loaded host, catches up in
         # bursts, so stopping on it near N sent /stop_profile before any step was profiled.
+        # A window polls the directory every WINDOW_POLL_S (its trace's appearance bounds the steps it
+        # is charged: agent.recorder_vllm), the scraped count every poll_s as for a capture.
+        self._poll_s = cfg.poll_s if analyse else min(cfg.poll_s, WINDOW_POLL_S)
         start_count = self.steps()
-        started = time.monotonic()
+        started = scraped = time.monotonic()
         deadline = started + (cfg.step_wait_s if analyse else min(cfg.step_wait_s, WINDOW_STEP_WAIT_S))
         counted = 0.0
         while time.monotonic() < deadline:
             if set(trace_files(directory)) - before:
                 break
-            now_count = self.steps()
-            if start_count is None:
-                start_count = now_count
-            elif now_count is not None:
-                counted = now_count - start_count
+            if time.monotonic() - scraped >= cfg.poll_s:
+                scraped, now_count = time.monotonic(), self.steps()
+                if start_count is None:
+                    start_count = now_count
+                elif now_count is not None:
+                    counted = now_count - start_count
             if counted >= 4 * steps + 16 or not self._wait(deadline - time.monotonic()):
                 break
         info.update(steps_counted=int(counted), window_s=round(time.monotonic() - started, 3))

@@ -52,6 +52,7 @@ class TracingHook:
         self.model, self.ratio, self.export_content, self.metrics = model, ratio, export_content, metrics
         self.buffers = buffers if buffers is not None else TraceBuffers()
         self.kept = self.sampled_out = 0
+        self._arrived: list[tuple[dict[str, Any], pd.DataFrame, float]] = []  # rows since the last process()
         self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
         self._step_spans: OrderedDict[int, SpanContext] = OrderedDict()
         self._mirror: dict[str, LabelledCounter] = {}
@@ -85,11 +86,13 @@ class TracingHook:
 
     # -- input ------------------------------------------------------------------------------------
     def add_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
-        """AgentState.on_rows: runs under the state's lock, so it only queues."""
+        """AgentState.on_rows: runs under the state's lock, so it only queues. The next process() (in the
+        same poll) builds what is ready; only the rows that must wait for their steps are kept, in
+        buffers.rows, bounded in entries and bytes (what it forgets is counted)."""
         now = time.monotonic()
         by_request = {int(rid): g for rid, g in events.groupby("request_id", sort=False)}
-        for row in rows.to_dict("records"):  # bounded in entries and bytes (buffers.rows), evictions counted
-            self.buffers.add_row(row, by_request.get(int(row["request_id"]), events.iloc[:0]), now)
+        for row in rows.to_dict("records"):
+            self._arrived.append((row, by_request.get(int(row["request_id"]), events.iloc[:0]), now))
 
     def ingest(self, frames: EventFrames, ring_index: int, anchor: tuple[int, int]) -> None:
         """One probe batch of ring `ring_index` (after AgentState ingested it); builds what is ready."""
@@ -104,16 +107,25 @@ class TracingHook:
     def process(self, force: bool = False) -> None:
         """Build spans of rows whose steps have all been read (or waited STEP_WAIT_S; force: all)."""
         now, rows = time.monotonic(), self.buffers.rows
-        for rid, (row, events, added) in list(rows.items()):
+        arrived, self._arrived = self._arrived, []
+        # The waiting rows (oldest first), then this poll's: a row is kept only if it is not ready.
+        todo = [(rid, entry, True) for rid, entry in rows.items()]
+        todo += [(int(entry[0]["request_id"]), entry, False) for entry in arrived]
+        for rid, (row, events, added), kept in todo:
             ring = rid >> RING_SHIFT
             if self.build_deadline is not None and time.monotonic() > self.build_deadline:
-                break  # shutting down: what is left is counted in close()
+                if not kept:  # shutting down: what is left is counted in close()
+                    self._arrived.append((row, events, added))
+                continue
             if force or now - added >= STEP_WAIT_S or self.buffers.step_end.get(ring, -1) >= int(row["finish_ns"]):
-                rows.pop(rid)
+                if kept:
+                    rows.pop(rid)
                 if self.span_join is not None:
                     self.span_join.add_row(row, events, ring)
                 else:
                     self.export_row(row, events, ring)
+            elif not kept:
+                self.buffers.add_row(row, events, added)
         if self.span_join is not None and (self.build_deadline is None or time.monotonic() <= self.build_deadline):
             self.span_join.process(force)
         self._sync_mirror()
@@ -177,10 +189,12 @@ class TracingHook:
         if self.build_deadline is None:  # building gets half the time, sending the rest
             self.build_deadline = time.monotonic() + (deadline - time.monotonic()) / 2
         self.process(force=True)
-        self.rows_unsent += len(self.buffers.rows) + (sum(self.span_join.pending[1:]) if self.span_join is not None else 0)
+        self.rows_unsent += len(self.buffers.rows) + len(self._arrived) + (
+            sum(self.span_join.pending[1:]) if self.span_join is not None else 0)
         if self.rows_unsent:
             log.warning("OTLP shutdown: %d finished requests had no spans built before the deadline", self.rows_unsent)
         self.buffers.rows.clear()
+        self._arrived = []
         # The metrics reader gets a share of what is left: its exporter has the same timeout.
         share = 0.5 if self.metrics is not None else 1.0
         unsent = self.pipeline.close(max(0.0, (deadline - time.monotonic()) * share))

@@ -134,3 +134,20 @@ def test_graph_replays_and_eager_steps_get_the_same_category_shares() -> None:
     assert "other" not in graphs
     for category in set(eager) | set(graphs):
         assert abs(eager.get(category, 0.0) - graphs.get(category, 0.0)) < 0.01, (category, eager, graphs)
+
+
+def test_the_agent_judges_a_capture_against_the_steps_before_it() -> None:
+    """agent.service.analyze_capture with the engine's STEP records: the decode steps before the
+    capture (3 ns, 4 ns, 5 ns... scaled to ms here) set outside_step_ns; prefill and later steps do not."""
+    from infersight.agent.service import analyze_capture
+    from infersight.correlate.frames import EventFrames
+
+    first = load_capture_shapes(EAGER.with_suffix(".shapes.json")).first_step
+    ids = list(range(first - 5, first + 3))
+    durations = [9e6, 1.8e6, 1.9e6, 2.0e6, 1.9e6, 50e6, 50e6, 50e6]  # a prefill, 4 decode steps, then the capture
+    steps = pd.DataFrame({"step_id": ids, "start_ns": [i * 100_000_000 for i in range(8)],
+                          "end_ns": [i * 100_000_000 + int(d) for i, d in enumerate(durations)],
+                          "prefill_tokens": [512, 0, 0, 0, 0, 0, 0, 0], "decode_tokens": [0] + [32] * 7})
+    report, _ = analyze_capture(str(EAGER.with_suffix(".json.gz")), EventFrames().batch, first, steps)
+    assert report["outside_step_ns"] == {"decode": 1.9e6}  # median of 1.8, 1.9, 2.0, 1.9 ms
+    assert not any("is launch-bound" in f["text"] for f in report["findings"])

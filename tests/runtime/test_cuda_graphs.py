@@ -42,8 +42,12 @@ def _item(table: list[int], pos: int, tokens: list[int] | None = None, logits: i
 
 def test_decode_rows_slots_and_tables() -> None:
     # block_size 4: position 9 is in the table's third block (id 2), offset 1 -> slot 2 * 4 + 1.
-    rows = decode_rows([_item([5, 7, 2, 9], 9), _item([3], 0)], block_size=4)
-    assert rows == [DecodeRow(9 % 7, 9, 9, [5, 7, 2]), DecodeRow(0, 0, 12, [3])]
+    first, second = [5, 7, 2, 9], [3]
+    rows = decode_rows([_item(first, 9), _item(second, 0)], block_size=4)
+    assert rows is not None and len(rows) == 2 and rows.max_blocks == 3
+    assert (rows.tokens, rows.positions, rows.slots) == ([9 % 7, 0], [9, 0], [9, 12])
+    assert [rows.blocks(0), rows.blocks(1)] == [[5, 7, 2], [3]]
+    assert rows.tables[0] is first and rows.tables[1] is second  # the tables themselves, not copies
     assert decode_rows([_item([5], 1, tokens=[1, 2])], 4) is None  # a prefill chunk: eager
     assert decode_rows([_item([5], 1, logits=0)], 4) is None
 
@@ -83,6 +87,26 @@ def test_inputs_fill_rewrites_every_row_whose_table_changed() -> None:
     assert tables([grown, c], 4, 4) == [[5, 7, 2, 0], [6, 8], [10], [10]]  # grown; c moved up; padding
     assert tables([a, b, c], 4, 4) == [[5, 7, 2], [3], [6, 8], [10]]  # rows padding overwrote, rewritten
     assert tables([b, a], 2, 8) == [[3], [5, 7, 2]]  # another width: another layout
+
+
+def test_inputs_fill_writes_the_new_blocks_of_a_table_that_grew_in_place() -> None:
+    # A request's block table is one list that only grows in place (kv_cache.allocate_slots); a
+    # new list (admission after preemption, swap-in) is written whole even with the same ids count.
+    inputs = DecodeInputs(max_batch=2, max_blocks=8, block_size=4, pad_block=10, device="cpu")
+    table = [5, 7]
+    req = SimpleNamespace(block_table=table)
+
+    def written(pos: int) -> list[int]:
+        rows = decode_rows([FeedItem(req, pos, [1], 1)], 4)  # type: ignore[arg-type]
+        inputs.fill(rows, 1, 4)
+        return inputs.batch(1, 4).decode_block_tables[0, :pos // 4 + 1].tolist()
+
+    assert written(5) == [5, 7]
+    table += [3]  # the next block, allocated in place
+    assert written(8) == [5, 7, 3]
+    assert written(6) == [5, 7]  # fewer blocks read (a verify rolled back): the row still holds them
+    req.block_table = [9, 4, 6]  # recomputed after preemption: another list, other blocks
+    assert written(8) == [9, 4, 6]
 
 
 def test_cpu_engine_never_uses_graphs_and_says_why() -> None:
@@ -139,18 +163,38 @@ class _Counts(EngineObserver):
 
 
 @cuda
-def test_moe_graphs_keep_tokens_and_expert_counts() -> None:
-    """MoE graphs run at exact batch sizes: the step's expert counts are those of the real tokens."""
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_moe_graphs_keep_tokens_and_expert_counts(dtype: str) -> None:
+    """MoE graphs run at exact batch sizes: the step's expert counts are those of the real tokens.
+    float32 is the demo's dtype: its decode graphs used to fail to capture (torch._grouped_mm's
+    fallback copies its offsets to the host), and the test used to pass with graphs off."""
     runs = []
     for eager in (True, False):
         obs = _Counts()
-        tokens, llm = _greedy("tiny-moe", 3, "float32", enforce_eager=eager, observer=obs)
+        tokens, llm = _greedy("tiny-moe", 3, dtype, enforce_eager=eager, observer=obs)
         runs.append((tokens, obs.total, llm.engine.target.graphs))
     (eager_tokens, eager_counts, _), (graph_tokens, graph_counts, graphs) = runs
+    assert graphs is not None and graphs.disabled is None, graphs.disabled if graphs is not None else "no graphs"
+    assert graphs.num_replays >= 60 and all(b == 3 for b, _ in graphs.graphs)
     assert graph_tokens == eager_tokens
     assert torch.equal(graph_counts, eager_counts)
-    if graphs is not None and not graphs.disabled:
-        assert graphs.num_replays > 0 and all(b == 3 for b, _ in graphs.graphs)
+    # Every token fed (the prompts, then each generated token but the last) is routed to top_k
+    # experts in every layer: a count from the raw input, not from the model.
+    from infersight.runtime.model_config import resolve_model
+    from infersight.runtime.tokenizer import ByteTokenizer
+
+    fed = sum(len(ByteTokenizer().encode(p)) for p in PROMPTS[:3]) + sum(len(t) - 1 for t in graph_tokens)
+    assert graph_counts.sum(dim=1).tolist() == [resolve_model("tiny-moe").top_k * fed] * graph_counts.shape[0]
+
+
+@cuda
+def test_grouped_mm_is_only_chosen_where_it_does_not_sync() -> None:
+    from infersight.runtime.moe_experts import grouped_mm_problem
+
+    device = torch.device("cuda")
+    if torch.cuda.get_device_capability() >= (9, 0):
+        assert grouped_mm_problem(device, torch.bfloat16) is None  # the grouped kernel, graph-safe
+    assert grouped_mm_problem(device, torch.float32) is not None  # the host loop fallback (or none)
 
 
 def test_moe_graph_check_follows_the_expert_path() -> None:

@@ -1,6 +1,7 @@
 """The tracing hook's finished rows waiting for their steps are bounded in bytes (and entries): at a
-high request rate, or while no probe batch arrives to build them, the oldest are forgotten and
-counted (infersight_tracing_buffer_evicted_total{buffer="rows"}), and so are their other pieces.
+high request rate, or while their steps do not come, the oldest are forgotten and counted
+(infersight_tracing_buffer_evicted_total{buffer="rows"}), and so are their other pieces. A burst
+of rows that are ready in the poll they arrive in is built whole, never evicted.
 The memory bound is checked with tracemalloc (what Python really holds), not with the buffer's
 own estimate; the eviction count against the rows fed in here."""
 from __future__ import annotations
@@ -36,8 +37,9 @@ def test_waiting_rows_are_capped_in_bytes_and_evictions_counted() -> None:
     tracemalloc.start()
     try:
         base = tracemalloc.get_traced_memory()[0]
-        for start in range(0, N, 100):  # 4,000 rows and 40,000 events; no batch comes to build them
-            hook.add_rows(*rows_and_events(start, 100))
+        for start in range(0, N, 100):  # 4,000 rows and 40,000 events, polled 100 at a time; their steps
+            hook.add_rows(*rows_and_events(start, 100))  # never come, and 1 s (STEP_WAIT_S) does not pass
+            hook.process()
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - base
     finally:
@@ -55,11 +57,26 @@ def test_waiting_rows_are_capped_in_bytes_and_evictions_counted() -> None:
                                 {"buffer": "rows", "reason": "bytes"}) == N - kept
 
 
+def test_a_burst_of_ready_rows_is_built_whole() -> None:
+    memory = InMemorySpanExporter()
+    hook = TracingHook(SpanPipeline.build(memory, batch=False), "m", buffers=TraceBuffers(1 << 16))
+    rows, events = rows_and_events(0, 500)  # far over the rows table's ~10 KB share
+    hook.buffers.step_end[0] = int(rows["finish_ns"].max())  # their steps are all in
+    built: list[int] = []
+    hook.export_row = lambda row, events, ring, engine=None: built.append(int(row["request_id"]))  # type: ignore
+    hook.add_rows(rows, events)
+    hook.process()
+    assert hook.buffers.evictions() == {} and len(hook.buffers.rows) == 0
+    assert built == list(range(500))
+
+
 def test_rows_still_build_and_close_counts_the_rest() -> None:
     memory = InMemorySpanExporter()
     hook = TracingHook(SpanPipeline.build(memory, batch=False), "m", buffers=TraceBuffers(MAX_BYTES))
-    hook.add_rows(*rows_and_events(0, 3))
-    assert len(hook.buffers.rows) == 3
+    hook.add_rows(*rows_and_events(0, 2))
+    hook.process()  # not ready (no steps, 1 s not passed): kept waiting
+    hook.add_rows(*rows_and_events(2, 1))  # arrived after the last poll
+    assert len(hook.buffers.rows) == 2
     hook.build_deadline = 0.0  # past: nothing more is built
     assert hook.close(0.5) == 0
     assert hook.rows_unsent == 3 and len(hook.buffers.rows) == 0

@@ -1,17 +1,20 @@
 """The flight recorder against a real vLLM: windows through /start_profile with max_iterations, their
 cost measured on the stat-logger plugin's STEP records, the budget backing off.
 
-Pure part: which ring steps a vLLM window is charged, on an exact tiny case. Live part: ONE real vLLM (tiny Llama, the plugin loaded, profiler on, the API server's
-own profiler off), an in-process agent with --flight-recorder, and a client streaming long
-requests one after another that stamps every token: the test's own clock and counts (step ranges
-in the raw traces, the stream's time, the windows' start times) are the reference. Whether the
-measured cost agrees with what a client sees is benchmarks/vllm_window_cost.py's question: on this
-loaded 2-core host the token stream arrives in bursts (median gap ~0) and cannot tell it here.
+Pure part: which ring steps a vLLM window is charged, on exact tiny cases. Live part: ONE real
+vLLM (tiny Llama, the plugin loaded, profiler on, the API server's own profiler off), an
+in-process agent with --flight-recorder, and a client streaming long requests one after another
+that stamps every token: the test's own clock and counts (step ranges in the raw traces, the
+stream's time, the windows' start times) are the reference. Whether the measured cost agrees
+with what a client sees is not asserted: on this loaded 2-core host the client receives the
+tokens in bursts (median gap ~0.01 ms, 88% of gaps under 0.1 ms in one run), which cannot
+resolve a 0.1 s window (benchmarks/vllm_recorder_cost.py reports the agent's own measure).
 """
 from __future__ import annotations
 
 import gzip
 import json
+import logging
 import threading
 import time
 from dataclasses import asdict
@@ -26,11 +29,13 @@ from prometheus_client import generate_latest
 from testkit import free_port
 from vllm_exposition_reader import read_samples, total
 
-from infersight.agent.capture import CaptureRecord
+from infersight.agent.capture import CaptureController, CaptureRecord
 from infersight.agent.config import AgentConfig
+from infersight.agent.flight_recorder import FlightRecorder
 from infersight.agent.recorder_config import RecorderConfig
-from infersight.agent.recorder_vllm import EXTRA_STEPS, VllmWindows
+from infersight.agent.recorder_vllm import EXTRA_STEPS, MAX_LATE_STEPS, VllmWindows
 from infersight.agent.service import Agent
+from infersight.agent.state import AgentState
 from infersight.sources.vllm_profiler import trace_files
 from infersight.vllm.launch import VllmServer, VllmServerConfig
 
@@ -46,10 +51,32 @@ def test_a_vllm_window_is_charged_from_the_step_that_ended_after_its_start() -> 
                            {"capture": {"start_mono_ns": 25}})
     assert windows.owns(record) and windows.first_step(history, record) == 9
     assert windows.charged_steps(record) == 4 + EXTRA_STEPS
+    assert windows.steps_until(history, 9, 31, 2) == 2 and windows.steps_until(history, 8, 25, 2) == 2
+    assert windows.steps_until(history, 8, 31, 1) == 3  # 8, 9 and 10, the first to end after 31
+    assert windows.steps_until(history, 8, 40, 1) is None  # not arrived yet
+    assert windows.steps_until(history, -500, 31, 1) == 1 + MAX_LATE_STEPS  # seen late: capped
+    assert windows.stepping(history, 40e-9 + 1.0) and not windows.stepping(history, 40e-9 + 2.5)
     record.analysis = {"capture": {"start_mono_ns": 45}}
     assert windows.first_step(history, record) == 11  # the next step to come
     record.analysis = {"error": "refused"}
     assert windows.first_step(history, record) == -1  # never measured: settled at the estimate
+
+
+class NamedTarget:
+    """Only a capture target's name (the recorder reads nothing else at start)."""
+
+    name, tools = "vllm:http://127.0.0.1:1", ("torch",)
+
+
+def test_without_the_plugin_ring_the_recorder_says_it_takes_no_window(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="infersight.agent")
+    state = AgentState(AgentConfig(vllm_url="http://127.0.0.1:1"))
+    recorder = FlightRecorder(RecorderConfig(), state, CaptureController(target=NamedTarget()), {})
+    assert recorder.vllm is not None and recorder.vllm.name == NamedTarget.name
+    lines = [r.getMessage() for r in caplog.records if "flight recorder on vllm:" in r.getMessage()]
+    assert len(lines) == 1 and "no probe ring" in lines[0] and "\n" not in lines[0]
+    recorder.poll([], now_s=1.0)  # no steps: nothing asked of vLLM
+    assert recorder.captures.window is None
 
 
 # -- live: one real vLLM ---------------------------------------------------------------------------
@@ -130,7 +157,6 @@ def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) 
     measured = [w for w in windows if w.get("cost")]
     print(json.dumps([{"cost": w.get("cost"), "profiler": w.get("profiler")} for w in windows]))
     print(json.dumps(summary["flight_recorder"], default=str))
-    import pickle; pickle.dump({"history": agent.recorder.history, "windows": windows}, open("/tmp/team2/V_diag2.pkl", "wb"))  # DIAG
     assert len(measured) >= WINDOWS, (entries, summary.get("flight_recorder"))
 
     # 1. Every window analysed, each trace bounded by vLLM itself to exactly N of its steps (counted
@@ -158,7 +184,7 @@ def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) 
     costs = [w["cost"]["cost_s"] for w in measured]
     print(f"window costs (s): {[round(c, 3) for c in costs]}; noise: {[round(w['cost']['noise_s'], 3) for w in measured]}")
     counted = total(metrics, "infersight_recorder_cost_seconds_total", kind="window")
-    assert counted == pytest.approx(sum(costs), rel=1e-6, abs=1e-6)
+    assert counted == pytest.approx(sum(w["charged_s"] for w in windows), rel=1e-6, abs=1e-6)  # unmeasured: estimate
     assert np.median(costs) > 0 and max(costs) > max(w["cost"]["noise_s"] for w in measured)
     stamps = np.array([s for s, _ in stream.stamps])
 

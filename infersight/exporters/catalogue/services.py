@@ -46,6 +46,9 @@ PROBE_RINGS_HELD = MetricSpec(P + "probe_rings_held_elsewhere", "gauge",
 PROBE_RING_ATTACH_SKIPPED = MetricSpec(P + "probe_ring_attach_skipped", "counter",
                                        "Times discovery found a ring held by another agent and passed it over "
                                        "(each held ring is checked again every retry interval; logged once).")
+#: Served by the agent beside CATALOGUE, each by its own collector (http_connections, exporters.discovery).
+AGENT_SERVICE_METRICS: tuple[MetricSpec, ...] = (HTTP_CONNECTIONS_REFUSED, HTTP_CONNECTIONS_OPEN, PROBE_RINGS_HELD,
+                                                 PROBE_RING_ATTACH_SKIPPED)
 
 TRACING_METRICS: tuple[MetricSpec, ...] = (OTLP_SPANS_EXPORTED, OTLP_SPANS_DROPPED, TRACING_BUFFER_EVICTED)
 SERVE_METRICS: tuple[MetricSpec, ...] = (SERVER_TRACEPARENT_INVALID, SERVER_REJECTED, SERVER_REQUESTS_FAILED,
