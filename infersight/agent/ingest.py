@@ -16,11 +16,10 @@ import numpy as np
 
 from infersight.agent.record_limits import RecordLimits, RecordScreen
 from infersight.correlate.frames import EventFrames
-from infersight.probes.control import control_name
 from infersight.probes.records import record_registry
-from infersight.probes.ring import RingConsumer, RingFormatError, list_rings
+from infersight.probes.ring import RingConsumer, RingFormatError
+from infersight.probes.ring_discovery import RingDiscovery
 
-CONTROL_SUFFIX = control_name("")
 log = logging.getLogger("infersight.agent")
 RING_ID_SHIFT = 48
 
@@ -45,6 +44,8 @@ class RingSet:
         self._registry = record_registry()
         self._indices: dict[str, int] = {}
         self.screen = RecordScreen(limits if limits is not None else RecordLimits())
+        # Discovered rings another agent reads are passed over: logged once, counted, retried (ring_discovery)
+        self.discovery = RingDiscovery(prefix, retry_interval_s)
 
     def _index(self, name: str) -> int:
         return self._indices.setdefault(name, len(self._indices))
@@ -52,8 +53,8 @@ class RingSet:
     def refresh(self) -> None:
         """Attach wanted (and, with discover, newly appeared) rings; failures are retried later."""
         names = list(self.wanted)
-        if self.discover:  # every probe ring, but not the capture control blocks beside them
-            names += [n for n in list_rings(self.prefix) if n not in names and not n.endswith(CONTROL_SUFFIX)]
+        if self.discover:  # every live probe ring no other agent reads (never the capture control blocks)
+            names += [n for n in self.discovery.candidates(skip=self.attached) if n not in names]
         now = time.monotonic()
         for name in names:
             if name in self.attached or now < self._next_try.get(name, 0.0):

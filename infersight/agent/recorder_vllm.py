@@ -16,11 +16,11 @@ and a warm-up/active schedule; a window needs neither.
 Which STEP records a window is charged (`VllmWindows.first_step`, `steps_until`): from the first
 step that ended after /start_profile was sent (the profiler's start runs inside vLLM's engine-core
 loop, between two steps, so it lengthens that step's start-to-end period) through the first step
-that ended after the agent saw the worker's trace complete (polled every 20 ms), and at least N +
-EXTRA_STEPS and at most MAX_LATE_STEPS more. Measured on a loaded 2-core host, the stall of the trace export showed up anywhere
-from 1 to 9 steps after the first (the plugin stamps steps as their outputs reach the API server,
-in bursts there), so a fixed N + 1 missed it in some windows. The recorder then adds its
-after-steps and measures with agent.recorder_budget.window_cost.
+that ended after the agent saw the worker's trace complete (polled every 20 ms), at least N +
+EXTRA_STEPS and at most MAX_LATE_STEPS more. Measured on a loaded 2-core host, the stall of the
+trace export showed up anywhere from 1 to 9 steps after the first (the plugin stamps steps as
+their outputs reach the API server, in bursts there), so a fixed N + 1 missed it in some windows.
+The recorder then adds its after-steps and measures with agent.recorder_budget.window_cost.
 
 The trace (`analyze_vllm_window`): vLLM's step ranges (`execute_context_..._generation_...`) are
 given the `step` and `forward.<phase>` ranges the kernel analysis reads (vllm_profiler.

@@ -25,6 +25,7 @@ from infersight.agent.server import build_app, listener_options
 from infersight.agent.state import AgentState
 from infersight.probes.ring_lease import lease_refusal
 from infersight.correlate.frames import EventFrames
+from infersight.exporters.discovery import DiscoveryCollector
 from infersight.exporters.prometheus import build_registry
 from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
 from infersight.gpu.frames import covering_samples
@@ -106,6 +107,7 @@ class Agent:
         self.gpu = GpuSampler(gpu_collector or open_collector(gpu_config), gpu_config.interval_s, gpu_config.ring_size)
         log.info("GPU telemetry: %s", self.gpu.status_line())
         self.registry = build_registry(self.state, self.gpu)
+        self.registry.register(DiscoveryCollector(self.rings.discovery))  # rings held by another agent
         # -- an engine's own /metrics (opt-in: --vllm-url): served under our names where no ring provides them
         self.vllm_metrics = None
         if config.vllm_url:

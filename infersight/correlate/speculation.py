@@ -40,7 +40,7 @@ def acceptance_by_task(spec: pd.DataFrame) -> pd.DataFrame:
     proposed)."""
     if spec.empty:
         return _empty(TASK_COLUMNS)
-    agg = spec.assign(_tau=spec["accepted"] + 1).groupby("task", as_index=False, sort=True).agg(
+    agg = spec.assign(_tau=spec["accepted"] + 1).groupby("task", as_index=False, sort=True, observed=True).agg(
         verifications=("request_id", "size"), proposed=("proposed", "sum"), accepted=("accepted", "sum"),
         mean_accepted_length=("_tau", "mean"), gamma=("proposed", "mean"))
     proposed = agg["proposed"].to_numpy(np.float64)

@@ -11,11 +11,13 @@ import tracemalloc
 
 import numpy as np
 import pandas as pd
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
 from infersight.tracing.buffers import SHARES, TraceBuffers
 from infersight.tracing.exporter import SpanPipeline
+from infersight.tracing import hook as hook_module
 from infersight.tracing.hook import TracingHook
 
 MAX_BYTES = 4 << 20
@@ -30,7 +32,8 @@ def rows_and_events(start: int, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     return rows, events
 
 
-def test_waiting_rows_are_capped_in_bytes_and_evictions_counted() -> None:
+def test_waiting_rows_are_capped_in_bytes_and_evictions_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hook_module, "STEP_WAIT_S", 1e9)  # on a slow machine the test passes 1 s: still waiting
     hook = TracingHook(SpanPipeline.build(InMemorySpanExporter(), batch=False), "m", buffers=TraceBuffers(MAX_BYTES))
     hook.buffers.served.put(0, {"request_id": 0}, 100)  # a piece of the first row: forgotten with it
     gc.collect()
@@ -38,7 +41,7 @@ def test_waiting_rows_are_capped_in_bytes_and_evictions_counted() -> None:
     try:
         base = tracemalloc.get_traced_memory()[0]
         for start in range(0, N, 100):  # 4,000 rows and 40,000 events, polled 100 at a time; their steps
-            hook.add_rows(*rows_and_events(start, 100))  # never come, and 1 s (STEP_WAIT_S) does not pass
+            hook.add_rows(*rows_and_events(start, 100))  # never come, and they never time out
             hook.process()
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - base
@@ -70,11 +73,12 @@ def test_a_burst_of_ready_rows_is_built_whole() -> None:
     assert built == list(range(500))
 
 
-def test_rows_still_build_and_close_counts_the_rest() -> None:
+def test_rows_still_build_and_close_counts_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hook_module, "STEP_WAIT_S", 1e9)
     memory = InMemorySpanExporter()
     hook = TracingHook(SpanPipeline.build(memory, batch=False), "m", buffers=TraceBuffers(MAX_BYTES))
     hook.add_rows(*rows_and_events(0, 2))
-    hook.process()  # not ready (no steps, 1 s not passed): kept waiting
+    hook.process()  # not ready (no steps, no time-out): kept waiting
     hook.add_rows(*rows_and_events(2, 1))  # arrived after the last poll
     assert len(hook.buffers.rows) == 2
     hook.build_deadline = 0.0  # past: nothing more is built
