@@ -12,9 +12,9 @@ bench="python3 -m infersight bench runtime --device cuda --dtype bfloat16 --json
   date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   stamp "GPU tests"
-  timeout 120 python3 -m pytest -x -q -p no:cacheprovider tests/runtime/test_fused_forward.py \
-    tests/runtime/test_cuda_graphs.py tests/runtime/test_moe_experts.py tests/runtime/test_batch_sampling.py \
-    tests/runtime/test_triton_decode.py ${EXTRA_TESTS:-}
+  timeout 140 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_profiled_decode.py \
+    tests/runtime/test_fused_forward.py tests/runtime/test_cuda_graphs.py tests/runtime/test_moe_experts.py \
+    tests/runtime/test_batch_sampling.py tests/runtime/test_triton_decode.py ${EXTRA_TESTS:-}
   if [[ -d .before ]]; then
     stamp "agent ingest, one poll per fresh process on one core, before / after / after again"
     timeout 100 python3 benchmarks/ingest_ab.py --against .before --pairs 4 --core 3

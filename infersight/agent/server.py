@@ -52,7 +52,8 @@ class CaptureSurface(Protocol):
 
     token: str
 
-    def request_capture(self, steps: int, tool: str, reason: str = "api") -> CaptureRecord: ...
+    def request_capture(self, steps: int, tool: str, reason: str = "api",
+                        decode: str | None = None) -> CaptureRecord: ...
 
     @property
     def capture_records(self) -> Sequence[CaptureRecord]: ...
@@ -113,7 +114,10 @@ def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurf
             tool = body.get("tool", "torch")
             if not isinstance(tool, str):
                 raise ValueError(f"tool must be a string, got {json.dumps(tool)[:40]}")
-            record = agent.request_capture(_steps(body.get("steps", 20)), tool)
+            decode = body.get("decode")  # "eager" (per-layer ranges) or "graphs" (replays); None: the tool's own
+            if decode is not None and decode not in ("eager", "graphs"):
+                raise ValueError(f"decode must be 'eager' or 'graphs', got {json.dumps(decode)[:40]}")
+            record = agent.request_capture(_steps(body.get("steps", 20)), tool, decode=decode)
         except CaptureRefused as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: only if the limits were bypassed

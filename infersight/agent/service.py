@@ -259,8 +259,9 @@ class Agent:
     def capture_records(self) -> list[CaptureRecord]:
         return self.captures.records
 
-    def request_capture(self, steps: int, tool: str, reason: str = "api") -> CaptureRecord:
-        record = self.captures.request(sorted(self.rings.attached), steps, tool, reason)
+    def request_capture(self, steps: int, tool: str, reason: str = "api", decode: str | None = None) -> CaptureRecord:
+        """decode: "eager" | "graphs" | None (the tool's default): probes.control.CaptureDecode."""
+        record = self.captures.request(sorted(self.rings.attached), steps, tool, reason, decode=decode)
         self._pause_gpu_profiling()
         return record
 

@@ -5,6 +5,8 @@ non-ASCII credential is a 401; 404 and 405 are JSON too. A stand-in CaptureSurfa
 reaches it, so the test knows exactly which requests got through."""
 from __future__ import annotations
 
+import json
+
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,11 +28,13 @@ TOKEN = "s3cret-token"
 class Surface:
     token: str = TOKEN
     calls: list[tuple[int, str]] = field(default_factory=list)
+    decodes: list[str | None] = field(default_factory=list)
 
-    def request_capture(self, steps: int, tool: str, reason: str = "api") -> CaptureRecord:
+    def request_capture(self, steps: int, tool: str, reason: str = "api", decode: str | None = None) -> CaptureRecord:
         if not 1 <= steps <= 1000:
             raise ValueError(f"steps must be in 1..1000, got {steps}")
         self.calls.append((steps, tool))
+        self.decodes.append(decode)
         return CaptureRecord(len(self.calls), "ring", steps, tool, reason, time.time())
 
     @property
@@ -60,6 +64,8 @@ def capture(url: str, content: bytes, auth: str = f"Bearer {TOKEN}") -> httpx.Re
     (b'{"steps": 2.5}', "bad capture request: steps must be an integer, got 2.5"),
     (b'{"steps": 0}', "bad capture request: steps must be in 1..1000, got 0"),
     (b'{"steps": 5, "tool": 7}', "bad capture request: tool must be a string, got 7"),
+    (b'{"steps": 5, "decode": "fast"}', "bad capture request: decode must be 'eager' or 'graphs', got \"fast\""),
+    (b'{"steps": 5, "decode": 1}', "bad capture request: decode must be 'eager' or 'graphs', got 1"),
     (b'[1, 2]', "bad capture request: the body must be a JSON object"),
     (b'{"steps": ', "bad capture request: Expecting value: line 1 column 11 (char 10)"),
     (b'{"a": ' + b'[' * 50_000, "request body nests JSON deeper than 16 levels"),
@@ -70,6 +76,14 @@ def test_bad_capture_bodies_are_400_json(agent, raw: bytes, message: str) -> Non
     resp = capture(url, raw)
     assert resp.status_code == 400 and resp.json() == {"error": message}
     assert len(surface.calls) == before
+
+
+@pytest.mark.parametrize("body, decode", [({"steps": 4}, None), ({"steps": 4, "decode": "graphs"}, "graphs"),
+                                          ({"steps": 4, "tool": "torch", "decode": "eager"}, "eager")])
+def test_capture_decode_mode_is_passed_to_the_agent(agent, body: dict, decode: str | None) -> None:  # noqa: ANN001
+    url, surface = agent
+    resp = capture(url, json.dumps(body).encode())
+    assert resp.status_code == 202 and surface.decodes[-1] == decode
 
 
 def test_huge_body_is_413(agent) -> None:  # noqa: ANN001
