@@ -9,13 +9,13 @@ per task, and is kept (`finished`, bounded) and handed on (`new_rows`, the emit 
 from __future__ import annotations
 
 import time
-from collections import deque
 from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from infersight.agent.energy_account import EnergyAccount
+from infersight.agent.finished_rows import FinishedRows
 from infersight.agent.kv_fold import KvFold
 from infersight.agent.network_hold import MAX_OPEN_REQUESTS, NetworkHold
 from infersight.agent.slow_judge import SlowJudge
@@ -35,8 +35,8 @@ class RequestLedger:
         self.counters, self.histograms = counters, histograms
         self.steps, self.energy, self.network, self.kv, self.spec, self.judge = steps, energy, network, kv, spec, judge
         self.kernel_seconds, self.emit = kernel_seconds, emit
-        self.finished: deque[dict[str, object]] = deque(maxlen=retain_requests)
-        self.new_rows: list[dict[str, object]] = []  # rows not yet handed to the Parquet sink
+        self.finished = FinishedRows(retain_requests)
+        self.new_rows: list[pd.DataFrame] = []  # rows not yet handed to the Parquet sink
         self.open_events = EventFrames().request_events
         self.requests_seen = 0
 
@@ -88,10 +88,9 @@ class RequestLedger:
         for cause in causes.values():
             self.counters[C.SLOW.name].inc((cause,))
         self._observe_rows(rows, done)
-        columns = list(rows.columns)  # as to_dict("records") (Python values), a third of its cost
-        records = [dict(zip(columns, values)) for values in zip(*(rows[c].tolist() for c in columns))]
-        self.finished.extend(records)
-        self.new_rows.extend(records)
+        # Kept as frames: turned into dicts only when read (FinishedRows) or handed to the sink.
+        self.finished.extend_frame(rows)
+        self.new_rows.append(rows.copy(deep=False))
         self.emit(rows, done)
 
     def _observe_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:

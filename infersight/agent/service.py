@@ -252,7 +252,7 @@ class Agent:
         if self.sink is not None:
             self.sink.write(self.state.take_new_rows())
         else:
-            self.state.take_new_rows()  # rows kept for the Parquet sink: none, so they must not pile up
+            self.state.drop_new_rows()  # rows kept for the Parquet sink: none, so they must not pile up
         return len(batches)
 
     @property

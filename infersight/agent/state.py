@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
@@ -25,6 +25,7 @@ from infersight.agent.config import AgentConfig
 from infersight.agent.energy_account import EnergyAccount
 from infersight.agent.energy_meter import EnergyMeter
 from infersight.agent.expert_fold import EP_WINDOW, ExpertFold
+from infersight.agent.finished_rows import FinishedRows, row_dicts
 from infersight.agent.kv_fold import KvFold
 from infersight.agent.network_hold import MAX_OPEN_REQUESTS, NetworkHold
 from infersight.agent.prefix_fold import PrefixFold
@@ -89,8 +90,8 @@ class AgentState:
         return self.steps.last_step
 
     @property
-    def finished(self) -> deque[dict[str, object]]:
-        """The last retain_requests finished requests' rows, oldest first."""
+    def finished(self) -> FinishedRows:
+        """The last retain_requests finished requests' rows (dicts), oldest first."""
         return self.ledger.finished
 
     @property
@@ -224,11 +225,22 @@ class AgentState:
     def recent_ttft_p99(self, window: int = 200) -> float | None:
         """TTFT p99 over the last `window` finished requests (None before there are 20)."""
         with self.lock:
-            recent = [r["ttft_s"] for r in list(self.finished)[-window:] if r.get("ttft_s") == r.get("ttft_s")]
+            # From the kept frames' column (the rows are not turned into dicts for this, every poll).
+            recent: list[float] = []
+            for frame in reversed(list(self.finished.frames())):
+                recent[:0] = frame["ttft_s"].tolist()
+                if 0 < window <= len(recent):
+                    break
+            recent = [v for v in recent[-window:] if v == v]
         return float(np.quantile(recent, 0.99)) if len(recent) >= 20 else None
 
     def take_new_rows(self) -> list[dict[str, object]]:
         with self.lock:
             ledger = self.ledger
-            rows, ledger.new_rows = ledger.new_rows, []
-            return rows
+            frames, ledger.new_rows = ledger.new_rows, []
+        return [row for rows in frames for row in row_dicts(rows)]
+
+    def drop_new_rows(self) -> None:
+        """Forget the rows take_new_rows would give (no sink wants them)."""
+        with self.lock:
+            self.ledger.new_rows = []

@@ -247,7 +247,10 @@ def _median_error(pure: pd.DataFrame, value: str, count: str, spread: float, wei
     w = pure[value] * (pure[weight] if weight else 1.0)
     by_b = pd.DataFrame({"w": w, "n": np.maximum(pure[count], 1.0), "engine": pure["engine"], "batch": pure["batch"]})
     per = by_b.groupby(["engine", "batch"]).agg(w=("w", "sum"), n=("n", "first"))
-    return float(spread * np.sqrt((per["w"] ** 2 / per["n"]).sum()) / per["w"].sum())
+    total = float(per["w"].sum())
+    if not np.isfinite(total) or total == 0.0:  # nothing timed yet: the error is unknown, not 0/0
+        return float("nan")
+    return float(spread * np.sqrt((per["w"] ** 2 / per["n"]).sum()) / total)
 
 
 def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
