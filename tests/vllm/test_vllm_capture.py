@@ -21,7 +21,7 @@ from typing import Iterator
 
 import httpx
 import pytest
-from testkit import free_port
+from profiled_vllm import profiled_vllm
 from vllm_exposition_reader import assert_view_matches, read_samples, total
 
 from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRefused
@@ -29,7 +29,7 @@ from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
 from infersight.sources.vllm_profiler import analyze_vllm_trace, pick_worker_trace, step_phase, with_step_ranges
 from infersight.vllm.client_workload import send_completion
-from infersight.vllm.launch import REPO_ROOT, VllmServer, VllmServerConfig
+from infersight.vllm.launch import REPO_ROOT, VllmServer
 
 STEP = "execute_context_1(8)_generation_0(0)"
 
@@ -128,13 +128,8 @@ def test_a_capture_target_gets_the_same_rules_as_a_ring() -> None:
 # -- live: one real vLLM ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def vllm(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VllmServer, Path]]:
-    root = tmp_path_factory.mktemp("vllm-capture")
-    prof = root / "profiles"
-    prof.mkdir()
-    config = VllmServerConfig(model=str(tiny_llama), port=free_port(), profiler_dir=str(prof),
-                              served_model_name="tiny-llama")
-    with VllmServer(config, log_path=root / "vllm.log") as server:
-        yield server, prof
+    with profiled_vllm(tiny_llama, tmp_path_factory.mktemp("vllm-capture")) as server_and_profiles:
+        yield server_and_profiles
 
 
 class Traffic:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from prometheus_client import generate_latest
-from testkit import free_port
+from profiled_vllm import profiled_vllm
 from vllm_exposition_reader import read_samples, total
 
 from infersight.agent.capture import CaptureController, CaptureRecord
@@ -37,7 +37,7 @@ from infersight.agent.recorder_vllm import EXTRA_STEPS, MAX_LATE_STEPS, VllmWind
 from infersight.agent.service import Agent
 from infersight.agent.state import AgentState
 from infersight.sources.vllm_profiler import trace_files
-from infersight.vllm.launch import VllmServer, VllmServerConfig
+from infersight.vllm.launch import VllmServer
 
 BUDGET, INITIAL_COST_S, WINDOW_STEPS, WINDOWS = 0.1, 0.01, 4, 4
 
@@ -83,13 +83,9 @@ def test_without_the_plugin_ring_the_recorder_says_it_takes_no_window(caplog) ->
 @pytest.fixture(scope="module")
 def vllm(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VllmServer, Path]]:
     root = tmp_path_factory.mktemp("vllm-recorder")
-    prof = root / "profiles"
-    prof.mkdir()
-    config = VllmServerConfig(model=str(tiny_llama), port=free_port(), profiler_dir=str(prof),
-                              profiler_options={"ignore_frontend": True}, served_model_name="tiny-llama",
-                              max_model_len=2048, kv_cache_memory_bytes=32 << 20, cwd=str(root))
-    with VllmServer(config, log_path=root / "vllm.log") as server:
-        yield server, prof
+    with profiled_vllm(tiny_llama, root, profiler_options={"ignore_frontend": True}, max_model_len=2048,
+                       kv_cache_memory_bytes=32 << 20, cwd=str(root)) as server_and_profiles:
+        yield server_and_profiles
 
 
 class TokenStream:
