@@ -11,6 +11,8 @@ Each agent poll (`FlightRecorder.poll`):
   5. when the budget allows and nothing else is capturing, the next window is asked for: a few
      steps, kernel activity only (CaptureTool.TORCH_KERNELS: no shapes, no stacks).
 
+Its counters, gauges and summary block are built by agent.recorder_view.
+
 The agent pauses its profiling GPU counters around every window as around captures
 (CaptureController.in_progress). Nothing here runs in the engine: it pays for the window itself
 (measured and exported) and one integer comparison per step otherwise.
@@ -32,6 +34,7 @@ from infersight.agent.recorder_budget import WindowBudget, WindowCost, window_co
 from infersight.agent.recorder_config import RecorderConfig
 from infersight.agent.recorder_store import WindowStore
 from infersight.agent.recorder_triggers import TriggerGate, preemption_storm, slo_breach, step_time_jump
+from infersight.agent.recorder_view import GaugeRows, fold_window, gauge_rows, summary_block, zero_recorder_series
 from infersight.agent.recorder_window import CPU_CEILINGS, analyze_window
 from infersight.agent.state import AgentState
 from infersight.correlate.kernel_windows import WindowSummary
@@ -81,14 +84,8 @@ class FlightRecorder:
                             "window against; it takes none. Attach the stat-logger plugin's ring (--ring "
                             "infersight-vllm-<api-server pid>, or --discover --discover-prefix infersight-vllm-)",
                             captures.target.name)
-        with state.lock:  # every series from the start at 0, so that the first increase shows in rate()
-            for reason in C.RECORDER_REASONS:
-                state.counters[C.RECORDER_TRIGGERED.name].inc((reason,), 0)
-            for outcome in C.RECORDER_OUTCOMES:
-                state.counters[C.RECORDER_WINDOWS.name].inc((outcome,), 0)
-            for kind in ("window", "triggered"):
-                state.counters[C.RECORDER_COST.name].inc((kind,), 0)
-            state.counters[C.RECORDER_ENGINE.name].inc((), 0)
+        with state.lock:
+            zero_recorder_series(state.counters)
 
     # -- 1. steps -------------------------------------------------------------------------------
     def add_steps(self, steps: pd.DataFrame) -> None:
@@ -166,21 +163,7 @@ class FlightRecorder:
     def _fold(self, s: WindowSummary) -> None:
         """A window's summary into the KERNEL_METRICS counters and the roofline gauge."""
         with self.state.lock:
-            counters = self.state.counters
-            for r in s.time.itertuples(index=False):
-                counters[C.KERNEL_TIME.name].inc((r.op_category, r.phase), r.time_ns / 1e9)
-            for phase, n in s.time.groupby("phase")["activities"].sum().items():
-                counters[C.KERNEL_ACTIVITIES.name].inc((str(phase),), int(n))
-            for r in s.phases.itertuples(index=False):
-                counters[C.KERNEL_SAMPLED_STEPS.name].inc((r.phase,), r.steps)
-                counters[C.KERNEL_STEP_WINDOW.name].inc((r.phase,), r.window_ns / 1e9)
-                counters[C.KERNEL_IDLE.name].inc((r.phase,), r.idle_ns / 1e9)
-            for r in s.roofline.itertuples(index=False):
-                counters[C.KERNEL_FLOPS.name].inc((r.op_category,), r.flops)
-                counters[C.KERNEL_BYTES.name].inc((r.op_category,), r.bytes)
-                counters[C.KERNEL_ROOF_TIME.name].inc((r.op_category,), r.kernel_ns / 1e9)
-                if r.pct_of_roof == r.pct_of_roof:  # not NaN
-                    self.roof_fraction[r.op_category] = float(r.pct_of_roof)
+            self.roof_fraction.update(fold_window(self.state.counters, s))
 
     # -- 3. costs -------------------------------------------------------------------------------
     def _first_step(self, record: CaptureRecord) -> tuple[int, int]:
@@ -296,36 +279,12 @@ class FlightRecorder:
         self._last_window_wall = now
 
     # -- what it shows ----------------------------------------------------------------------------
-    def gauge_rows(self) -> list[tuple[C.MetricSpec, list[tuple[list[str], float]]]]:
+    def gauge_rows(self) -> GaugeRows:
         """The recorder's gauges as (spec, [(label values, value)]) (exporters.recorder renders them)."""
-        rows: list[tuple[C.MetricSpec, list[tuple[list[str], float]]]] = [
-            (C.RECORDER_BUDGET, [([], self.budget.budget)]),
-            (C.RECORDER_COST_RATIO, [([], self.budget.cost_ratio)]),
-            (C.RECORDER_INTERVAL, [([], self.budget.interval_s)]),
-            (C.KERNEL_ROOF_FRACTION, [([k], v) for k, v in sorted(dict(self.roof_fraction).items())])]
-        if self.ceilings_used is not None:
-            c = self.ceilings_used
-            rows += [(C.KERNEL_PEAK_FLOPS, [([c.name], c.peak_tflops * 1e12)]),
-                     (C.KERNEL_PEAK_BYTES, [([c.name], c.peak_gbps * 1e9)])]
-        return rows
+        return gauge_rows(self.budget, self.roof_fraction, self.ceilings_used)
 
     def publish(self) -> None:
         """The summary block into the agent state (report.summary shows it)."""
-        costs = [c["cost_s"] for c in self.costs if c["kind"] == "window"]
-        noise = [c["noise_s"] for c in self.costs if c["kind"] == "window"]
-        last = next((w for w in reversed(self.store.recent()) if "summary" in w), None)
-        shares: dict[str, float] = {}
-        if last is not None:
-            total = sum(r["time_ns"] for r in last["summary"]["time"]) or 1
-            for r in last["summary"]["time"]:
-                shares[r["op_category"]] = shares.get(r["op_category"], 0.0) + r["time_ns"] / total
-        block = {"budget": self.budget.budget, "cost_ratio": self.budget.cost_ratio,
-                 "engine_seconds": self.budget.engine_s, "cost_seconds": self.budget.cost_s,
-                 "triggered_cost_seconds": self.budget.triggered_cost_s,
-                 "window_cost_estimate_s": self.budget.estimate_s, "window_interval_engine_s": self.budget.interval_s,
-                 "windows_measured": len(costs), "window_cost_median_s": float(np.median(costs)) if costs else None,
-                 "window_noise_median_s": float(np.median(noise)) if noise else None,
-                 "last_window_category_shares": shares, "triggered_captures": list(self.triggers),
-                 "store": self.store.stats()}
+        block = summary_block(self.budget, self.costs, self.store, self.triggers)
         with self.state.lock:
             self.state.recorder_summary = block

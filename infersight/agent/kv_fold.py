@@ -42,8 +42,12 @@ class KvFold:
         # Ages that end in this batch may have started in an earlier one: measure over carry + new.
         window = pd.concat([self.carry, events], ignore_index=True) if not self.carry.empty else events
         hist = self.histograms[C.KV_AGE.name]
-        for age_kind, group in kv.block_lifetimes(window).groupby("kind"):
-            hist.observe((str(age_kind),), group["seconds"].to_numpy())
+        # Per kind, sorted, rows in frame order (as groupby("kind") gives them, without its cost).
+        ages = kv.block_lifetimes(window)
+        codes, kinds = pd.factorize(ages["kind"], sort=True)
+        seconds = ages["seconds"].to_numpy()
+        for code, age_kind in enumerate(kinds.tolist()):
+            hist.observe((str(age_kind),), seconds[codes == code])
         self.carry = self._open_events(window)
 
     @staticmethod

@@ -23,7 +23,7 @@ their outputs reach the API server, in bursts there), so a fixed N + 1 missed it
 The recorder then adds its after-steps and measures with agent.recorder_budget.window_cost.
 
 The trace (`analyze_vllm_window`): vLLM's step ranges (`execute_context_..._generation_...`) are
-given the `step` and `forward.<phase>` ranges the kernel analysis reads (vllm_profiler.
+given the `step` and `forward.<phase>` ranges the kernel analysis reads (vllm_trace.
 with_step_ranges); a CPU build's trace has no GPU activity, so its activities are the CPU ops'
 exclusive segments (kernels.cpu_trace) with the same categories (GEMM = oneDNN / aten::linear ...).
 vLLM records no shapes for it, so a vLLM window has no roofline. What lands in "other" on the CPU
@@ -51,7 +51,7 @@ from infersight.kernels.frames import empty_frame
 from infersight.kernels.kineto import read_json_document
 from infersight.kernels.roofline import ROOFLINE_COLUMNS, DeviceCeilings
 from infersight.kernels.shapes import engine_step_ids
-from infersight.sources.vllm_profiler import with_step_ranges
+from infersight.sources.vllm_trace import with_step_ranges
 
 #: Steps charged beyond the window's N (module docstring).
 EXTRA_STEPS = 1

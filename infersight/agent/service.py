@@ -2,24 +2,26 @@
 
 The engine never waits on any of this: it only writes to its ring, which drops (and counts)
 when the agent falls behind.
+
+A finished capture's analysis is agent.capture_analysis's, the listener socket agent.listen_socket's
+(both names re-exported here).
 """
 from __future__ import annotations
 
-import errno
 import logging
-import socket
 import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import uvicorn
 
 from infersight.agent.capture import (
     CaptureController, CaptureRecord, CaptureRules, default_token_file, load_or_create_token,
 )
+from infersight.agent.capture_analysis import analyze_capture
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.ingest import RingSet
+from infersight.agent.listen_socket import PortInUseError, bind_listener
 from infersight.agent.record_limits import RecordLimits
 from infersight.agent.server import build_app, listener_options
 from infersight.agent.state import AgentState
@@ -30,56 +32,9 @@ from infersight.exporters.prometheus import build_registry
 from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
 from infersight.gpu.frames import covering_samples
 
+__all__ = ["Agent", "PortInUseError", "analyze_capture"]  # the last two live in capture_analysis, listen_socket
+
 log = logging.getLogger("infersight.agent")
-
-
-def analyze_capture(path: str, batch: "pd.DataFrame", first_step: int,
-                    steps: "pd.DataFrame | None" = None) -> tuple[dict[str, object], dict]:
-    """A finished capture's kernel breakdown and findings (or why there is none), and each
-    captured request's kernel summary (request id -> kernel ns and top categories). steps: the
-    engine's STEP records; the steps before the capture tell its own step time (the capture's gaps
-    are judged against it: kernels.step_findings)."""
-    from infersight.kernels.attribution import request_kernel_summaries
-    from infersight.kernels.load import load_trace
-    from infersight.kernels.report import build_report
-    from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
-    from infersight.kernels.step_findings import outside_step_times
-
-    shapes_file = shapes_path_for(path)
-    if Path(path) == shapes_file:  # a cuda-profiler capture: the trace is nsys's or ncu's, not ours
-        return {"shapes": str(shapes_file), "note": "no trace of ours: analyse the nsys / ncu output "
-                f"with `infersight analyze TRACE --shapes {shapes_file}`"}, {}
-    try:
-        captured = load_capture_shapes(shapes_file) if shapes_file.is_file() else None
-        trace = load_trace(Path(path))
-        outside = outside_step_times(steps, first_step) if steps is not None else {}
-        report = build_report(trace, captured=captured, outside_step_ns=outside)
-    except (ValueError, OSError) as exc:
-        return {"error": str(exc)}, {}
-    report["shapes"] = str(shapes_file) if captured is not None else None
-    per_request = request_kernel_summaries(trace.kernels, batch, first_step)
-    report["requests"] = len(per_request)
-    return report, per_request
-
-
-class PortInUseError(ConfigError):
-    pass
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise PortInUseError(f"{host}:{port} is already in use; pick another with --listen HOST:PORT") from None
-        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    # Listening now, not when uvicorn's thread gets to it: a client that connects as soon as the port
-    # is known (or logged as served) waits in the backlog instead of being refused.
-    sock.listen(2048)
-    return sock
 
 
 class Agent:
@@ -101,7 +56,7 @@ class Agent:
 
             self.sink = ParquetSink(Path(config.parquet_dir) / "requests.parquet")
             self.frame_sink = FrameSink(Path(config.parquet_dir) / "events")
-        self._sock = _bind(config.host, config.port)  # first: a busy port is a usage error, before any work
+        self._sock = bind_listener(config.host, config.port)  # first: a busy port is a usage error, before any work
         self.port = self._sock.getsockname()[1]
         gpu_config = GpuTelemetryConfig(config.gpu_source, config.gpu_url, config.gpu_interval_s)
         self.gpu = GpuSampler(gpu_collector or open_collector(gpu_config), gpu_config.interval_s, gpu_config.ring_size)

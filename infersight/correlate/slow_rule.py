@@ -111,20 +111,20 @@ def judge_slow(new: pd.DataFrame, window: pd.DataFrame, rule: SlowRule) -> tuple
         value = picked * threshold
         verdicts = _verdicts(new, slow, metric, value, threshold)
     else:
-        combined = new if window.empty else pd.concat([window.drop(columns="slow"), new], ignore_index=True)
-        combined = combined.iloc[-rule.window:]
         e2e = new["e2e_s"].to_numpy(np.float64)
+        # The e2e of the window after this batch (only that column: no frame is concatenated for it).
+        window_e2e = e2e if window.empty else np.concatenate([window["e2e_s"].to_numpy(np.float64), e2e])
+        window_e2e = window_e2e[-rule.window:]
         slow = np.zeros(n, dtype=bool)
         threshold = np.full(n, np.nan)
-        if len(combined) >= rule.min_requests and n:
-            window_e2e = combined["e2e_s"].to_numpy(np.float64)
+        if len(window_e2e) >= rule.min_requests and n:
             q = max(float(np.quantile(window_e2e, rule.quantile)),
                     float(np.median(window_e2e)) * (1.0 + rule.min_excess))
             threshold[:] = q
             # Old flags still inside the window use up the budget; new ones go slowest first.
-            n_old = max(0, len(combined) - n)
+            n_old = max(0, len(window_e2e) - n)
             old_flags = int(window["slow"].to_numpy(bool)[len(window) - n_old:].sum()) if n_old else 0
-            room = max(0, rule.budget(len(combined)) - old_flags)
+            room = max(0, rule.budget(len(window_e2e)) - old_flags)
             above = np.flatnonzero(e2e > q)
             slow[above[np.argsort(-e2e[above], kind="stable")][:room]] = True
         verdicts = _verdicts(new, slow, ["e2e"] * n, e2e, threshold)

@@ -77,6 +77,8 @@ def acceptance_by_position(spec: pd.DataFrame) -> pd.DataFrame:
     task_of = np.repeat(np.arange(k), np.maximum(positions, 0))
     pos_of = np.arange(len(task_of)) - np.repeat(np.cumsum(np.maximum(positions, 0)) - np.maximum(positions, 0),
                                                  np.maximum(positions, 0))
-    n, acc = checked[task_of, pos_of], kept[task_of, pos_of]
-    return pd.DataFrame({"task": np.asarray(names, dtype=object)[task_of], "position": pos_of, "proposed": n,
-                         "accepted": acc, "accept_rate": acc / n}).astype(POSITION_COLUMNS)
+    n, acc = checked[task_of, pos_of].astype(np.int64), kept[task_of, pos_of].astype(np.int64)
+    out = pd.DataFrame({"task": pd.Series(np.asarray(names, dtype=object)[task_of], dtype=object, copy=False),
+                        "position": pos_of.astype(np.int64), "proposed": n, "accepted": acc, "accept_rate": acc / n})
+    # Built with these dtypes: cast (a copy of every column) only if one is not.
+    return out.astype(POSITION_COLUMNS) if any(out[c].dtype != t for c, t in POSITION_COLUMNS.items()) else out

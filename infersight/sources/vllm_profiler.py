@@ -19,13 +19,11 @@ which this module does not read.) One capture, on its own thread (the agent's lo
      the API server's `*async_llm*` one, rank 0 first, ours by prefix when vLLM names it so, and
      readable (torch writes the gzip in place, so a half-written file is retried)
   6. analyse it (`analyze_vllm_trace`): the same report `infersight analyze` builds, over the GPU
-     kernels or, on a CPU build, the CPU ops (kernels.cpu_trace)
+     kernels or, on a CPU build, the CPU ops (kernels.cpu_trace), with vLLM's step ranges given
+     our phases
 
-vLLM's worker wraps each profiled step in a record_function range named
-`execute_context_<C>(<T>)_generation_<G>(<U>)` (C context requests with T tokens, G generation
-requests with U tokens). The analysis keeps those ranges and adds, around each, the ranges our
-report reads phases from: `step` > `forward.<phase>` with phase prefill (C > 0, G = 0), decode
-(C = 0, G > 0), mixed (both) or empty (neither).
+Reading the traces (which one is ours, its step ranges, its analysis) is sources.vllm_trace's; its
+names are re-exported here, where callers have imported them from.
 
 Failures (vLLM refused or did not answer, no trace in time, a trace that does not parse) end the
 capture as "failed" with {"error": why} as its analysis, are counted in capture_failures{reason}
@@ -35,8 +33,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import re
 import secrets
 import threading
 import time
@@ -51,15 +47,15 @@ from prometheus_client.registry import Collector
 
 from infersight.agent.capture import CaptureOutcome, CaptureRefused
 from infersight.exporters import catalogue as C
-from infersight.kernels.cpu_trace import cpu_report, has_device_activity, parse_cpu_ops
 from infersight.kernels.frames import TraceError
-from infersight.kernels.kineto import parse_kineto, read_json_document
-from infersight.kernels.report import build_report
+from infersight.sources.vllm_trace import (TRACE_SUFFIXES, analyze_vllm_trace, complete_trace, pick_worker_trace,
+                                           step_phase, trace_files, with_step_ranges)
+
+__all__ = ["VllmProfilerConfig", "VllmProfilerTarget", "LARGE_TRACE_BYTES", "WINDOW_STEP_WAIT_S", "WINDOW_POLL_S",
+           "TRACE_SUFFIXES", "analyze_vllm_trace", "pick_worker_trace", "step_phase", "trace_files",
+           "with_step_ranges"]
 
 log = logging.getLogger("infersight.agent")
-TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
-_STEP_RANGE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+)\(.*\)$")
-_RANK = re.compile(r"rank(\d+)")
 LARGE_TRACE_BYTES = 5 << 20
 WINDOW_STEP_WAIT_S = 5.0
 WINDOW_POLL_S = 0.02
@@ -75,67 +71,6 @@ class VllmProfilerConfig:
     trace_wait_s: float = 60.0
     poll_s: float = 0.25
     http_timeout_s: float = 30.0
-
-
-def step_phase(name: str) -> str | None:
-    """The phase of one of vLLM's step ranges (see the module docstring); None for other names."""
-    m = _STEP_RANGE.match(name)
-    if m is None:
-        return None
-    context, generation = int(m.group(1)), int(m.group(2))
-    return {(True, False): "prefill", (False, True): "decode", (True, True): "mixed"}.get(
-        (context > 0, generation > 0), "empty")
-
-
-def with_step_ranges(doc: Any) -> tuple[Any, int]:
-    """(a copy of the Kineto document with `step` and `forward.<phase>` ranges around each of vLLM's
-    step ranges, the number of step ranges). The input is not modified."""
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
-        return doc, 0
-    out, steps = [], 0
-    for e in events:
-        phase = step_phase(str(e.get("name", ""))) if isinstance(e, dict) and e.get("cat") == "user_annotation" \
-            and e.get("ph") == "X" else None
-        if phase is not None:
-            steps += 1
-            base = {k: e[k] for k in ("ph", "cat", "pid", "tid", "ts", "dur") if k in e}
-            out += [{**base, "name": "step"}, {**base, "name": f"forward.{phase}"}]  # same span, outermost first
-        out.append(e)
-    return ({**doc, "traceEvents": out} if isinstance(doc, dict) else out), steps
-
-
-def analyze_vllm_trace(path: str) -> dict[str, Any]:
-    """The report of one vLLM worker trace (TraceError when it cannot be read), plus `steps`: how
-    many of vLLM's step ranges it holds."""
-    doc, steps = with_step_ranges(read_json_document(path))
-    if has_device_activity(doc):
-        report = build_report(parse_kineto(doc, path))
-    else:
-        report = cpu_report(parse_cpu_ops(doc, path))
-    report["steps"] = steps
-    return report
-
-
-def trace_files(directory: Path) -> dict[str, int]:
-    """Worker trace files in `directory` (not the API server's async_llm ones): name -> size."""
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return {}
-    return {e.name: e.stat().st_size for e in entries
-            if e.is_file() and e.name.endswith(TRACE_SUFFIXES) and "async_llm" not in e.name}
-
-
-def pick_worker_trace(names: list[str], prefix: str) -> str | None:
-    """Of new worker trace names, ours by prefix when any is, and rank 0 (the lowest rank) first."""
-    ours = [n for n in names if n.startswith(prefix + "_")] or names
-
-    def rank(name: str) -> tuple[int, str]:
-        m = _RANK.search(name)
-        return (int(m.group(1)) if m else 1 << 30, name)
-
-    return min(ours, key=rank) if ours else None
 
 
 class VllmProfilerTarget:
@@ -254,7 +189,7 @@ class VllmProfilerTarget:
         except (urllib.error.URLError, OSError) as exc:
             return self._fail("profiler_http", f"{cfg.base_url}/stop_profile failed ({exc})", info)
         info["stop_call_s"] = round(time.monotonic() - stop_at, 4)
-        self._pick_up(directory, before, prefix, info, analyze_vllm_trace if analyse else _complete_trace)
+        self._pick_up(directory, before, prefix, info, analyze_vllm_trace if analyse else complete_trace)
 
     def _pick_up(self, directory: Path, before: set[str], prefix: str, info: dict[str, Any],
                  analyse: Callable[[str], dict[str, Any]] = analyze_vllm_trace) -> None:
@@ -298,12 +233,6 @@ class VllmProfilerTarget:
     def _finish(self, outcome: CaptureOutcome) -> None:
         with self._lock:
             self._outcome = outcome
-
-
-def _complete_trace(path: str) -> dict[str, Any]:
-    """{} once the trace parses (TraceError before: torch may still be writing it)."""
-    read_json_document(path)
-    return {}
 
 
 class _FailureCounts(Collector):

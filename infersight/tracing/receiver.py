@@ -10,13 +10,15 @@ HTTP 400 with a google.rpc.Status body (gRPC: INVALID_ARGUMENT), one over max_bo
 (RESOURCE_EXHAUSTED), a media type we do not read 415; spans with invalid ids are refused one by
 one through OTLP's partial success. Bad bodies are logged at most once a second per reason, with
 the count so far. Which spans are joined and which forwarded is span_join.py's business.
+
+This module holds the path every body takes, the HTTP listener, the counts and the lifecycle; the
+gRPC listener is receiver_grpc.py, address parsing and binding receiver_address.py (their public
+names are re-exported here).
 """
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,16 +38,19 @@ from infersight.exporters import catalogue as C
 from infersight.http_connections import ConnectionGate
 from infersight.http_limits import HttpLimits, LimitedApp, grpc_status_error_body
 from infersight.tracing import otlp_decode as D
-from infersight.tracing.daemon_executor import DaemonThreadExecutor
+from infersight.tracing.receiver_address import ReceiverConfigError, bind_http, parse_hostport
+from infersight.tracing.receiver_grpc import GRPC_SERVICE, GrpcListener
 from infersight.tracing.span_join import JoinCounts, SpanJoin
 
 if TYPE_CHECKING:
     from infersight.agent.config import AgentConfig
     from infersight.tracing.hook import TracingHook
 
+__all__ = ["OtlpReceiver", "ReceiverCounts", "ReceiverConfigError", "parse_hostport", "not_content",
+           "GRPC_SERVICE", "MAX_BODY_BYTES", "MEDIA_TYPES", "CONTENT_PREFIXES", "TRANSPORTS", "REASONS"]
+
 log = logging.getLogger("infersight.tracing")
 MAX_BODY_BYTES = 4 << 20  # the OpenTelemetry Collector's default gRPC message limit
-GRPC_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 MEDIA_TYPES = {"application/x-protobuf": D.PROTOBUF, "application/protobuf": D.PROTOBUF, "application/json": D.JSON}
 #: Span attribute keys that hold prompt or completion text (dropped unless content export is on).
 CONTENT_PREFIXES = ("input.", "output.", "llm.input_messages", "llm.output_messages", "llm.prompts",
@@ -56,20 +61,8 @@ REASONS = ("malformed", "too_large", "unsupported_media_type", "too_many_connect
 LIMIT_REASONS = {"body_too_large": "too_large", "headers_too_large": "too_large"}  # http_limits' -> ours
 
 
-class ReceiverConfigError(ValueError):
-    """A receiver address that cannot be bound (the agent turns it into its ConfigError)."""
-
-
 def not_content(key: str) -> bool:
     return not key.startswith(CONTENT_PREFIXES)
-
-
-def parse_hostport(value: str) -> tuple[str, int]:
-    """"HOST:PORT" (":PORT" means 127.0.0.1; IPv6 in brackets)."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ReceiverConfigError(f"an OTLP receiver address must be HOST:PORT, got {value!r}")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 @dataclass
@@ -98,14 +91,17 @@ class OtlpReceiver:
         self.join_counts: JoinCounts | None = None  # shown beside ours on /metrics (set by attach)
         self._logged: dict[str, float] = {}
         self.http_port = self.grpc_port = None
-        self._sock = self._server = self._thread = self._grpc = self._grpc_pool = None
+        self._sock = self._server = self._thread = None
+        self._grpc: GrpcListener | None = None
         if http is not None:
-            self._sock = _bind(*http)
+            self._sock = bind_http(*http)
             self.http_port = self._sock.getsockname()[1]
             options = self.http_limits().uvicorn_options(grpc_status_error_body, self.gate)
             self._server = uvicorn.Server(uvicorn.Config(self.app(), log_level="warning", access_log=False, **options))
         if grpc_address is not None:
-            self._grpc, self.grpc_port = self._grpc_server(*grpc_address)
+            self._grpc = GrpcListener(lambda body: self.export(body, D.PROTOBUF, "grpc"), *grpc_address,
+                                      max_body_bytes=self.max_body_bytes)
+            self.grpc_port = self._grpc.port
 
     @classmethod
     def attach(cls, config: "AgentConfig", hook: "TracingHook") -> "OtlpReceiver":
@@ -192,45 +188,6 @@ class OtlpReceiver:
         return HttpLimits(max_body_bytes=2 * self.max_body_bytes, max_json_depth=100,
                           max_connections=self.gate.max_connections)
 
-    # -- OTLP/gRPC ------------------------------------------------------------------------------------------
-    def _grpc_server(self, host: str, port: int) -> tuple[object, int]:
-        try:
-            import grpc
-        except ImportError:
-            raise ReceiverConfigError("the OTLP gRPC receiver needs grpcio: pip install 'infersight[grpc]'") from None
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-
-        def export(body: bytes, context: "grpc.ServicerContext") -> ExportTraceServiceResponse:
-            try:
-                return self.export(body, D.PROTOBUF, "grpc").response()
-            except D.BodyTooLarge as exc:
-                context.set_code(grpc.StatusCode.RESOURCE_EXHAUSTED)
-                context.set_details(str(exc))
-            except D.OtlpDecodeError as exc:
-                context.set_code(grpc.StatusCode.INVALID_ARGUMENT)
-                context.set_details(str(exc))
-            return ExportTraceServiceResponse()
-
-        # Bodies up to twice our limit reach the handler, so the ones over it are counted there; beyond
-        # that gRPC itself refuses them (RESOURCE_EXHAUSTED, uncounted). No SO_REUSEPORT: a busy port fails.
-        # Daemon workers: a handler stuck in the sink cannot hold the agent's exit (daemon_executor.py).
-        self._grpc_pool = DaemonThreadExecutor(max_workers=2, thread_name_prefix="infersight-otlp-grpc")
-        server = grpc.server(self._grpc_pool,
-                             options=[("grpc.so_reuseport", 0),
-                                      ("grpc.max_receive_message_length", 2 * self.max_body_bytes)])
-        handler = grpc.unary_unary_rpc_method_handler(  # raw bytes in: we parse, so we count what does not
-            export, request_deserializer=None, response_serializer=ExportTraceServiceResponse.SerializeToString)
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(GRPC_SERVICE, {"Export": handler}),))
-        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        try:
-            bound = server.add_insecure_port(address)
-        except RuntimeError:
-            bound = 0
-        if not bound:
-            raise ReceiverConfigError(f"cannot listen for OTLP/gRPC on {address} (in use?); "
-                                      "pick another with --otlp-receiver-grpc HOST:PORT")
-        return server, bound
-
     # -- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:
         if self._server is not None:
@@ -251,21 +208,11 @@ class OtlpReceiver:
             if self._thread is not None:
                 self._thread.join(timeout=5)
             self._sock.close()
-        if self._grpc is not None:  # calls still running after the grace are cancelled; their threads
-            self._grpc.stop(grace=1).wait(5)  # are daemons, abandoned if stuck
-            self._grpc_pool.shutdown(wait=False, cancel_futures=True)
+        if self._grpc is not None:
+            self._grpc.stop()
 
     def collector(self) -> Collector:
         return _ReceiverCollector(self)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    try:  # (create_server sets SO_REUSEADDR on POSIX, never SO_REUSEPORT: a busy port fails here)
-        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
-    except OSError as exc:
-        busy = " (in use)" if exc.errno == errno.EADDRINUSE else f": {exc.strerror}"
-        raise ReceiverConfigError(f"cannot listen for OTLP/HTTP on {host}:{port}{busy}; "
-                                  "pick another with --otlp-receiver HOST:PORT") from None
 
 
 async def _read_limited(request: Request, limit: int) -> bytes | None:
