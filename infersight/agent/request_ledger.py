@@ -63,21 +63,14 @@ class RequestLedger:
         done_ids = self.energy.complete(done_ids, self.open_events)
         if len(done_ids) == 0:
             return
-        done_mask = self.open_events["request_id"].isin(done_ids).to_numpy(bool)
-        if done_mask.all():  # every request in flight finished (a burst ends): no row to filter out
-            done, self.open_events = self.open_events.copy(deep=False), self.open_events.iloc[:0]
-        else:
-            done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
-        # TOKENS events (most of them) feed only the inter-token latencies: the per-request analyses
-        # (request_table, slow_features) read the other events, in the same order.
-        tokens = (done["event"] == "TOKENS").to_numpy(bool)
-        lifecycle = done[~tokens] if tokens.any() else done
+        done_mask = self.open_events["request_id"].isin(done_ids)
+        done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
         # A request whose ARRIVED we never saw (it began before this agent attached, or the record
         # was dropped) cannot be decomposed and gets no row: count it, never lose it silently.
-        arrived = lifecycle.loc[lifecycle["event"] == "ARRIVED", "request_id"].unique()
+        arrived = done.loc[done["event"] == "ARRIVED", "request_id"].unique()
         orphaned = len(done_ids) - len(np.intersect1d(done_ids, arrived))
         self.counters[C.REQUESTS_ORPHANED.name].inc((), orphaned)
-        rows = requests.request_table(lifecycle, self.network.take_rows(done_ids, lifecycle))
+        rows = requests.request_table(done, self.network.take_rows(done_ids, done))
         ids = rows["request_id"].to_numpy(np.int64)
         id_list, engine_seconds = ids.tolist(), self.steps.engine_seconds
         rows["engine_seconds"] = [engine_seconds.pop(r, 0.0) for r in id_list]
@@ -86,7 +79,7 @@ class RequestLedger:
         # Only these requests' verifications, picked frame by frame (the window is not joined per poll).
         spec = self.spec.window.rows_of("request_id", ids)
         attribution = self.steps.attribution
-        slow = self.judge.judge(rows, lifecycle, attribution.steps, attribution.batch, spec, self.kv.reload_events)
+        slow = self.judge.judge(rows, done, attribution.steps, attribution.batch, spec, self.kv.reload_events)
         self.kv.forget_reloads(done_ids)
         causes = dict(zip(slow["request_id"], slow["slow_cause"]))
         details = dict(zip(slow["request_id"], slow["detail"]))
