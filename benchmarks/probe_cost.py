@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     engine = Engine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype, max_num_seqs=args.batch,
                                  max_num_batched_tokens=max(512, args.batch * args.context),
                                  max_model_len=max_len, num_kv_blocks=args.batch * -(-max_len // 16) + 16,
-                                 enable_prefix_caching=False), switch)
+                                 enable_prefix_caching=False, async_scheduling=args.async_scheduling), switch)
     consumer = RingConsumer.attach(probe.ring_name, record_registry())
     timed_ring = RingConsumer.attach(timed.ring_name, record_registry())
     log = BlockLog()
@@ -184,6 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "model": args.model, "device": args.device, "dtype": args.dtype, "batch": args.batch,
         "context": args.context, "block_steps": args.block_steps, "rounds": args.rounds, "lives": life,
         "machine": platform.node(), "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "async_scheduling": args.async_scheduling,
         "cuda_graphs": engine.target.graphs is not None, "graph_blocker": engine.target.graph_blocker,
         "step_ms": step_ms,
         "ratio": {v: r for v, (r, _) in ratios.items()}, "stderr": {v: e for v, (_, e) in ratios.items()},
@@ -227,6 +228,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds-per-life", type=int, default=8, help="rounds before the batch is replaced")
     p.add_argument("--warmup-steps", type=int, default=8, help="untimed decode steps after each prefill")
     p.add_argument("--threads", type=int, default=0, help="CPU: torch threads (0: leave as is)")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="EngineConfig.async_scheduling: the probes' host work overlaps the device's")
     args = p.parse_args(argv)
     if min(args.batch, args.context, args.block_steps, args.rounds, args.rounds_per_life) < 1 or args.warmup_steps < 0:
         print("probe_cost: --batch, --context, --block-steps, --rounds and --rounds-per-life must be >= 1",

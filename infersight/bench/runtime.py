@@ -59,6 +59,8 @@ class RuntimeBenchResult:
     fused_forward: bool = False
     graph_io: bool | None = None       # the decode graphs copy their inputs and greedy tokens themselves
     long_prefill: LongPrefillResult | None = None
+    async_scheduling: bool = False
+    launched_ahead_share: float | None = None  # async: the timed steps launched before the one before was read
 
 
 def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | None = None) -> float:
@@ -111,7 +113,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                   prompt_len: int = 128, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
                   decode_attention: str = "auto", enforce_eager: bool = False, compare_eager: bool = False,
                   hf_anchor: str = "none", compile_layers: bool = False, fused_forward: bool = True,
-                  prefill_len: int = 0) -> RuntimeBenchResult:
+                  prefill_len: int = 0, async_scheduling: bool = False) -> RuntimeBenchResult:
     """Measure one shape; see the module docstring. hf_anchor: none, eager or all."""
     if hf_anchor not in ("none", "eager", "all"):
         raise ValueError(f"hf_anchor must be none, eager or all, got {hf_anchor!r}")
@@ -129,7 +131,8 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                           decode_attention=decode_attention, max_num_seqs=batch,
                           max_num_batched_tokens=batch * prompt_len, block_size=block,
                           max_model_len=max_model_len, num_kv_blocks=batch * per_seq + 4,
-                          enforce_eager=enforce_eager, compile_layers=compile_layers, fused_forward=fused_forward)
+                          enforce_eager=enforce_eager, compile_layers=compile_layers, fused_forward=fused_forward,
+                          async_scheduling=async_scheduling)
     engine = Engine(config)
     gen = torch.Generator().manual_seed(seed)
     vocab = config.model_config.vocab_size
@@ -157,15 +160,21 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     compare = compare_eager and graphs is not None
     # Each mode's first two steps warm up (a graph capture, kernel compiles); the rest are timed.
     step_times: dict[bool, list[tuple[float, int]]] = {True: [], False: []}
+    ahead: list[bool] = []
     for i in range(decode_steps):
         use_graph = graphs is not None and not (compare and i >= decode_steps // 2)
         engine.target.graphs = graphs if use_graph else None
-        sync(device)
+        # Synchronous steps end with their tokens read: the syncs only fence them. An async engine's
+        # step is one turn of its loop, the next already queued: timed back to back, unfenced.
+        if not async_scheduling:
+            sync(device)
         t0 = time.perf_counter()
         stats = engine.step()
-        sync(device)
+        if not async_scheduling:
+            sync(device)
         if i >= 2 and not (compare and decode_steps // 2 <= i < decode_steps // 2 + 2):
             step_times[use_graph].append((time.perf_counter() - t0, stats.num_decode_tokens))
+            ahead.append(stats.launched_ahead)
     engine.target.graphs = graphs
     replay_ms = replay_alone_ms(graphs) if graphs is not None and graphs.graphs else None
     drain()
@@ -181,6 +190,9 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                                 cuda_graphs="on" if graphs is not None else str(engine.target.graph_blocker),
                                 compile_layers=compile_layers, fused_forward=engine.target.fused is not None)
     result.graph_replay_ms = replay_ms
+    result.async_scheduling = async_scheduling
+    if async_scheduling:
+        result.launched_ahead_share = round(sum(ahead) / max(len(ahead), 1), 3)
     if graphs is not None and graphs.graphs:
         result.graph_io = all(entry[3] for entry in graphs.graphs.values())
     if compare and step_times[False]:

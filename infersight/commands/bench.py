@@ -16,7 +16,8 @@ def _runtime(args: argparse.Namespace) -> int:
                                               enforce_eager=args.enforce_eager, compare_eager=args.compare_eager,
                                               hf_anchor=args.hf_anchor, compile_layers=args.compile_layers,
                                               fused_forward=not args.unfused,
-                                              prefill_len=args.prefill_len)), args.json)
+                                              prefill_len=args.prefill_len,
+                                              async_scheduling=args.async_scheduling)), args.json)
 
 
 def _overhead(args: argparse.Namespace) -> int:
@@ -71,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "with --unfused: the fused forward does not call those modules)")
     rt.add_argument("--unfused", action="store_true",
                     help="forwards through Transformer.forward, not the fused kernels (EngineConfig.fused_forward)")
+    rt.add_argument("--async-scheduling", action="store_true",
+                    help="launch each steady decode step before reading the one before (vLLM's flag; "
+                         "EngineConfig.async_scheduling); steps are timed back to back")
     rt.add_argument("--prefill-len", type=int, default=0,
                     help="also prefill one prompt of this many tokens in one step; modelled TFLOP/s against the GEMM ceiling")
     rt.add_argument("--hf-anchor", choices=("none", "eager", "all"), default="none",

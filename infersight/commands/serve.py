@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
                                  seed=args.seed, num_kv_blocks=args.num_kv_blocks,
                                  max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
+                                 async_scheduling=args.async_scheduling,
                                  spec_probe_every=args.spec_probe_every if args.speculative_model else 0)
     agent = None
     if args.with_agent:
@@ -55,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, metavar="N",
                    help="longest prompt + output served (default: the model's); longer prompts get a 400")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
+    p.add_argument("--async-scheduling", action="store_true",
+                   help="launch each steady decode step before reading the one before (vLLM's flag)")
     p.add_argument("--max-pending", type=int, default=256, help="requests in flight before 429 (default 256)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit (413 beyond)")
     p.add_argument("--max-header-bytes", type=int, default=16 << 10, help="request header limit")

@@ -39,6 +39,12 @@ class EngineConfig:
     fused_forward: on CUDA with the Triton decode kernel, every forward (decode graphs, eager steps,
     prefill) runs runtime.forward_fused's fused kernels; False keeps Transformer.forward (whose norms,
     RoPE and SwiGLU compile_layers compiles). Ignored on the CPU.
+    async_scheduling: vLLM's name; a steady decode step is launched before the tokens of the step
+    still on the device are read, which then feeds them on the device, so the host's work for one
+    step overlaps the device's work for the other (runtime.async_steps). Tokens are those of the
+    synchronous engine; a request waiting for a free slot is admitted one step later. Steps that
+    prefill, sample other than greedy, preempt or run under torch.profiler stay synchronous; not
+    with a speculative model.
     """
 
     model: str | ModelConfig = "tiny-moe"
@@ -62,6 +68,7 @@ class EngineConfig:
     enforce_eager: bool = False
     compile_layers: bool = False
     fused_forward: bool = True
+    async_scheduling: bool = False
     model_config: ModelConfig = field(init=False)
     draft_config: ModelConfig | None = field(init=False)
 
@@ -87,6 +94,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.spec_probe_every < 0 or self.spec_probe_every == 1:
             raise ValueError(f"spec_probe_every must be 0 (off) or >= 2, got {self.spec_probe_every}")
+        if self.async_scheduling and self.draft_config is not None:
+            raise ValueError("async_scheduling does not work with a speculative model yet; drop one of them")
         if self.cpu_offload_blocks < 0:
             raise ValueError(f"cpu_offload_blocks must be >= 0, got {self.cpu_offload_blocks}")
         model_len = self.model_config.max_seq_len

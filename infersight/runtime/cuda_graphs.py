@@ -135,7 +135,8 @@ class DecodeGraphs:
 
     def __init__(self, model: "Transformer", k_caches: torch.Tensor, v_caches: torch.Tensor, block_size: int,
                  max_batch: int, max_model_len: int, pad_block: int, device: str,
-                 forward: Callable[[ForwardBatch, torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> None:
+                 forward: Callable[[ForwardBatch, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                 async_steps: bool = False) -> None:
         self.model, self.k_caches, self.v_caches = model, k_caches, v_caches
         self.forward = forward if forward is not None else model  # what a capture records
         self.block_size = block_size
@@ -143,13 +144,20 @@ class DecodeGraphs:
         self.is_moe = model.cfg.is_moe
         self.batch_sizes = list(range(1, max_batch + 1)) if self.is_moe else batch_buckets(max_batch)
         self.widths = width_buckets(max_blocks)
-        self.inputs = DecodeInputs(max_batch, max_blocks, block_size, pad_block, device)
+        # Async scheduling (runtime.async_steps): two staging buffers; each graph takes its input
+        # tokens from the step before it on the device and leaves its greedy tokens in next_tokens.
+        self.async_steps = async_steps
+        self.inputs = DecodeInputs(max_batch, max_blocks, block_size, pad_block, device, staging=2 if async_steps else 1)
+        self.next_tokens = torch.zeros(max_batch, dtype=torch.long, device=device)
+        self.last_tokens: torch.Tensor | None = None  # the last async replay's greedy tokens, on the device
         self.pool = torch.cuda.graph_pool_handle()
         # (bucket, width) -> (graph, its logits, the expert-count buffer it accumulates into, whether
         # it copies its inputs in and its greedy tokens out itself: GraphTokens)
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None, bool]] = {}
         self.tokens = GraphTokens(max_batch)
-        self.in_graph_io = True  # off after a capture with in-graph copies failed here
+        # Off after a capture with in-graph copies failed here; never with async steps, whose
+        # host-side copies alternate between buffers (runtime.async_steps)
+        self.in_graph_io = not async_steps
         self.disabled: str | None = None
         self.num_replays = 0
 
@@ -157,10 +165,15 @@ class DecodeGraphs:
         return bucket_for(n_blocks, self.widths) or n_blocks
 
     def run(self, items: Sequence[DecodeFeed], expert_counts: torch.Tensor | None = None,
-            graphs_while_profiling: bool = False) -> torch.Tensor | None:
+            graphs_while_profiling: bool = False, src: list[int] | None = None,
+            prev: torch.Tensor | None = None) -> torch.Tensor | None:
         """Logits [len(items), V] of a pure decode step by graph replay; None: run it eagerly.
-        graphs_while_profiling: see graph_step_allowed."""
+        graphs_while_profiling: see graph_step_allowed. src, prev (async steps only): row i's input
+        token is prev[src[i]] where src[i] >= 0 (prev: the tokens of the step before, on the device)."""
         self.tokens.forget()
+        self.last_tokens = None
+        if src is not None and not self.async_steps:
+            raise ValueError("device-fed input tokens need graphs captured for async steps")
         profiling = torch.autograd.profiler._is_profiler_enabled
         if self.disabled or (profiling and not graphs_while_profiling):
             return None
@@ -183,10 +196,15 @@ class DecodeGraphs:
         if entry[2] is not expert_counts:  # captured with another counter (or none): eager this step
             return None
         self.tokens.wait()
+        rows.src = src
         self.inputs.fill(rows, bucket, width, copy=not entry[3])
+        if prev is not None and src is not None and prev.data_ptr() != self.next_tokens.data_ptr():
+            self.next_tokens[:len(prev)].copy_(prev)  # an eager step's tokens: where the graph reads them
         entry[0].replay()
         if entry[3]:
             self.tokens.replayed(len(rows))
+        if self.async_steps:
+            self.last_tokens = self.next_tokens[:len(rows)]
         self.num_replays += 1
         return entry[1][:len(rows)]
 
@@ -230,5 +248,10 @@ class DecodeGraphs:
                 torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            if self.async_steps:
+                src = self.inputs.token_src(bucket)
+                batch.input_ids.copy_(torch.where(src >= 0, self.next_tokens[src.clamp(min=0)], batch.input_ids))
             logits = self.forward(batch, self.k_caches, self.v_caches)
+            if self.async_steps:
+                self.next_tokens[:bucket].copy_(logits.argmax(-1))
         return graph, logits, False

@@ -12,8 +12,11 @@ from typing import Sequence
 
 import torch
 
+from infersight.runtime.async_steps import InflightStep, TokenReadback, launchable
 from infersight.runtime.config import EngineConfig
 from infersight.runtime.errors import InvalidRequestError
+from infersight.runtime.draft_proposer import propose
+from infersight.runtime.engine_async import AsyncSteps
 from infersight.runtime.forward_timer import ForwardTimer
 from infersight.runtime.kv_cache import KVCacheManager
 from infersight.runtime.model import Transformer
@@ -46,7 +49,7 @@ def decode_kernel(config: EngineConfig) -> str:
     return kernel
 
 
-class Engine:
+class Engine(AsyncSteps):
     def __init__(self, config: EngineConfig, observer: EngineObserver | None = None) -> None:
         self.config = config
         self.observer = observer if observer is not None else EngineObserver()
@@ -70,6 +73,9 @@ class Engine:
         self.spec_probe = SpecProbe(config.spec_probe_every if self.draft is not None else 0)
         self.draft_fallbacks = DraftFallbacks()  # requests (and steps) the draft failed: decoded plainly
         self.forward_timer = ForwardTimer(config.device)
+        # Async scheduling (runtime.async_steps): the step launched and not read back yet.
+        self.readback = TokenReadback(config.max_num_seqs, config.device) if config.async_scheduling else None
+        self.inflight: InflightStep | None = None
         self.expert_counts = None
         if self.observer.wants_expert_counts and cfg.is_moe:
             self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long, device=config.device)
@@ -157,18 +163,46 @@ class Engine:
 
     # -- the step -------------------------------------------------------------------------------
     def step(self) -> StepStats:
-        """Schedule and run one iteration; returns what happened (never prints)."""
-        self.step_id += 1
-        start = time.monotonic_ns()
-        self.ranges.begin_step(self.step_id)
-        self.observer.on_step_begin(self.step_id, start)
-        stats = StepStats(self.step_id, start, start)
+        """Schedule and run one iteration; returns what happened (never prints). With async
+        scheduling, the step returned may be one launched by the call before, and the next one may
+        already be running on the device (runtime.async_steps)."""
+        pending = self.inflight
+        if pending is not None and pending.all_finished():  # aborted while in flight: nothing to report
+            self._drop(pending)
+            pending = None
+        if pending is None:
+            self.step_id += 1
+            start = time.monotonic_ns()
+            stats = StepStats(self.step_id, start, start)
+            self._begin(stats)
+            with self.ranges.range("step"):
+                with self.ranges.range("schedule"):
+                    plan = self.scheduler.schedule()
+                stats.num_preempted = len(plan.preempted)
+                if plan.scheduled:
+                    if self.readback is not None and launchable(plan.scheduled):
+                        pending = self._launch(plan.scheduled, stats, None)
+                    else:
+                        self._run(plan.scheduled, start, stats)
+            if pending is None:
+                return self._end(stats)
         with self.ranges.range("step"):
-            with self.ranges.range("schedule"):
-                plan = self.scheduler.schedule()
-            stats.num_preempted = len(plan.preempted)
-            if plan.scheduled:
-                self._run(plan.scheduled, start, stats)
+            self.inflight = self._launch_next(pending)
+            self._resolve(pending)
+        stats = self._end(pending.stats)
+        if self.inflight is not None:
+            if self.inflight.all_finished():  # every request of it ended with the step just read
+                self._drop(self.inflight)
+            else:
+                self.inflight.stats.start_ns = stats.end_ns
+                self._begin(self.inflight.stats)
+        return stats
+
+    def _begin(self, stats: StepStats) -> None:
+        self.ranges.begin_step(stats.step_id)
+        self.observer.on_step_begin(stats.step_id, stats.start_ns)
+
+    def _end(self, stats: StepStats) -> StepStats:
         stats.end_ns = time.monotonic_ns()
         stats.kv_blocks_in_use = self.kv.pool.num_in_use
         stats.kv_blocks_cached = len(self.kv.pool.free_cached)
@@ -197,7 +231,7 @@ class Engine:
             sched = self.draft_fallbacks.without_drafts(sched, lambda rid: rid not in self.draft_fallbacks.off)
             with self.ranges.range("forward.draft"):
                 try:
-                    drafts, draft_probs = self._propose(self.draft, sched)
+                    drafts, draft_probs = propose(self.draft, sched, self.draft_fallbacks, self.requests)
                 except Exception as exc:  # noqa: BLE001 -- the draft only proposes: the step goes on without it
                     self.draft_fallbacks.step_failed(self.step_id, exc)
             sched = self.draft_fallbacks.without_drafts(sched, drafts.__contains__)
@@ -213,32 +247,40 @@ class Engine:
         end_forward = time.monotonic_ns()
         with self.ranges.range("sampling"):
             sampled = self._sample_plain(sched, logits, drafts)
-            for i, s in enumerate(sched):
-                req = s.req
-                token = sampled.get(req.request_id)
-                # A row view only where it is read (ModelRunner.LogitsRows): not for a sampled token.
-                lg = logits[i] if token is None or s.num_spec_tokens else None
-                stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
-                stats.context_lens.append(req.num_computed + s.num_new_tokens + s.num_spec_tokens)
-                if req.request_id in prefilling:
-                    stats.num_prefill_tokens += s.num_new_tokens
-                    req.times.prefill_chunks.append((start, end_forward, s.num_new_tokens))
-                    self.observer.on_prefill_chunk(req.request_id, start, end_forward, req.num_computed,
-                                                   s.num_new_tokens)
-                else:
-                    stats.num_decode_tokens += s.num_new_tokens
-                try:
-                    new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
-                                               stats, token)
-                    self.kv.commit(req)
-                    if new_tokens:
-                        self._emit(req, new_tokens, stats)
-                except Exception as exc:  # noqa: BLE001 -- one request's failure ends that request only
-                    self.fail_request(req, exc, stats)
+            self._commit_rows(sched, logits, sampled, drafts, draft_probs, prefilling, start, end_forward, stats)
         if stats.target_ns < 0:
             stats.target_ns = self.forward_timer.elapsed_ns()
         if self.expert_counts is not None:
             self.observer.on_expert_counts(self.step_id, self.expert_counts)
+
+    def _commit_rows(self, sched: list[ScheduledRequest], logits: Sequence[torch.Tensor] | None,
+                     sampled: dict[int, int], drafts: dict[int, list[int]], draft_probs: dict[int, torch.Tensor],
+                     prefilling: set[int], start: int, end_forward: int, stats: StepStats) -> None:
+        """Each scheduled request's share of the step: counters moved, tokens sampled or verified,
+        KV committed, tokens emitted; a request that fails here ends alone (fail_request).
+        logits: None only when every request's token is in `sampled` (an async step)."""
+        for i, s in enumerate(sched):
+            req = s.req
+            token = sampled.get(req.request_id)
+            # A row view only where it is read (ModelRunner.LogitsRows): not for a sampled token.
+            lg = logits[i] if logits is not None and (token is None or s.num_spec_tokens) else None
+            stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
+            stats.context_lens.append(req.num_computed + s.num_new_tokens + s.num_spec_tokens)
+            if req.request_id in prefilling:
+                stats.num_prefill_tokens += s.num_new_tokens
+                req.times.prefill_chunks.append((start, end_forward, s.num_new_tokens))
+                self.observer.on_prefill_chunk(req.request_id, start, end_forward, req.num_computed,
+                                               s.num_new_tokens)
+            else:
+                stats.num_decode_tokens += s.num_new_tokens
+            try:
+                new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
+                                           stats, token)
+                self.kv.commit(req)
+                if new_tokens:
+                    self._emit(req, new_tokens, stats)
+            except Exception as exc:  # noqa: BLE001 -- one request's failure ends that request only
+                self.fail_request(req, exc, stats)
 
     @staticmethod
     def _forward_name(sched: list[ScheduledRequest], prefilling: set[int]) -> str:
@@ -249,44 +291,6 @@ class Engine:
         if n_prefill == len(sched):
             return "forward.prefill"
         return "forward.mixed" if n_prefill else "forward.decode"
-
-    def _propose(self, draft: ModelRunner, sched: list[ScheduledRequest]
-                 ) -> tuple[dict[int, list[int]], dict[int, torch.Tensor]]:
-        """Run the draft: catch its KV up with the target for every request, then propose
-        num_spec_tokens tokens, one batched draft forward per position."""
-        drafts: dict[int, list[int]] = {}
-        probs: dict[int, list[torch.Tensor]] = {}
-        items = []
-        for s in sched:
-            req = s.req
-            end = req.num_computed + s.num_new_tokens
-            if end > req.draft_computed:
-                items.append(FeedItem(req, req.draft_computed, req.token_ids[req.draft_computed:end],
-                                      1 if s.num_spec_tokens else 0))
-        spec = [s for s in sched if s.num_spec_tokens]
-        logits = dict(zip((it.req.request_id for it in items), draft.run(items)))
-        for s in sched:
-            if not s.num_spec_tokens:
-                s.req.draft_computed = s.req.num_computed + s.num_new_tokens
-        for j in range(max((s.num_spec_tokens for s in spec), default=0)):
-            if j > 0:
-                active = [s for s in spec if s.num_spec_tokens > j and s.req.request_id in drafts]
-                if not active:
-                    break
-                feed = [FeedItem(s.req, s.req.num_tokens + j - 1, [drafts[s.req.request_id][-1]], 1) for s in active]
-                logits = dict(zip((s.req.request_id for s in active), draft.run(feed)))
-            for s in spec:
-                rid = s.req.request_id
-                if s.num_spec_tokens > j and (j == 0 or rid in drafts):
-                    try:
-                        q = probs_from_logits(logits[rid][-1:], s.req.params)[0]
-                        drafts.setdefault(rid, []).append(sample(q, s.req.generator))
-                        probs.setdefault(rid, []).append(q)
-                    except Exception as exc:  # noqa: BLE001 -- this request decodes plainly (DraftFallbacks)
-                        drafts.pop(rid, None)
-                        probs.pop(rid, None)
-                        self.draft_fallbacks.request_failed(rid, exc, self.requests)
-        return drafts, {rid: torch.stack(p) for rid, p in probs.items()}
 
     def _target_items(self, sched: list[ScheduledRequest], drafts: dict[int, list[int]]) -> list[FeedItem]:
         items = []
@@ -350,8 +354,8 @@ class Engine:
             self.observer.on_spec_verified(req.request_id, s.num_spec_tokens, result.num_accepted,
                                            result.accept_mask, stats.draft_ns, stats.target_ns)
             return result.tokens
-        # draft_computed is left alone: _propose moved it when the draft ran, and after a plain
-        # probe step the draft is one token behind, which the next _propose feeds.
+        # draft_computed is left alone: propose() moved it when the draft ran, and after a plain
+        # probe step the draft is one token behind, which the next propose() feeds.
         req.num_computed += s.num_new_tokens
         if not s.samples:
             return []

@@ -1,8 +1,13 @@
 """The static inputs of the decode graphs (part of runtime.cuda_graphs): one decode row per
 sequence, and the pinned host staging buffer with its device twin that the graphs read.
 
-    [ input_ids | positions | slot_mapping | context_lens ]  max_batch each
-    [ block tables, row-major [bucket, width] ]               max_batch * max_blocks
+    [ input_ids | positions | slot_mapping | context_lens | token_src ]  max_batch each
+    [ block tables, row-major [bucket, width] ]                           max_batch * max_blocks
+
+token_src is read only by the graphs of an engine with async scheduling (runtime.async_steps): a
+row >= 0 takes its input token from that row of the step still running on the device, -1 the
+token written here. Such an engine keeps two staging buffers and alternates between them, so
+filling the next step never waits for the copy of the step in flight.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ class DecodeRows:
     slots: list[int]
     tables: list[list[int]]  # each request's block table itself: tables only grow in place (see fill)
     n_blocks: list[int]      # blocks holding context: tables[i][:n_blocks[i]]
+    src: list[int] | None = None  # per row, its token's row in the step in flight (-1: tokens[i]); async only
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -88,30 +94,37 @@ def decode_rows(items: Sequence[DecodeFeed], block_size: int) -> DecodeRows | No
 class DecodeInputs:
     """The static input buffers (host staging and device) and the ForwardBatch views on them."""
 
-    def __init__(self, max_batch: int, max_blocks: int, block_size: int, pad_block: int, device: str) -> None:
+    FIELDS = 5  # input_ids, positions, slot_mapping, context_lens, token_src
+
+    def __init__(self, max_batch: int, max_blocks: int, block_size: int, pad_block: int, device: str,
+                 staging: int = 1) -> None:
         self.max_batch, self.max_blocks = max_batch, max_blocks
         self.pad_block, self.pad_slot = pad_block, pad_block * block_size
-        size = 4 * max_batch + max_batch * max_blocks
+        self.table_at = self.FIELDS * max_batch
+        size = self.table_at + max_batch * max_blocks
         pin = device.startswith("cuda")
-        self.host = torch.zeros(size, dtype=torch.long, pin_memory=pin)
         self.device_buf = torch.zeros(size, dtype=torch.long, device=device)
-        self._np = self.host.numpy()
-        # One event, re-recorded after each copy: fill waits on it before overwriting the host buffer.
-        self._ready: torch.cuda.Event | None = torch.cuda.Event() if self.device_buf.is_cuda else None
-        # (the block table list, how many of its blocks) each table row of the host buffer holds
-        # (None: unknown), for the current width.
-        self._rows_written: list[tuple[list[int], int] | None] = [None] * max_batch
-        self._rows_width = 0
+        self._stages = [_Staging(size, max_batch, pin, self.device_buf.is_cuda) for _ in range(staging)]
+        self._turn = 0
         self.arange = torch.arange(max_batch, dtype=torch.long, device=device)
+
+    @property
+    def host(self) -> torch.Tensor:
+        """The staging buffer the next fill writes (the only one without async scheduling)."""
+        return self._stages[self._turn].host
 
     def _fields(self, buf: torch.Tensor) -> list[torch.Tensor]:
         m = self.max_batch
-        return [buf[i * m:(i + 1) * m] for i in range(4)]
+        return [buf[i * m:(i + 1) * m] for i in range(self.FIELDS)]
+
+    def token_src(self, bucket: int) -> torch.Tensor:
+        """The device view of token_src for a (bucket, ·) graph (see the module docstring)."""
+        return self._fields(self.device_buf)[4][:bucket]
 
     def batch(self, bucket: int, width: int, expert_counts: torch.Tensor | None = None) -> ForwardBatch:
         """The ForwardBatch a (bucket, width) graph is captured on: views of the device buffer."""
-        ids, pos, slots, lens = (f[:bucket] for f in self._fields(self.device_buf))
-        tables = self.device_buf[4 * self.max_batch:4 * self.max_batch + bucket * width].view(bucket, width)
+        ids, pos, slots, lens, _ = (f[:bucket] for f in self._fields(self.device_buf))
+        tables = self.device_buf[self.table_at:self.table_at + bucket * width].view(bucket, width)
         index = self.arange[:bucket]
         return ForwardBatch(input_ids=ids, positions=pos, slot_mapping=slots, segments=[], decode_index=index,
                             decode_block_tables=tables, decode_context_lens=lens, logits_index=index,
@@ -127,20 +140,24 @@ class DecodeInputs:
         identity cannot be reused by another table."""
         if not isinstance(rows, DecodeRows):
             rows = DecodeRows.of(rows)
-        if self._ready is not None:
-            self._ready.synchronize()  # the previous copy has read the host buffer (no-op before the first)
-        n, m, buf = len(rows), self.max_batch, self._np
+        self._turn = (self._turn + 1) % len(self._stages)
+        stage = self._stages[self._turn]
+        if stage.ready is not None:
+            stage.ready.synchronize()  # the last copy from this buffer has read it (no-op before the first)
+        n, m, buf = len(rows), self.max_batch, stage.np
         buf[:n] = rows.tokens
         buf[m:m + n] = rows.positions
         buf[2 * m:2 * m + n] = rows.slots
         buf[3 * m:3 * m + n] = buf[m:m + n] + 1  # context lengths
+        buf[4 * m:4 * m + n] = -1 if rows.src is None else rows.src
         buf[n:bucket], buf[m + n:m + bucket], buf[2 * m + n:2 * m + bucket], buf[3 * m + n:3 * m + bucket] = (
             0, 0, self.pad_slot, 1)
-        tables = buf[4 * m:4 * m + bucket * width].reshape(bucket, width)
-        written = self._rows_written
-        if width != self._rows_width:  # another row layout: nothing written is where it was
+        buf[4 * m + n:4 * m + bucket] = -1
+        tables = buf[self.table_at:self.table_at + bucket * width].reshape(bucket, width)
+        written = stage.rows_written
+        if width != stage.rows_width:  # another row layout: nothing written is where it was
             written[:] = [None] * m
-            self._rows_width = width
+            stage.rows_width = width
         for i, (table, nb) in enumerate(zip(rows.tables, rows.n_blocks)):
             # A row's table grows by one block every block_size steps: most steps it is already there.
             # Columns past a row's context are never read by the kernel: they may hold stale ids.
@@ -156,10 +173,24 @@ class DecodeInputs:
         written[n:bucket] = [None] * (bucket - n)
         if copy:
             self.copy_in(bucket, width)
-            if self._ready is not None:
-                self._ready.record()
+            if stage.ready is not None:
+                stage.ready.record()
 
     def copy_in(self, bucket: int, width: int) -> None:
-        """The host buffer's (bucket, width) part to the device buffer, asynchronously."""
-        end = 4 * self.max_batch + bucket * width
+        """The current staging buffer's (bucket, width) part to the device buffer, asynchronously."""
+        end = self.table_at + bucket * width
         self.device_buf[:end].copy_(self.host[:end], non_blocking=True)
+
+
+class _Staging:
+    """One pinned host staging buffer, the event after its last copy, and which table rows it holds."""
+
+    def __init__(self, size: int, max_batch: int, pin: bool, cuda: bool) -> None:
+        self.host = torch.zeros(size, dtype=torch.long, pin_memory=pin)
+        self.np = self.host.numpy()
+        # Re-recorded after each copy: fill waits on it before overwriting this buffer.
+        self.ready: torch.cuda.Event | None = torch.cuda.Event() if cuda else None
+        # (the block table list, how many of its blocks) each table row of this buffer holds
+        # (None: unknown), for rows_width.
+        self.rows_written: list[tuple[list[int], int] | None] = [None] * max_batch
+        self.rows_width = 0

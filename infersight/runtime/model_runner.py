@@ -79,6 +79,7 @@ class ModelRunner:
         self.last_logits: torch.Tensor | None = None  # the last run's logits, all items' rows
         # On CUDA, every forward runs these kernels when set (pure decode batches through decode()).
         self.fused: FusedForward | None = None
+        self.device_tokens: torch.Tensor | None = None  # the last run's greedy tokens, when a graph left them
 
     def use_cuda_graphs(self, config: "EngineConfig", decode_attention: str) -> str | None:
         """Run pure decode steps as CUDA graphs where they can be; returns why not (None: they are)."""
@@ -98,7 +99,8 @@ class ModelRunner:
             self.graphs = DecodeGraphs(self.model, self.k_caches, self.v_caches, self.block_size,
                                        config.max_num_seqs, config.max_model_len,
                                        pad_block=self.k_caches.shape[1] - 1, device=self.device,
-                                       forward=self.fused.decode if self.fused is not None else None)
+                                       forward=self.fused.decode if self.fused is not None else None,
+                                       async_steps=config.async_scheduling)
         else:
             log.info("decode steps run eagerly: %s", reason)
         return reason
@@ -151,18 +153,30 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run(self, items: list[FeedItem], expert_counts: torch.Tensor | None = None,
-            graphs_while_profiling: bool = False) -> "LogitsRows | list[torch.Tensor]":
+            graphs_while_profiling: bool = False, src: list[int] | None = None,
+            prev: torch.Tensor | None = None) -> "LogitsRows | list[torch.Tensor]":
         """Logits [item.logits, V] for each item, in order. graphs_while_profiling: a pure decode
-        step may replay its CUDA graph while torch.profiler records (cuda_graphs.graph_step_allowed)."""
+        step may replay its CUDA graph while torch.profiler records (cuda_graphs.graph_step_allowed).
+
+        src, prev: a pure decode step of async scheduling (runtime.async_steps), whose item i feeds
+        prev[src[i]] (the token the step before left on the device) where src[i] >= 0, in place of
+        its placeholder token. After such a graph step, device_tokens holds the greedy tokens."""
+        self.device_tokens = None
         if not items:
             return []
-        logits = (self.graphs.run(items, expert_counts, graphs_while_profiling)
+        logits = (self.graphs.run(items, expert_counts, graphs_while_profiling, src, prev)
                   if self.graphs is not None else None)
+        if logits is not None and self.graphs is not None:
+            self.device_tokens = self.graphs.last_tokens
         if logits is None:
             forward = self.model
             if self.fused is not None:
                 pure_decode = all(len(it.tokens) == 1 and it.logits == 1 for it in items)
                 forward = self.fused.decode if pure_decode else self.fused.forward
-            logits = forward(self.build_batch(items, expert_counts), self.k_caches, self.v_caches)
+            batch = self.build_batch(items, expert_counts)
+            if src is not None and prev is not None:  # one token per item: input row i is item i
+                index = torch.tensor(src, dtype=torch.long, device=self.device)
+                batch.input_ids = torch.where(index >= 0, prev[index.clamp(min=0)], batch.input_ids)
+            logits = forward(batch, self.k_caches, self.v_caches)
         self.last_logits = logits
         return LogitsRows(logits, [item.logits for item in items])

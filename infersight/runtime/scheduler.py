@@ -136,6 +136,24 @@ class Scheduler:
             budget -= n
         return out
 
+    def schedule_lookahead(self, reqs: list[Request]) -> list[ScheduledRequest] | None:
+        """Async scheduling (runtime.async_steps): the next decode step of `reqs`, running requests
+        each with one token still on the device (so they feed position num_computed + 1), planned
+        before that token is known. Only where the synchronous schedule() would plan the same thing
+        and nothing else: nobody swapped out, nobody waiting who could be admitted, the token budget
+        and free blocks enough for all. Allocates their slots; None (changing nothing) otherwise."""
+        if self.swapped or (self.waiting and len(self.running) < self.config.max_num_seqs):
+            return None
+        if len(reqs) > self.config.max_num_batched_tokens:
+            return None
+        kv = self.kv
+        growing = [r for r in reqs if kv.blocks_needed(r, 2)]
+        if sum(kv.blocks_needed(r, 2) for r in growing) > kv.pool.num_free:
+            return None
+        for r in growing:
+            kv.allocate_slots(r, 2)
+        return [ScheduledRequest(r, 1) for r in reqs]
+
     def _resume(self, req: Request) -> None:
         if req.num_preemptions:
             now = time.monotonic_ns()

@@ -29,5 +29,6 @@ class StepStats:
     draft_ns: int = 0                  # every draft forward (catch-up + one per drafted position), with sampling
     draft_forwards: int = 0            # draft forwards that proposed tokens (the longest draft's length)
     target_ns: int = -1                # the target forward (device time on CUDA); -1 when not known
+    launched_ahead: bool = False       # async scheduling: launched before the step before it was read
     spec_probe: bool = False           # a decode step the engine ran without speculation (spec_probe_every)
     finished: list[int] = field(default_factory=list)

@@ -1,0 +1,96 @@
+"""The engine's half of async scheduling (runtime.async_steps): launch a decode step without
+reading it, launch the one after it, read a launched step back. A mixin of Engine, kept apart so
+that the synchronous step reads at once; besides what Engine.__init__ sets, it calls Engine's
+_target_items (the fed tokens) and _commit_rows (what a step does with its tokens)."""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from infersight.runtime.async_steps import InflightStep, TokenReadback, continuing
+from infersight.runtime.model_runner import FeedItem
+from infersight.runtime.scheduler import ScheduledRequest
+from infersight.runtime.stats import StepStats
+
+if TYPE_CHECKING:
+    from infersight.runtime.config import EngineConfig
+    from infersight.runtime.kv_cache import KVCacheManager
+    from infersight.runtime.model_runner import ModelRunner
+    from infersight.runtime.observer import EngineObserver
+    from infersight.runtime.ranges import RangeMarker
+    from infersight.runtime.scheduler import Scheduler
+
+
+class AsyncSteps:
+    config: "EngineConfig"
+    observer: "EngineObserver"
+    ranges: "RangeMarker"
+    kv: "KVCacheManager"
+    scheduler: "Scheduler"
+    target: "ModelRunner"
+    expert_counts: torch.Tensor | None
+    readback: TokenReadback | None
+    inflight: InflightStep | None
+    step_id: int
+
+    def _launch(self, sched: list[ScheduledRequest], stats: StepStats, prev: InflightStep | None) -> InflightStep:
+        """Start a greedy decode step on the device and its tokens' copy back; read nothing.
+        prev: the step still in flight whose tokens this one feeds (None: they are on the host)."""
+        assert self.readback is not None
+        if self.expert_counts is not None:
+            self.expert_counts.zero_()
+        if prev is None:
+            items, src, tokens_in = self._target_items(sched, {}), None, None
+        else:
+            reqs = [s.req for s in sched]
+            items = [FeedItem(r, r.num_computed + 1, [0], 1) for r in reqs]
+            src, tokens_in = prev.src_of(reqs), prev.tokens
+        stats.schedule_ns = time.monotonic_ns() - stats.start_ns
+        stats.phase = "decode"
+        slot = self.readback.next_slot()
+        timer = self.readback.timers[slot]
+        with self.ranges.range("forward.decode"):
+            timer.start()
+            self.target.run(items, self.expert_counts, False, src, tokens_in)
+            timer.stop()
+        tokens = self.target.device_tokens
+        if tokens is None:
+            tokens = self.target.last_logits.argmax(-1)  # an eager step (sample_batch's greedy rule)
+        self.readback.send(slot, tokens)
+        counts = self.expert_counts.clone() if self.expert_counts is not None else None
+        return InflightStep(stats, sched, tokens, slot, timer, counts)
+
+    def _launch_next(self, pending: InflightStep) -> InflightStep | None:
+        """The step after `pending`, launched before pending is read, where that is steady decode."""
+        if torch.autograd.profiler._is_profiler_enabled:
+            return None
+        t0 = time.monotonic_ns()
+        reqs = continuing(pending, self.config.max_model_len)
+        sched = self.scheduler.schedule_lookahead(reqs) if reqs else None
+        if sched is None:
+            return None
+        stats = StepStats(self.step_id + 1, t0, t0, launched_ahead=True)
+        self.step_id += 1
+        return self._launch(sched, stats, pending)
+
+    def _drop(self, step: InflightStep) -> None:
+        """Forget a launched step none of whose requests is left (its step id was never announced)."""
+        if step.stats.step_id == self.step_id:
+            self.step_id -= 1
+        if self.inflight is step:
+            self.inflight = None
+
+    def _resolve(self, pending: InflightStep) -> None:
+        """Read a launched step's tokens and do what the synchronous step does with them."""
+        assert self.readback is not None
+        stats = pending.stats
+        with self.ranges.range("sampling"):
+            tokens = self.readback.take(pending.slot, len(pending.sched))
+            stats.target_ns = pending.timer.elapsed_ns()
+            live = [(s, t) for s, t in zip(pending.sched, tokens) if not s.req.is_finished]
+            self._commit_rows([s for s, _ in live], None, {s.req.request_id: t for s, t in live}, {}, {}, set(),
+                              stats.start_ns, stats.start_ns, stats)
+        if pending.expert_counts is not None:
+            self.observer.on_expert_counts(stats.step_id, pending.expert_counts)
