@@ -60,6 +60,7 @@ class RuntimeBenchResult:
     graph_io: bool | None = None       # the decode graphs copy their inputs and greedy tokens themselves
     long_prefill: LongPrefillResult | None = None
     async_scheduling: bool = False
+    decode_gemv: bool = False          # batch-1 projections through runtime.triton_gemv (fused forward only)
     launched_ahead_share: float | None = None  # async: the timed steps launched before the one before was read
 
 
@@ -113,7 +114,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                   prompt_len: int = 128, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
                   decode_attention: str = "auto", enforce_eager: bool = False, compare_eager: bool = False,
                   hf_anchor: str = "none", compile_layers: bool = False, fused_forward: bool = True,
-                  prefill_len: int = 0, async_scheduling: bool = False) -> RuntimeBenchResult:
+                  prefill_len: int = 0, async_scheduling: bool = False, decode_gemv: bool = True) -> RuntimeBenchResult:
     """Measure one shape; see the module docstring. hf_anchor: none, eager or all."""
     if hf_anchor not in ("none", "eager", "all"):
         raise ValueError(f"hf_anchor must be none, eager or all, got {hf_anchor!r}")
@@ -132,7 +133,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                           max_num_batched_tokens=batch * prompt_len, block_size=block,
                           max_model_len=max_model_len, num_kv_blocks=batch * per_seq + 4,
                           enforce_eager=enforce_eager, compile_layers=compile_layers, fused_forward=fused_forward,
-                          async_scheduling=async_scheduling)
+                          async_scheduling=async_scheduling, decode_gemv=decode_gemv)
     engine = Engine(config)
     gen = torch.Generator().manual_seed(seed)
     vocab = config.model_config.vocab_size
@@ -191,6 +192,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                                 compile_layers=compile_layers, fused_forward=engine.target.fused is not None)
     result.graph_replay_ms = replay_ms
     result.async_scheduling = async_scheduling
+    result.decode_gemv = engine.target.fused is not None and engine.target.fused.gemv is not None
     if async_scheduling:
         result.launched_ahead_share = round(sum(ahead) / max(len(ahead), 1), 3)
     if graphs is not None and graphs.graphs:

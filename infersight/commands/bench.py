@@ -17,7 +17,8 @@ def _runtime(args: argparse.Namespace) -> int:
                                               hf_anchor=args.hf_anchor, compile_layers=args.compile_layers,
                                               fused_forward=not args.unfused,
                                               prefill_len=args.prefill_len,
-                                              async_scheduling=args.async_scheduling)), args.json)
+                                              async_scheduling=args.async_scheduling,
+                                              decode_gemv=not args.no_gemv)), args.json)
 
 
 def _overhead(args: argparse.Namespace) -> int:
@@ -75,6 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     rt.add_argument("--async-scheduling", action="store_true",
                     help="launch each steady decode step before reading the one before (vLLM's flag; "
                          "EngineConfig.async_scheduling); steps are timed back to back")
+    rt.add_argument("--no-gemv", action="store_true",
+                    help="batch-1 projections through cuBLAS, not runtime.triton_gemv (EngineConfig.decode_gemv)")
     rt.add_argument("--prefill-len", type=int, default=0,
                     help="also prefill one prompt of this many tokens in one step; modelled TFLOP/s against the GEMM ceiling")
     rt.add_argument("--hf-anchor", choices=("none", "eager", "all"), default="none",

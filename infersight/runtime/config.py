@@ -39,6 +39,8 @@ class EngineConfig:
     fused_forward: on CUDA with the Triton decode kernel, every forward (decode graphs, eager steps,
     prefill) runs runtime.forward_fused's fused kernels; False keeps Transformer.forward (whose norms,
     RoPE and SwiGLU compile_layers compiles). Ignored on the CPU.
+    decode_gemv: with fused_forward, a one-token forward (batch-1 decode) runs its projections as
+    runtime.triton_gemv's matrix-vector kernels; False keeps cuBLAS there.
     async_scheduling: vLLM's name; a steady decode step is launched before the tokens of the step
     still on the device are read, which then feeds them on the device, so the host's work for one
     step overlaps the device's work for the other (runtime.async_steps). Tokens are those of the
@@ -68,6 +70,7 @@ class EngineConfig:
     enforce_eager: bool = False
     compile_layers: bool = False
     fused_forward: bool = True
+    decode_gemv: bool = True
     async_scheduling: bool = False
     model_config: ModelConfig = field(init=False)
     draft_config: ModelConfig | None = field(init=False)

@@ -5,7 +5,9 @@ Per layer:
     add_rmsnorm -> qkv matmul -> rope_kv (q; k, v into the cache) -> attention
     -> out matmul -> add_rmsnorm -> gate_up matmul -> silu_mul -> down matmul (or the MoE FFN)
 
-The residual add of each block is deferred into the next add_rmsnorm (vLLM's fused add + norm),
+A one-token forward (batch-1 decode) runs its projections as runtime.triton_gemv's
+matrix-vector kernels (gate_up with SiLU·up in the same pass) unless EngineConfig.decode_gemv is
+off; more tokens keep cuBLAS. The residual add of each block is deferred into the next add_rmsnorm (vLLM's fused add + norm),
 so a dense decode layer is ten kernels where Transformer.forward launches about forty-five, and a
 prefill drops the float32 RoPE and RMSNorm passes over every token. Attention is the model's own
 (Attention.attend: the paged Triton kernel for single-token decodes, SDPA for prompt segments).
@@ -46,24 +48,34 @@ class FusedForward:
     """decode(batch, k_caches, v_caches) and forward(...) -> logits [N, V] float32, like
     Transformer.forward (see the module docstring for which batches decode() takes)."""
 
-    def __init__(self, model: "Transformer") -> None:
+    def __init__(self, model: "Transformer", gemv: bool = True) -> None:
         from infersight.runtime import triton_fused
 
         self.model = model
         self.kernels = triton_fused
+        self.gemv = None  # one-token products (runtime.triton_gemv), when on
+        if gemv:
+            from infersight.runtime import triton_gemv
+
+            self.gemv = triton_gemv
+
+    def _linear(self, x: torch.Tensor, module: torch.nn.Linear) -> torch.Tensor:
+        if self.gemv is not None and x.shape[0] == 1:
+            return self.gemv.gemv(x, module.weight, module.bias)
+        return F.linear(x, module.weight, module.bias)
 
     def decode(self, batch: ForwardBatch, k_caches: torch.Tensor, v_caches: torch.Tensor) -> torch.Tensor:
         """A pure decode batch: decode_index and logits_index are 0..T-1, no segments."""
         x, delta = self._layers(batch, k_caches, v_caches, decode_only=True)
         _, h = self.kernels.add_rmsnorm(x, delta, self.model.norm.weight, self.model.norm.eps)
-        return self.model.lm_head(h).float()
+        return self._linear(h, self.model.lm_head).float()
 
     def forward(self, batch: ForwardBatch, k_caches: torch.Tensor, v_caches: torch.Tensor) -> torch.Tensor:
         """Any batch (prefill chunks, decodes, verify windows, mixed)."""
         x, delta = self._layers(batch, k_caches, v_caches, decode_only=False)
         idx = batch.logits_index
         _, h = self.kernels.add_rmsnorm(x[idx], delta[idx], self.model.norm.weight, self.model.norm.eps)
-        return self.model.lm_head(h).float()
+        return self._linear(h, self.model.lm_head).float()
 
     def _layers(self, batch: ForwardBatch, k_caches: torch.Tensor, v_caches: torch.Tensor, decode_only: bool
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,19 +94,22 @@ class FusedForward:
         t = x.shape[0]
         with layer.ranges.range(layer.names["attention"]):
             x, h = kern.add_rmsnorm(x, delta, layer.attn_norm.weight, layer.attn_norm.eps)
-            qkv = F.linear(h, attn.qkv.weight, attn.qkv.bias)
+            qkv = self._linear(h, attn.qkv)
             q = kern.rope_kv(qkv, rope.cos, rope.sin, batch.positions, batch.slot_mapping, k_cache, v_cache,
                              attn.n_heads)
             if decode_only:
                 o = attn.paged_decode(q, k_cache, v_cache, batch.decode_block_tables, batch.decode_context_lens)
             else:
                 o = attn.attend(q, batch, k_cache, v_cache)
-            attn_out = F.linear(o.view(t, -1), attn.out.weight, attn.out.bias)
+            attn_out = self._linear(o.view(t, -1), attn.out)
         x, h = kern.add_rmsnorm(x, attn_out, layer.ffn_norm.weight, layer.ffn_norm.eps)
         ffn = layer.ffn
         if isinstance(ffn, SwiGLU):
             with layer.ranges.range(layer.names["mlp"]):
-                gate_up = F.linear(h, ffn.gate_up.weight, ffn.gate_up.bias)
-                return x, F.linear(kern.silu_mul(gate_up), ffn.down.weight, ffn.down.bias)
+                if self.gemv is not None and t == 1:
+                    act = self.gemv.gemv_silu_mul(h, ffn.gate_up.weight, ffn.gate_up.bias)
+                else:
+                    act = kern.silu_mul(F.linear(h, ffn.gate_up.weight, ffn.gate_up.bias))
+                return x, self._linear(act, ffn.down)
         counts = batch.expert_counts[i] if batch.expert_counts is not None else None
         return x, ffn(h, counts)

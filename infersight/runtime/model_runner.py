@@ -90,7 +90,7 @@ class ModelRunner:
         if config.compile_layers and self.device.startswith("cuda"):
             compile_layers(self.model)
         if config.fused_forward and fused_forward_problem(self.model, self.device, decode_attention) is None:
-            self.fused = FusedForward(self.model)
+            self.fused = FusedForward(self.model, gemv=config.decode_gemv)
         reason = graph_blocker(self.model, self.device, decode_attention, config.enforce_eager)
         if reason is None and self.k_caches.shape[1] <= (config.num_kv_blocks or 0):
             reason = "no spare KV block for padding rows"

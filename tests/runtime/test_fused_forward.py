@@ -71,6 +71,24 @@ def test_silu_mul_is_silu_of_gate_times_up(fused) -> None:
     torch.testing.assert_close(fused.silu_mul(gate_up), torch.nn.functional.silu(gate) * up, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_gemv_is_the_one_token_linear(bias: bool) -> None:
+    from infersight.runtime.triton_gemv import gemv, gemv_silu_mul
+
+    gen = torch.Generator().manual_seed(6)
+    # 37 rows and 1500 columns: a ragged last row block and a ragged tail of K (BLOCK_K 1024)
+    x, w = torch.randn(1, 1500, generator=gen), torch.randn(2 * 37, 1500, generator=gen)
+    b = torch.randn(2 * 37, generator=gen) if bias else None
+    want = x.double() @ w.double().t() + (b.double() if bias else 0)  # a float64 reference
+    got = gemv(x.to(DEVICE), w.to(DEVICE), b.to(DEVICE) if bias else None)
+    torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-4)
+    gate, up = want.chunk(2, -1)
+    got = gemv_silu_mul(x.to(DEVICE), w.to(DEVICE), b.to(DEVICE) if bias else None)
+    torch.testing.assert_close(got.cpu().double(), torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="one token"):
+        gemv(torch.zeros(2, 1500, device=DEVICE), w.to(DEVICE))
+
+
 def _decode_batch(lens: list[int], block_size: int, tokens: list[int]) -> tuple[ForwardBatch, int]:
     """Sequences at positions lens[i] (their KV already cached) with shuffled, disjoint pages."""
     need = [-(-(n + 1) // block_size) for n in lens]
@@ -92,15 +110,16 @@ def _decode_batch(lens: list[int], block_size: int, tokens: list[int]) -> tuple[
                         logits_index=index), sum(need) + 2
 
 
-@pytest.mark.parametrize("model_name", ["tiny-draft", "tiny-moe"])
-def test_fused_forward_matches_the_model_forward(model_name: str) -> None:
+@pytest.mark.parametrize("model_name, lens", [("tiny-draft", [3, 10, 1]), ("tiny-moe", [3, 10, 1]),
+                                              ("tiny-draft", [9])])  # one token: the gemv kernels
+def test_fused_forward_matches_the_model_forward(model_name: str, lens: list[int]) -> None:
     from infersight.runtime.forward_fused import FusedForward
     from infersight.runtime.weights import build_model
 
     cfg = MODEL_CONFIGS[model_name]
     model = build_model(cfg, dtype=torch.float32, device=DEVICE, seed=0, decode_attention="triton")
-    block_size, lens = 4, [3, 10, 1]
-    batch, n_pages = _decode_batch(lens, block_size, [7, 100, 42])
+    block_size = 4
+    batch, n_pages = _decode_batch(lens, block_size, [7, 100, 42][:len(lens)])
     gen = torch.Generator().manual_seed(5)
     shape = (cfg.n_layers, n_pages, block_size, cfg.n_kv_heads, cfg.head_dim)
     k_caches = torch.randn(shape, generator=gen).to(DEVICE)
