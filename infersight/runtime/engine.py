@@ -76,6 +76,7 @@ class Engine(AsyncSteps):
         # Async scheduling (runtime.async_steps): the step launched and not read back yet.
         self.readback = TokenReadback(config.max_num_seqs, config.device) if config.async_scheduling else None
         self.inflight: InflightStep | None = None
+        self.steps_launched_ahead = 0
         self.expert_counts = None
         if self.observer.wants_expert_counts and cfg.is_moe:
             self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long, device=config.device)
@@ -131,6 +132,8 @@ class Engine(AsyncSteps):
         req = self.requests.get(request_id)
         if req is not None and not req.is_finished:
             self._finish(req, "abort")
+            if self.inflight is not None and self.inflight.all_finished():
+                self._settle()  # nobody is left to step it: end it now, not at some later step()
 
     def fail_request(self, req: Request, exc: Exception, stats: StepStats | None = None) -> None:
         """Finish a request whose own sampling, commit or probes raised: reason "error", req.error set
@@ -167,9 +170,6 @@ class Engine(AsyncSteps):
         scheduling, the step returned may be one launched by the call before, and the next one may
         already be running on the device (runtime.async_steps)."""
         pending = self.inflight
-        if pending is not None and pending.all_finished():  # aborted while in flight: nothing to report
-            self._drop(pending)
-            pending = None
         if pending is None:
             self.step_id += 1
             start = time.monotonic_ns()

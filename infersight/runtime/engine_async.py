@@ -1,7 +1,7 @@
 """The engine's half of async scheduling (runtime.async_steps): launch a decode step without
 reading it, launch the one after it, read a launched step back. A mixin of Engine, kept apart so
 that the synchronous step reads at once; besides what Engine.__init__ sets, it calls Engine's
-_target_items (the fed tokens) and _commit_rows (what a step does with its tokens)."""
+_target_items (the fed tokens), _commit_rows (what a step does with its tokens) and _end."""
 from __future__ import annotations
 
 import time
@@ -34,6 +34,7 @@ class AsyncSteps:
     readback: TokenReadback | None
     inflight: InflightStep | None
     step_id: int
+    steps_launched_ahead: int
 
     def _launch(self, sched: list[ScheduledRequest], stats: StepStats, prev: InflightStep | None) -> InflightStep:
         """Start a greedy decode step on the device and its tokens' copy back; read nothing.
@@ -73,10 +74,19 @@ class AsyncSteps:
             return None
         stats = StepStats(self.step_id + 1, t0, t0, launched_ahead=True)
         self.step_id += 1
+        self.steps_launched_ahead += 1
         return self._launch(sched, stats, pending)
 
+    def _settle(self) -> None:
+        """Read back and end the step in flight (its begin was announced) without launching another."""
+        pending, self.inflight = self.inflight, None
+        assert pending is not None
+        self._resolve(pending)
+        self._end(pending.stats)
+
     def _drop(self, step: InflightStep) -> None:
-        """Forget a launched step none of whose requests is left (its step id was never announced)."""
+        """Forget a step launched by this step() call whose requests all ended with the step it read
+        (its begin was not announced yet, so its id is taken back)."""
         if step.stats.step_id == self.step_id:
             self.step_id -= 1
         if self.inflight is step:

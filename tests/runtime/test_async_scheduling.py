@@ -115,6 +115,25 @@ def test_an_abort_while_the_next_step_runs_loses_nothing_else() -> None:
     assert engine.kv.pool.num_in_use == 0
 
 
+def test_aborting_every_request_ends_the_step_in_flight_at_once() -> None:
+    log = StepLog()
+    engine = Engine(EngineConfig(model="tiny-moe", async_scheduling=True, max_model_len=160, num_kv_blocks=64), log)
+    ids = [engine.add_request(p, SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)) for p in PROMPTS[:2]]
+    for _ in range(4):
+        engine.step()
+    assert engine.inflight is not None and log.events[-1][0] == "begin"  # step 5 announced, in flight
+    for rid in ids:
+        engine.abort_request(rid)
+    assert engine.inflight is None and log.events[-1][:2] == ("end", 5) and not engine.has_unfinished()
+    rid = engine.add_request(PROMPTS[2], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    ids_begun = [i for k, i, _ in log.events if k == "begin"]
+    assert ids_begun == sorted(set(ids_begun)) and ids_begun[5] == 6  # no id announced twice
+    assert [k for k, _, _ in log.events] == ["begin", "end"] * len(ids_begun)
+    assert len(engine.requests[rid].output_token_ids) == 3 and engine.kv.pool.num_in_use == 0
+
+
 def test_the_steps_tile_time_and_expert_counts_are_each_steps_own() -> None:
     sync_log, log = StepLog(moe=True), StepLog(moe=True)
     run(False, observer=sync_log)

@@ -41,13 +41,15 @@ class Harness:
     speculative: bool = False
     num_kv_blocks: int = 32
     cpu_offload_blocks: int = 8
+    async_scheduling: bool = False
     ring: str = field(default_factory=lambda: unique_ring("serve"))
 
     def __post_init__(self) -> None:
         self.probe = ProbeObserver(ProbeConfig(ring_name=self.ring, ring_capacity=self.ring_capacity, nvtx=False))
         self.engine = Engine(EngineConfig(model=TINY, speculative_model=DRAFT if self.speculative else None,
                                           num_kv_blocks=self.num_kv_blocks, block_size=8,
-                                          cpu_offload_blocks=self.cpu_offload_blocks),
+                                          cpu_offload_blocks=self.cpu_offload_blocks,
+                                          async_scheduling=self.async_scheduling),
                              self.probe)
         self.counters = ServerCounters()
         self.loop = EngineLoop(self.engine, ProbeWriter(self.probe, self.config.max_text_bytes), self.max_pending,

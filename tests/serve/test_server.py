@@ -97,6 +97,31 @@ def test_streaming_chat_and_completion(harness: Harness) -> None:
                                                                         for c in chunks)
 
 
+def test_async_scheduling_streams_what_the_synchronous_server_answers(harness: Harness) -> None:
+    prompts = ["first of four", "second", "the third prompt is longer than the others", "4"]
+
+    async def streams(h: Harness) -> list[str]:
+        async with h.client() as c:
+            resps = await asyncio.gather(*(c.post("/v1/completions", json={
+                "prompt": p, "max_tokens": 12 + 3 * i, "stream": True, "ignore_eos": True, "temperature": 0})
+                for i, p in enumerate(prompts)))
+        texts = []
+        for r in resps:
+            chunks = sse_events(r.text)
+            assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+            texts.append("".join(c["choices"][0]["text"] for c in chunks))
+        return texts
+
+    with Harness(ServeConfig(model_name=MODEL), async_scheduling=True) as fast:
+        got = run(streams(fast))
+        harness.wait_idle()
+        ahead = fast.engine.steps_launched_ahead
+    want = [post(harness, "/v1/completions", json={"prompt": p, "max_tokens": 12 + 3 * i, "ignore_eos": True,
+                                                   "temperature": 0}).json()["choices"][0]["text"]
+            for i, p in enumerate(prompts)]
+    assert got == want and ahead > 0
+
+
 def test_models_health_metrics(harness: Harness) -> None:
     async def go() -> tuple[httpx.Response, ...]:
         async with harness.client() as c:
