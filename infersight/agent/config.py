@@ -85,10 +85,13 @@ class AgentConfig:
     # (empty: every GPU with an energy counter; give them when other work shares the host's GPUs).
     energy_gpus: tuple[int, ...] = ()
     # vLLM's KV cache events (infersight.sources.vllm_kv_events): the endpoint and replay endpoint as
-    # given to vLLM's --kv-events-config (tcp://HOST:PORT), and its topic. None: off.
+    # given to vLLM's --kv-events-config (tcp://HOST:PORT), and its topic. None: off. A replay without an
+    # answer for vllm_kv_replay_timeout_s is given up (its holes counted lost); vLLM answers from its
+    # engine process, which a loaded host can keep off the CPU for seconds (VllmKVEventsConfig's default).
     vllm_kv_events: str | None = None
     vllm_kv_replay: str | None = None
     vllm_kv_topic: str = "kv"
+    vllm_kv_replay_timeout_s: float = 5.0
     # An unmodified vLLM (infersight.sources.vllm_metrics / vllm_profiler): its base URL; /metrics is
     # scraped every vllm_metrics_interval_s and served under our names. With vllm_profiler_dir (its
     # torch_profiler_dir as this host sees it) captures go through /start_profile and /stop_profile;
@@ -117,11 +120,15 @@ class AgentConfig:
             raise ConfigError(f"the vLLM capture wait must be between 1 and 3600 s, got {self.vllm_capture_wait_s}")
         if self.vllm_kv_replay and not self.vllm_kv_events:
             raise ConfigError("--vllm-kv-replay needs --vllm-kv-events")
+        if not 0.01 <= self.vllm_kv_replay_timeout_s <= 60:
+            raise ConfigError("--vllm-kv-replay-timeout must be between 0.01 and 60 s, "
+                              f"got {self.vllm_kv_replay_timeout_s}")
         if self.vllm_kv_events:
             from infersight.sources.vllm_kv_events import VllmKVEventsConfig  # zmq only when asked
 
             try:
-                VllmKVEventsConfig(self.vllm_kv_events, self.vllm_kv_replay, self.vllm_kv_topic)
+                VllmKVEventsConfig(self.vllm_kv_events, self.vllm_kv_replay, self.vllm_kv_topic,
+                                   replay_timeout_s=self.vllm_kv_replay_timeout_s)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         if not 0 <= self.port <= 65535:

@@ -44,7 +44,14 @@ from infersight.kernels.roofline import DeviceCeilings
 from infersight.kernels.shapes import shapes_path_for
 
 log = logging.getLogger("infersight.agent")
+#: Steps kept for the triggers and the baselines. While a window or capture is in flight or waiting for
+#: its cost, every step from PIN_BEFORE_STEPS before its request on is kept too, up to MAX_HELD_STEPS
+#: (about 3 MiB): a starved agent reads thousands of steps in one poll (a loaded 2-core host beside a
+#: CPU vLLM: polls of 3.7-18 s, up to 7,505 steps), which pushed a window's own steps and its baseline
+#: out before its cost was measured (it was then settled at its estimate, 30 s later).
 HISTORY_STEPS = 4096
+PIN_BEFORE_STEPS = 128
+MAX_HELD_STEPS = 1 << 16
 STEP_FIELDS = ["step_id", "start_ns", "end_ns", "batch_size", "prefill_tokens", "preempted"]
 #: A window or capture whose cost cannot be measured (the engine stopped; steps lost to ring drops) is
 #: settled at its estimate after this long, or once the engine is this many steps past it.
@@ -52,6 +59,10 @@ COST_WAIT_S = 30.0
 COST_WAIT_STEPS = 64
 #: Busy steps a window waits for after the last one a window affected: its baseline.
 BASELINE_STEPS = 8
+#: The engine is idle when none of its last IDLE_STEPS steps ran a request. Not the last step alone: a
+#: starved agent gets the CPU when vLLM pauses between requests, so its newest step was, poll after
+#: poll, the one between two requests with none running (a live run: 66 polls refused as idle, 4 windows).
+IDLE_STEPS = 4
 
 
 class FlightRecorder:
@@ -66,6 +77,8 @@ class FlightRecorder:
         self.cpu_ceilings = DeviceCeilings(CPU_CEILINGS.name, config.peak_tflops or CPU_CEILINGS.peak_tflops,
                                            config.peak_gbps or CPU_CEILINGS.peak_gbps)
         self.history = pd.DataFrame({c: pd.Series(dtype="int64") for c in STEP_FIELDS})
+        self._keep_from: int | None = None  # the oldest step id a window or capture may still need
+        self._read_s = 0.0  # when the rings were last read (poll's read_s)
         self.affected: deque[tuple[int, int]] = deque(maxlen=256)  # (first, last) step ids a window touched
         self._pending: list[dict[str, Any]] = []   # windows / captures waiting for their cost
         self._triggered: list[tuple[CaptureRecord, str]] = []  # triggered captures not yet ended
@@ -104,18 +117,38 @@ class FlightRecorder:
         with self.state.lock:
             self.state.counters[C.RECORDER_ENGINE.name].inc((), seconds)
         both = pd.concat([self.history, new], ignore_index=True) if not self.history.empty else new
-        self.history = both.iloc[-HISTORY_STEPS:].reset_index(drop=True)
+        keep = HISTORY_STEPS
+        if self._keep_from is not None:
+            keep = min(MAX_HELD_STEPS, max(keep, int((both["step_id"] >= self._keep_from).sum())))
+        self.history = both.iloc[-keep:].reset_index(drop=True)
+
+    def _pin_history(self) -> None:
+        """A window or capture was asked for: the steps just before it (its baseline) and every step
+        after stay in the history until its cost is measured (module constants)."""
+        start = int(self.history["step_id"].max()) - PIN_BEFORE_STEPS if not self.history.empty else 0
+        self._keep_from = start if self._keep_from is None else min(self._keep_from, start)
+
+    def _unpin_history(self) -> None:
+        if self._keep_from is not None and not self._pending and not self._triggered \
+                and not self.captures.in_progress():
+            self._keep_from = None
+            self.history = self.history.iloc[-HISTORY_STEPS:].reset_index(drop=True)
 
     def _affected_ids(self) -> np.ndarray:
         ids = [np.arange(a, b + 1) for a, b in self.affected]
         return np.concatenate(ids) if ids else np.zeros(0, np.int64)
 
     # -- the poll -------------------------------------------------------------------------------
-    def poll(self, rings: list[str], now_s: float | None = None) -> None:
+    def poll(self, rings: list[str], now_s: float | None = None, read_s: float | None = None) -> None:
+        """now_s: time.monotonic() now; read_s: when the rings were read for the steps added last
+        (None: now). A poll that folded thousands of steps ends seconds after its read: judged at
+        now, a busy vLLM would look idle (its newest step seconds old) and no window would start."""
         now = time.monotonic() if now_s is None else now_s
+        self._read_s = now if read_s is None else read_s
         self._collect_window(now)
         self._collect_triggered(now)
         self._measure(now)
+        self._unpin_history()
         self._check_triggers(rings, now)
         self._maybe_start(rings, now)
         self.publish()
@@ -205,6 +238,12 @@ class FlightRecorder:
     def _settle(self, entry: dict[str, Any], cost: WindowCost | None) -> None:
         window = entry["kind"] == "window"
         measured = cost.cost_s if cost is not None else self.budget.estimate_s
+        if cost is None:
+            held = (int(self.history["step_id"].min()), int(self.history["step_id"].max())) if len(self.history) \
+                else (-1, -1)
+            log.info("flight recorder: %s from step %d (%d steps) settled at its %.3f s estimate: its cost could "
+                     "not be measured (steps %d..%d held)", entry["kind"], entry["first_step"], entry["steps"],
+                     measured, *held)
         if window:
             self.budget.settle(measured, update_estimate=cost is not None)
         else:
@@ -248,6 +287,7 @@ class FlightRecorder:
             log.info("flight recorder: trigger %s not taken (%s)", trigger.reason, exc)
             return
         self.gate.fired(now)
+        self._pin_history()
         self._triggered.append((record, trigger.reason))
         self.triggers.append({"reason": trigger.reason, "detail": trigger.detail, "capture_id": record.capture_id,
                               "wall": record.requested_wall})
@@ -261,9 +301,9 @@ class FlightRecorder:
             return
         if self._pending or self.captures.in_progress() or self.history.empty:
             return  # one window's cost is known before the next is taken
-        if int(self.history["batch_size"].iloc[-1]) == 0:
+        if not (self.history["batch_size"].iloc[-IDLE_STEPS:] > 0).any():
             return  # an idle engine: a window of empty steps says nothing
-        if self.vllm is not None and not self.vllm.stepping(self.history, now):
+        if self.vllm is not None and not self.vllm.stepping(self.history, self._read_s):
             return  # vLLM writes no step when idle: its last (busy) step is just old
         since = self.history[self.history["step_id"] > max((b for _, b in self.affected), default=-1)]
         if int((since["batch_size"] > 0).sum()) < BASELINE_STEPS + 1:
@@ -276,6 +316,7 @@ class FlightRecorder:
             log.debug("flight recorder: window refused (%s)", exc)
             return
         self.budget.reserve()
+        self._pin_history()
         self._last_window_wall = now
 
     # -- what it shows ----------------------------------------------------------------------------

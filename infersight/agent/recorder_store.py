@@ -4,11 +4,14 @@ both bounded by count and by bytes. The oldest go first.
 On disk each summary is one file, `window-<seq>.json` (seq zero-padded, so names sort by age),
 written to a temporary name and renamed, so a reader never sees half a file. Files already in the
 directory when the store opens count against the bounds (a restarted agent does not grow it).
+A value JSON cannot hold (NaN or an infinity: a roofline fraction of a category with no modelled
+bytes) is kept as None (null), in memory too, so that what is served equals what is on disk.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections import deque
 from pathlib import Path
@@ -43,6 +46,7 @@ class WindowStore:
 
     def add(self, summary: dict[str, Any]) -> None:
         """Keep one window's summary (JSON-able), forgetting the oldest beyond the bounds."""
+        summary = _json_safe(summary)
         text = json.dumps(summary, separators=(",", ":"), allow_nan=False, default=str)
         size = len(text.encode())
         self._memory.append((summary, size))
@@ -85,3 +89,14 @@ class WindowStore:
     def stats(self) -> dict[str, int]:
         return {"windows": len(self._memory), "bytes": self._bytes, "disk_files": len(self._files),
                 "disk_bytes": self._disk_bytes, "write_errors": self.write_errors}
+
+
+def _json_safe(value: Any) -> Any:
+    """value with every non-finite float replaced by None (dicts, lists and tuples walked)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

@@ -56,8 +56,9 @@ from infersight.sources.vllm_trace import with_step_ranges
 #: Steps charged beyond the window's N (module docstring).
 EXTRA_STEPS = 1
 #: At most this many steps are charged past N + EXTRA_STEPS: an agent that saw the trace late (its
-#: thread starved: once 11.7 s after the start, the trace written at 0.9 s) must not charge the
-#: window seconds of ordinary steps, nor push its first step out of the recorder's step history.
+#: thread starved: once 11.7 s after the start, the trace written at 0.9 s; /stop_profile once took
+#: 3.3 s before the trace was read) must not charge the window seconds of ordinary steps. (The steps
+#: stay in the recorder's history however late: agent.flight_recorder pins them.)
 MAX_LATE_STEPS = 128
 #: No STEP record for this long: vLLM is idle.
 IDLE_S = 2.0
@@ -88,7 +89,8 @@ class VllmWindows:
     def first_step(history: pd.DataFrame, record: CaptureRecord) -> int:
         """The id of the first STEP record that ended after the record's /start_profile was sent;
         the next id to come when none has yet; -1 when the record says nothing of its start (it
-        failed before: its cost is then never measured, only estimated)."""
+        failed before) or when every step kept ended after it (the steps around the start have left
+        the history: the oldest kept is not the first one): its cost is then only estimated."""
         started = ((record.analysis or {}).get("capture") or {}).get("start_mono_ns")
         if started is None:
             return -1
@@ -97,13 +99,16 @@ class VllmWindows:
         ends = history["end_ns"].to_numpy(np.int64)
         ids = history["step_id"].to_numpy(np.int64)
         after = ids[ends > int(started)]
+        if len(after) == len(ids):
+            return -1
         return int(after.min()) if len(after) else int(ids.max()) + 1
 
     analyze = staticmethod(analyze_vllm_window)
 
     @staticmethod
     def stepping(history: pd.DataFrame, now_s: float) -> bool:
-        """Whether vLLM took a step within IDLE_S before now_s (time.monotonic()): an idle vLLM takes
+        """Whether vLLM took a step within IDLE_S before now_s (time.monotonic(): when the ring was last
+        read, not the end of the poll, which on a loaded host comes seconds later): an idle vLLM takes
         none, so its last STEP record still looks busy (a window then would wait for steps in vain)."""
         return not history.empty and now_s - int(history["end_ns"].max()) / 1e9 < IDLE_S
 

@@ -140,7 +140,8 @@ class Agent:
 
             try:
                 self.vllm_kv = VllmKVSubscriber(VllmKVEventsConfig(config.vllm_kv_events, config.vllm_kv_replay,
-                                                                   config.vllm_kv_topic),
+                                                                   config.vllm_kv_topic,
+                                                                   replay_timeout_s=config.vllm_kv_replay_timeout_s),
                                                 wall_anchor=lambda: self.state.wall_anchor)
             except ValueError as exc:  # the endpoint is busy or not an address of this host
                 raise ConfigError(str(exc)) from None
@@ -178,6 +179,7 @@ class Agent:
                 self.frame_sink.write_table("gpu", samples_frame(new))
                 self._gpu_written_ns = max(r.ts_ns for r in new)
         self.rings.refresh()
+        self._rings_read_s = time.monotonic()  # the flight recorder judges vLLM's idleness at the read
         batches = self.rings.read()
         self.state.count_rejected(self.rings.screen.take_rejected())
         for ring, frames in batches:
@@ -241,7 +243,7 @@ class Agent:
         preempted = int(last.get("preempted", 0)) if last else 0
         self.captures.check_rules(sorted(self.rings.attached), self.state.recent_ttft_p99(), kv_usage, preempted)
         if self.recorder is not None:
-            self.recorder.poll(sorted(self.rings.attached))
+            self.recorder.poll(sorted(self.rings.attached), read_s=self._rings_read_s)
         self._pause_gpu_profiling()
 
     def run(self, duration_s: float | None = None) -> None:

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                               otlp_shutdown_timeout_s=args.otlp_shutdown_timeout,
                               trace_buffer_bytes=args.trace_buffer_bytes,
                               vllm_kv_events=args.vllm_kv_events, vllm_kv_replay=args.vllm_kv_replay,
-                              vllm_kv_topic=args.vllm_kv_topic,
+                              vllm_kv_topic=args.vllm_kv_topic, vllm_kv_replay_timeout_s=args.vllm_kv_replay_timeout,
                               vllm_url=args.vllm_url, vllm_metrics_interval_s=args.vllm_metrics_interval,
                               vllm_profiler_dir=args.vllm_profiler_dir, vllm_capture_wait_s=args.vllm_capture_wait,
                               gpu_source=args.gpu_source, gpu_url=args.gpu_url, gpu_interval_s=args.gpu_interval,
@@ -142,6 +142,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     kv.add_argument("--vllm-kv-replay", metavar="tcp://HOST:PORT",
                     help="vLLM's replay_endpoint: sequence gaps are asked for there")
     kv.add_argument("--vllm-kv-topic", default="kv", help="vLLM's KV events topic (default kv)")
+    kv.add_argument("--vllm-kv-replay-timeout", type=float, default=5.0, metavar="SECONDS",
+                    help="give a replay up after this long without an answer, its gaps counted lost "
+                         "(0.01-60 s; default 5: vLLM answers from its engine process, slow on a loaded host)")
     vllm = agent.add_argument_group("an unmodified vLLM server (off unless --vllm-url is given)")
     vllm.add_argument("--vllm-url", metavar="URL",
                       help="vLLM's base URL (http://127.0.0.1:8000): its /metrics is scraped and served under "

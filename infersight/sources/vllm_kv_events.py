@@ -73,7 +73,9 @@ class VllmKVEventsConfig:
     replay_endpoint: str | None = None
     topic: str = "kv"
     max_messages_per_poll: int = 1024
-    replay_timeout_s: float = 2.0
+    # vLLM's ROUTER answers from a thread of its engine process: on a loaded host (vLLM's CPU build
+    # takes every core) that answer has come after 2 s; 5 s, and a replay runs MAX_REPLAY_TIMEOUTS of them.
+    replay_timeout_s: float = 5.0
     max_held_batches: int = 20_000
     max_payload_bytes: int = 16 << 20
     receive_hwm: int = 100_000

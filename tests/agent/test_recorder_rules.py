@@ -146,3 +146,14 @@ def test_store_bounds_windows_by_count_and_bytes_in_memory_and_on_disk(tmp_path)
     again = WindowStore(keep=3, max_bytes=1 << 20, directory=tmp_path)  # a restarted agent: the files count
     again.add({"i": 5})
     assert [json.loads(f.read_text())["i"] for f in sorted(tmp_path.glob("window-*.json"))] == [3, 4, 5]
+
+
+def test_store_keeps_a_summary_with_nan_as_null_instead_of_raising(tmp_path) -> None:
+    # A roofline row of a category with no modelled bytes has pct_of_roof NaN; json with
+    # allow_nan=False raised ValueError out of the agent's poll, and the window was never kept.
+    store = WindowStore(keep=4, directory=tmp_path)
+    store.add({"roofline": [{"op_category": "norm", "pct_of_roof": float("nan")}], "cost_s": float("inf"),
+               "steps": (4, 1.5)})
+    expected = {"roofline": [{"op_category": "norm", "pct_of_roof": None}], "cost_s": None, "steps": [4, 1.5]}
+    assert store.recent() == [expected]
+    assert [json.loads(f.read_text()) for f in tmp_path.glob("window-*.json")] == [expected]

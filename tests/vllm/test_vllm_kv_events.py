@@ -484,6 +484,25 @@ def test_the_cli_refuses_a_bad_or_busy_endpoint_in_one_line() -> None:
         holder.close()
 
 
+def test_the_replay_timeout_flag_reaches_the_sequencer_and_a_bad_one_is_one_line(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="--vllm-kv-replay-timeout must be between 0.01 and 60 s"):
+        AgentConfig(vllm_kv_events=f"tcp://127.0.0.1:{free_port()}", vllm_kv_replay_timeout_s=0)
+    agent = Agent(AgentConfig(port=0, token_file=str(tmp_path / "token"), gpu_source="none",
+                              vllm_kv_events=f"tcp://127.0.0.1:{free_port()}", vllm_kv_replay_timeout_s=7.5))
+    try:
+        assert agent.vllm_kv.seq.timeout_s == 7.5
+    finally:
+        agent.close()
+    assert AgentConfig(rings=["x"]).vllm_kv_replay_timeout_s == VllmKVEventsConfig("tcp://127.0.0.1:1").replay_timeout_s
+    for value in ("0", "61", "soon"):
+        res = subprocess.run([sys.executable, "-m", "infersight", "agent", "--vllm-kv-events",
+                              f"tcp://127.0.0.1:{free_port()}", "--vllm-kv-replay-timeout", value],
+                             capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+        lines = [line for line in res.stderr.splitlines() if "error:" in line]
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert len(lines) == 1 and "--vllm-kv-replay-timeout" in lines[0], res.stderr
+
+
 def test_a_garbage_sequence_number_is_counted_not_walked() -> None:
     seq = BatchSequencer(replay=False, timeout_s=1.0, max_held=10)
     start = time.monotonic()

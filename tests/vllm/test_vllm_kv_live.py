@@ -34,12 +34,15 @@ import zmq
 from prometheus_client.parser import text_string_to_metric_families
 from testkit import free_port
 
+from infersight.sources.vllm_kv_sequence import MAX_REPLAY_TIMEOUTS
 from infersight.vllm.launch import REPO_ROOT, VllmServer, VllmServerConfig
 
 MODEL = "tiny-llama"
 BLOCK = 32
 GROUPS, PER_GROUP = 4, 6
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+# A replay answer waits for vLLM's engine process; on a loaded CI host that has taken over 2 s.
+REPLAY_TIMEOUT_S = 10.0
 
 
 def prompts() -> list[list[int]]:
@@ -154,8 +157,9 @@ def run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     ctx = zmq.Context()
     agent_log = open(logs / "agent.log", "wb")
     agent = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--vllm-kv-events", agent_events,
-                              "--vllm-kv-replay", replay, "--listen", f"127.0.0.1:{agent_port}",
-                              "--poll-interval", "0.05"], cwd=REPO_ROOT, stdout=agent_log, stderr=subprocess.STDOUT)
+                              "--vllm-kv-replay", replay, "--vllm-kv-replay-timeout", str(REPLAY_TIMEOUT_S),
+                              "--listen", f"127.0.0.1:{agent_port}", "--poll-interval", "0.05"],
+                             cwd=REPO_ROOT, stdout=agent_log, stderr=subprocess.STDOUT)
     relay = Relay(ctx, vllm_events, agent_events)
     relay.start()
     config = VllmServerConfig(model=str(tiny_llama), port=port, served_model_name=MODEL, block_size=BLOCK,
@@ -172,11 +176,16 @@ def run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         relay.withhold = False
         statuses.append(complete(server.url, [7] * (2 * BLOCK)))  # its batches pass: the last gap shows
         agent_url = f"http://127.0.0.1:{agent_port}"
-        deadline = time.monotonic() + 30
+        # Done when the agent has applied every frame the relay saw and no frame came for a second
+        # (a frame after the check would make the two counts disagree by a race, not by the agent).
+        # The deadline covers the longest replay the agent may run: MAX_REPLAY_TIMEOUTS timeouts.
+        deadline, seen, quiet_since = time.monotonic() + MAX_REPLAY_TIMEOUTS * REPLAY_TIMEOUT_S + 30, -1, 0.0
         while time.monotonic() < deadline:
             time.sleep(0.3)
+            if len(relay.frames) != seen:
+                seen, quiet_since = len(relay.frames), time.monotonic()
             batches = agent_samples(agent_url).get(("infersight_vllm_kv_batches_total", ()), 0)
-            if relay.frames and batches >= int.from_bytes(relay.frames[-1][1], "big") + 1:
+            if seen > 0 and batches >= seen and time.monotonic() - quiet_since >= 1.0:
                 break
         yield {"statuses": statuses, "frames": list(relay.frames), "withheld": list(relay.withheld),
                "agent": agent_samples(agent_url), "buffer": replay_everything(ctx, replay)}

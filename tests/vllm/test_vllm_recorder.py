@@ -29,7 +29,7 @@ from prometheus_client import generate_latest
 from profiled_vllm import profiled_vllm
 from vllm_exposition_reader import read_samples, total
 
-from infersight.agent.capture import CaptureController, CaptureRecord
+from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRecord
 from infersight.agent.config import AgentConfig
 from infersight.agent.flight_recorder import FlightRecorder
 from infersight.agent.recorder_config import RecorderConfig
@@ -58,6 +58,8 @@ def test_a_vllm_window_is_charged_from_the_step_that_ended_after_its_start() -> 
     assert windows.stepping(history, 40e-9 + 1.0) and not windows.stepping(history, 40e-9 + 2.5)
     record.analysis = {"capture": {"start_mono_ns": 45}}
     assert windows.first_step(history, record) == 11  # the next step to come
+    record.analysis = {"capture": {"start_mono_ns": 5}}
+    assert windows.first_step(history, record) == -1  # every step kept ended after it: 7 need not be first
     record.analysis = {"error": "refused"}
     assert windows.first_step(history, record) == -1  # never measured: settled at the estimate
 
@@ -77,6 +79,66 @@ def test_without_the_plugin_ring_the_recorder_says_it_takes_no_window(caplog) ->
     assert len(lines) == 1 and "no probe ring" in lines[0] and "\n" not in lines[0]
     recorder.poll([], now_s=1.0)  # no steps: nothing asked of vLLM
     assert recorder.captures.window is None
+
+
+class StartedTarget(NamedTarget):
+    """A vLLM window that was started: its outcome carries when /start_profile was sent and when the
+    trace was seen (what VllmProfilerTarget reports), and the trace is not readable (the cost is
+    measured all the same: the window ran)."""
+
+    def __init__(self) -> None:
+        self.outcome: CaptureOutcome | None = None
+
+    def start(self, capture_id: int, steps: int) -> None:
+        pass
+
+    start_window = start
+
+    def poll(self) -> CaptureOutcome | None:
+        outcome, self.outcome = self.outcome, None
+        return outcome
+
+
+def ring_steps(first_id: int, n: int, t0_ns: int, period_ns: int, stall: dict[int, int]) -> pd.DataFrame:
+    """n consecutive busy STEP records in the plugin's shape (batch_size 0, one request running), each
+    starting when the one before ended; stall: extra ns in the period of a step id."""
+    ids = np.arange(first_id, first_id + n)
+    periods = period_ns + np.array([stall.get(int(i), 0) for i in ids])
+    starts = t0_ns + np.concatenate([[0], np.cumsum(periods)[:-1]])
+    return pd.DataFrame({"step_id": ids, "start_ns": starts, "end_ns": starts + periods, "batch_size": 0,
+                         "prefill_tokens": 0, "preempted": 0, "running": 1, "decode_tokens": 1})
+
+
+def test_a_window_read_late_in_one_huge_poll_is_still_measured_against_its_own_steps() -> None:
+    # A starved agent (a loaded 2-core host: polls of 3.7-18 s): 40 steps of 10 ms, a window asked for
+    # after them; its first step (40) is 50 ms longer (the profiler). Then one poll reads 5,000 steps,
+    # more than the 4,096 the recorder keeps.
+    # Before, steps 0..943 left the history and the window was settled at its estimate (no cost);
+    # the cost is 50 ms exactly: the steps after 40 start 50 ms late, every period is 10 ms.
+    ms = 1_000_000
+    target = StartedTarget()
+    state = AgentState(AgentConfig(vllm_url="http://127.0.0.1:1", rings=["infersight-vllm-1"]))
+    rec = FlightRecorder(RecorderConfig(budget=0.4, initial_cost_s=0.001, min_interval_s=0.0, after_steps=2,
+                                        preemption_storm=None, step_jump=None), state,
+                         CaptureController(target=target), {})
+    t0 = 1_000 * 1_000 * ms
+    before = ring_steps(0, 40, t0, 10 * ms, {})
+    before.loc[39, ["running", "decode_tokens"]] = 0  # read at a request boundary: none running
+    rec.add_steps(before)
+    # The poll that read those steps ends 4 s after its read (folding them): vLLM is judged busy at
+    # the read (its newest step 0 s old), not at the poll's end (4 s > IDLE_S: no window, before),
+    # and over its last steps, not the boundary step alone (idle, before).
+    rec.poll(["infersight-vllm-1"], now_s=(t0 + 4_400 * ms) / 1e9, read_s=(t0 + 400 * ms) / 1e9)
+    assert rec.captures.window is not None and rec.captures.window.state == "running"
+    start_ns = t0 + 400 * ms + 1  # /start_profile sent just after step 39 ended: step 40 is the first
+    rec.add_steps(ring_steps(40, 5_000, t0 + 400 * ms, 10 * ms, {40: 50 * ms}))
+    target.outcome = CaptureOutcome("done", "/nonexistent/trace.pt.trace.json.gz",
+                                    {"capture": {"start_mono_ns": start_ns, "trace_ready_mono_ns": start_ns + 55 * ms}})
+    rec.poll(["infersight-vllm-1"], now_s=(t0 + 51 * 1000 * ms) / 1e9)
+    (entry,) = rec.store.recent()
+    assert entry["first_step"] == 40 and entry["steps"] == WINDOW_STEPS + EXTRA_STEPS and "error" in entry
+    assert entry["cost"]["cost_s"] == pytest.approx(0.05) and entry["cost"]["base_period_s"] == pytest.approx(0.01)
+    assert len(rec.history) == 4_096  # nothing pending: back to its usual bound
 
 
 # -- live: one real vLLM ---------------------------------------------------------------------------
@@ -114,7 +176,6 @@ class TokenStream:
         self._thread.join(timeout=120)
 
 
-@pytest.mark.xfail(strict=False, reason="known gap: in a clean CI run vLLM wrote each window's trace 0.9-3.5 s after /start_profile and the recorder measured none of 3 windows (cost unmeasured); passes where the trace appears within ~0.2 s. Open in issue 18.")
 def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) -> None:
     server, prof = vllm
     ring = f"infersight-vllm-{server.proc.pid}"
@@ -129,7 +190,7 @@ def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) 
     thread.start()
     stream = TokenStream(server.url)
     try:
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 300  # windows under load: see BENCHMARKS (issue 18)
         while time.monotonic() < deadline:
             measured = [w for w in agent.recorder.store.recent() if w["kind"] == "window" and w.get("cost")]
             if len(measured) >= WINDOWS:
