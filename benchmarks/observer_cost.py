@@ -7,11 +7,15 @@ Calls the ProbeObserver exactly as Engine.step does in a steady decode step (on_
 on_tokens_emitted per sequence, on_step_end with the batch) and times the calls with
 perf_counter_ns around the whole step's callbacks; a no-op EngineObserver timed the same way gives
 the harness's own cost. A reader drains the ring every 64 steps, as the sidecar would, so writes
-never fall into the ring's drop path. Prints medians and p99 in microseconds.
+never fall into the ring's drop path. Untimed steps first fill the ring once: a running engine's
+ring has wrapped, and on the first lap each new 4 KiB of slots is a page fault (about one per
+batch-32 step with batched records), which would be timed otherwise. Prints medians and p99 in
+microseconds.
 
 ``--against DIR`` (another checkout's root, e.g. ``git worktree add /tmp/before HEAD``) measures
 before / after / after again in separate processes, interleaved in rotating order for ``--rounds``
-rounds (the CPU affinity is inherited): the after-vs-after pair is the A/A noise floor.
+rounds (the CPU affinity is inherited): the after-vs-after pair is the A/A noise floor. Each runs
+this script, importing infersight from its tree (OBSERVER_COST_CODE), so both get the same harness.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.environ.get("OBSERVER_COST_CODE") or _HERE)  # the tree under test (see --against)
 from infersight.probes.config import ProbeConfig  # noqa: E402
 from infersight.probes.observer import ProbeObserver  # noqa: E402
 from infersight.runtime.observer import EngineObserver  # noqa: E402
@@ -32,13 +37,13 @@ from infersight.runtime.stats import StepStats  # noqa: E402
 _MEDIAN = re.compile(r"^(no-op observer \(harness\)|ProbeObserver)\s+batch \d+: median\s+([\d.]+)", re.M)
 
 
-def step_cost(observer: EngineObserver, batch: int, steps: int, drain) -> list[float]:
+def step_cost(observer: EngineObserver, batch: int, steps: int, drain, first: int = 1) -> list[float]:
     ids = list(range(batch))
     for rid in ids:
         observer.on_request_arrived(rid, time.monotonic_ns(), 100, None, rid + 1)
     times = []
     clock = time.perf_counter_ns
-    for step in range(1, steps + 1):
+    for step in range(first, first + steps):
         stats = StepStats(step, 0, 0, num_decode_tokens=batch, batch=[(rid, 1) for rid in ids],
                           context_lens=[100 + step] * batch, phase="decode")
         t0 = clock()
@@ -61,7 +66,11 @@ def measure(batch: int, steps: int) -> int:
     consumer = RingConsumer.attach(probe.ring_name)
     try:
         base = step_cost(EngineObserver(), batch, steps, lambda: None)
-        cost = step_cost(probe, batch, steps, lambda: consumer.read())
+        first = 1
+        while probe.ring.stats()["written"] < probe.ring.header.capacity:  # the ring's first lap, untimed
+            step_cost(probe, batch, 1024, lambda: consumer.read(), first)
+            first += 1024
+        cost = step_cost(probe, batch, steps, lambda: consumer.read(), first)
     finally:
         consumer.close()
         probe.close()
@@ -72,20 +81,20 @@ def measure(batch: int, steps: int) -> int:
     return 0
 
 
-def _run(script: str, batch: int, steps: int) -> tuple[float, float]:
-    """(harness, ProbeObserver) medians in us/step from one run of `script`."""
-    out = subprocess.run([sys.executable, script, "--batch", str(batch), "--steps", str(steps)],
-                         capture_output=True, text=True, check=True).stdout
+def _run(code: str, batch: int, steps: int) -> tuple[float, float]:
+    """(harness, ProbeObserver) medians in us/step from one run of this script on the tree `code`."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--batch", str(batch), "--steps", str(steps)],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "OBSERVER_COST_CODE": code}).stdout
     found = dict(_MEDIAN.findall(out))
     return float(found["no-op observer (harness)"]), float(found["ProbeObserver"])
 
 
 def compare(against: str, batch: int, steps: int, rounds: int) -> int:
-    before = os.path.join(against, "benchmarks", "observer_cost.py")
-    if not os.path.isfile(before):
-        print(f"observer_cost: no benchmarks/observer_cost.py under {against}", file=sys.stderr)
+    if not os.path.isfile(os.path.join(against, "infersight", "probes", "observer.py")):
+        print(f"observer_cost: no infersight/probes/observer.py under {against}", file=sys.stderr)
         return 2
-    scripts = {"before": before, "after": os.path.abspath(__file__), "after again": os.path.abspath(__file__)}
+    scripts = {"before": os.path.abspath(against), "after": _HERE, "after again": _HERE}
     names = list(scripts)
     got: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for r in range(rounds):

@@ -1,8 +1,10 @@
 """ProbeObserver: the engine's observer that writes each transition as a fixed-size record.
 
-Every callback packs one struct and hands the bytes to the ring, except a step's TOKENS, STEP,
-STEP_TIMING and BATCH_MEMBER records, which go out as one block of slots at the step's end
-(probes.step_block); the ring never blocks and counts what it drops. Nothing here aggregates: that is the sidecar's job, outside the loop.
+Every callback packs one struct and hands the bytes to the ring, except a step's TOKENS events,
+STEP, STEP_TIMING and batch members, which go out as one block of slots at the step's end, the
+TOKENS and members many to a slot (probes.step_block, probes.record_batches; readers see them as
+REQUEST and BATCH_MEMBER records); the ring never blocks and counts what it drops. Nothing here
+aggregates: that is the sidecar's job, outside the loop.
 Nothing here raises into the engine for a value: one that does not fit its field is coerced and
 counted (probes.record_encoding; ``encode_fixes``), the fast C pack being tried first.
 """
@@ -76,7 +78,15 @@ class ProbeObserver(EngineObserver):
         return self._ring_write(kind, data)
 
     def _flush_tokens(self) -> None:
-        """The held TOKENS records, as one block; when a value does not fit, record by record, coerced."""
+        """The held TOKENS records, as one block; when a value does not fit, record by record, coerced.
+        One alone (another record flushing each, as a SPEC per verified request does) goes as its
+        REQUEST record: a batch of one costs the reader an unbatching for nothing."""
+        pending = self._pending_tokens
+        if len(pending) == 3:
+            t, rid, n = pending
+            pending.clear()
+            self._req(rid, t, 0, n, 0, RequestEvent.TOKENS, 0)
+            return
         if not self._block.write_tokens():
             for t, rid, n in self._block.take_pending():
                 self._req(rid, t, 0, n, 0, RequestEvent.TOKENS, 0)
@@ -225,7 +235,8 @@ class ProbeObserver(EngineObserver):
         self.capture.on_step_end(stats)
 
     def _write_step_records(self, stats: StepStats) -> None:
-        """The step's records one `write` each (held TOKENS first), every value coerced to fit and counted."""
+        """The step's records one `write` each in the per-record kinds (held TOKENS first), every
+        value coerced to fit and counted."""
         self._flush_tokens()
         self._put(RecordKind.STEP, *step_values(stats), len(stats.batch), len(stats.finished))
         self._put(RecordKind.STEP_TIMING, *timing_values(stats))

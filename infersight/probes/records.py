@@ -11,11 +11,16 @@ import enum
 
 import numpy as np
 
+from infersight.probes.record_batches import BatchedKinds
 from infersight.probes.record_encoding import RecordStruct
 from infersight.probes.schema import RecordRegistry, RecordType
 
 #: Experts per MoE record; a layer with more experts spans several records (expert_offset).
 MOE_EXPERTS_PER_RECORD = 64
+#: TOKENS events per TOKENS_BATCH record and batch members per MEMBERS_BATCH record: as many as fit
+#: the slot the MOE record needs (probes.record_batches), so batching never grows the slot.
+TOKENS_PER_RECORD = 7
+MEMBERS_PER_RECORD = 21
 
 
 class RecordKind(enum.IntEnum):
@@ -28,6 +33,10 @@ class RecordKind(enum.IntEnum):
     PREFIX = 7
     TASK_LABEL = 8
     STEP_TIMING = 12
+    # A step's TOKENS events and batch members, many to a record (probes.record_batches): readers
+    # see them as REQUEST (TOKENS) and BATCH_MEMBER records, in ring order.
+    TOKENS_BATCH = 13
+    MEMBERS_BATCH = 14
     # Written by `infersight serve`, not by the engine's observer callbacks (see below).
     NETWORK = 9
     SERVED = 10
@@ -126,6 +135,15 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
                                  ("draft_ns", "q"), ("target_ns", "q"), ("decode_requests", "I"),
                                  ("prefill_tokens", "I"), ("spec_tokens", "I"), ("spec_accepted", "I"),
                                  ("draft_forwards", "H"), ("spec_probe", "B")]),
+    # -- the batched forms of REQUEST (event TOKENS; end_ns, value1, reason 0) and BATCH_MEMBER: `count`
+    # entries, each entry the i-th element of every array field (the arrays past `count` are zero).
+    # value0 (tokens emitted) is narrower than REQUEST's: a count outside u32 goes as a REQUEST record.
+    RecordKind.TOKENS_BATCH: (1, [("ts_ns", f"{TOKENS_PER_RECORD}q"), ("request_id", f"{TOKENS_PER_RECORD}Q"),
+                                  ("trace_hi", f"{TOKENS_PER_RECORD}Q"), ("trace_lo", f"{TOKENS_PER_RECORD}Q"),
+                                  ("value0", f"{TOKENS_PER_RECORD}I"), ("task_id", f"{TOKENS_PER_RECORD}H"),
+                                  ("count", "H")]),
+    RecordKind.MEMBERS_BATCH: (1, [("step_id", "Q"), ("request_id", f"{MEMBERS_PER_RECORD}Q"),
+                                   ("num_tokens", f"{MEMBERS_PER_RECORD}I"), ("count", "H")]),
     # -- the HTTP server's records (infersight.serve), all on the engine's monotonic clock --------------
     RecordKind.NETWORK: (1, [("request_id", "Q"), ("receive_ns", "q"), ("first_byte_ns", "q"),
                              ("last_byte_ns", "q")]),
@@ -165,10 +183,19 @@ def record_dtype(kind: RecordKind) -> np.dtype:
     return np.dtype([(name, _numpy_format(code)) for name, code in fields])
 
 
+def batched_kinds() -> BatchedKinds:
+    """TOKENS_BATCH and MEMBERS_BATCH, and the per-record kinds they read as (probes.record_batches)."""
+    return BatchedKinds(int(RecordKind.REQUEST), int(RecordKind.BATCH_MEMBER), int(RecordKind.TOKENS_BATCH),
+                        int(RecordKind.MEMBERS_BATCH), record_dtype(RecordKind.REQUEST),
+                        record_dtype(RecordKind.BATCH_MEMBER), int(RequestEvent.TOKENS), TOKENS_PER_RECORD,
+                        MEMBERS_PER_RECORD)
+
+
 def record_registry() -> RecordRegistry:
-    """Every probe record type, for creating or attaching to a ring."""
-    return RecordRegistry(RecordType(int(kind), kind.name.lower(), version, record_dtype(kind))
-                          for kind, (version, _) in _LAYOUTS.items())
+    """Every probe record type, for creating or attaching to a ring; a consumer attached with it
+    reads the batched kinds as the per-record ones (probes.record_batches)."""
+    return RecordRegistry((RecordType(int(kind), kind.name.lower(), version, record_dtype(kind))
+                           for kind, (version, _) in _LAYOUTS.items()), batched_kinds().expand)
 
 
 def split_trace_id(trace_id: int) -> tuple[int, int]:

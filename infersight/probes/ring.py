@@ -63,18 +63,21 @@ _pack_slot_header = SLOT_HEADER.pack_into
 
 
 class RingProducer(RingView):
-    """Producer end: creates and owns (unlinks) the segment; ``write`` never blocks."""
+    """Producer end: creates and owns (unlinks) the segment; ``write`` never blocks.
+
+    ``next_seq`` (read it, never set it) is the sequence number the next event takes: the ring's
+    ``produced`` count; write_slots' callers number their rows from it.
+    """
 
     def __init__(self, shm: SharedMemory, header: RingHeader, registry: RecordRegistry) -> None:
         super().__init__(shm, header, {t.kind: t.dtype for t in registry})
         self.registry = registry
         self._specs = {t.kind: (t.dtype.itemsize, t.dtype) for t in registry}
-        self._write_pos, self._produced, self._dropped = (self._pc[i] for i in (WRITE_POS, PRODUCED, DROPPED))
+        self._write_pos, self.next_seq, self._dropped = (self._pc[i] for i in (WRITE_POS, PRODUCED, DROPPED))
         # Cached first position that would be full: only on reaching it do we
         # re-read the consumer's read_pos, keeping the write path off its line.
         self._limit = self._cc[READ_POS] + self._capacity
-        # write_slots: seq offsets 0, 1, ... and the views of the last rows it was given.
-        self._seq_offsets = np.arange(256, dtype=np.uint64)
+        # write_slots: the last rows it was given, and their bytes.
         self._run: tuple = (None,)
 
     @classmethod
@@ -107,8 +110,8 @@ class RingProducer(RingView):
             raise TypeError(f"kind {kind} expects dtype {spec[1]}, got {record.dtype}")
         if len(data) != spec[0]:
             raise ValueError(f"kind {kind} records are {spec[0]} bytes, got {len(data)} (batches: write_many)")
-        seq, pos, pc = self._produced, self._write_pos, self._pc
-        self._produced = seq + 1
+        seq, pos, pc = self.next_seq, self._write_pos, self._pc
+        self.next_seq = seq + 1
         if pos >= self._limit:
             self._limit = self._cc[READ_POS] + self._capacity
             if pos >= self._limit:
@@ -136,7 +139,7 @@ class RingProducer(RingView):
         records = np.asarray(records).reshape(-1)
         if records.dtype != spec[1]:
             raise TypeError(f"kind {kind} expects dtype {spec[1]}, got {records.dtype}")
-        n, cap, pos, seq0, pc = len(records), self._capacity, self._write_pos, self._produced, self._pc
+        n, cap, pos, seq0, pc = len(records), self._capacity, self._write_pos, self.next_seq, self._pc
         if pos + n > self._limit:
             self._limit = self._cc[READ_POS] + cap
         k = max(0, min(n, self._limit - pos))
@@ -152,47 +155,49 @@ class RingProducer(RingView):
         self._write_pos = pc[WRITE_POS] = pos + k
         if k < n:
             self._dropped = pc[DROPPED] = self._dropped + n - k
-        self._produced = pc[PRODUCED] = seq0 + n
+        self.next_seq = pc[PRODUCED] = seq0 + n
         return k
 
     def write_slots(self, rows: np.ndarray) -> int:
         """Write whole slots built by the caller, one event each, in order, with one copy per run.
 
         ``rows`` is a C-contiguous (n, slot_size // 8) uint64 array, each row a slot: header and
-        record (probes.step_block builds them). This sets each row's seq word, in place. Same
-        outcome as one ``write`` per row: when the ring fills up the tail is dropped. Returns how
-        many were written. The caller vouches for the kinds and lengths. Passing the same array
-        object again (a writer's fixed staging rows) reuses its views.
+        record (probes.step_block builds them), row i's seq word already ``next_seq + i`` (the
+        caller packs it with the row's other words: cheaper than a pass here). Same outcome as one
+        ``write`` per row: when the ring fills up the tail is dropped. Returns how many were
+        written. The caller vouches for the seqs, kinds and lengths. Passing the same array object
+        again (a writer's fixed staging rows) reuses its views.
         """
         if rows is not self._run[0]:
-            n = len(rows)
             if rows.shape[1] * 8 != self._slot_size:
                 raise ValueError(f"rows of {rows.shape[1] * 8} bytes; the slots are {self._slot_size}")
-            if len(self._seq_offsets) < n:
-                self._seq_offsets = np.arange(2 * n, dtype=np.uint64)
-            self._run = (rows, rows[:, 0], self._seq_offsets[:n], memoryview(rows).cast("B"))
-        _, seq_words, offsets, raw = self._run
-        n, cap, pos, seq0, pc = len(offsets), self._capacity, self._write_pos, self._produced, self._pc
+            self._run = (rows, len(rows), memoryview(rows).cast("B"))
+        _, n, raw = self._run
+        pos, pc = self._write_pos, self._pc
+        end, start = pos + n, pos % self._capacity
+        if end <= self._limit and start + n <= self._capacity:  # the common case: room, before the wrap
+            off = self._slot0 + start * self._slot_size
+            self._buf[off:off + len(raw)] = raw
+            self._write_pos = pc[WRITE_POS] = end  # publish: stored after the slot contents
+            self.next_seq = pc[PRODUCED] = self.next_seq + n
+            return n
+        cap, seq0 = self._capacity, self.next_seq
         if pos + n > self._limit:
             self._limit = self._cc[READ_POS] + cap
         k = max(0, min(n, self._limit - pos))
         if k:
-            np.add(offsets, seq0, out=seq_words)
             # Whole slots, one memcpy: faster than copying each record's words alone (measured:
             # strided row copies stall on the cold ring lines; one large copy streams).
-            start, size = pos % cap, self._slot_size
+            size = self._slot_size
             off = self._slot0 + start * size
-            if k == n and start + n <= cap:  # the common case: all of it, before the wrap
-                self._buf[off:off + n * size] = raw
-            else:
-                m = min(k, cap - start)  # at most two contiguous runs: before and after the wrap
-                self._buf[off:off + m * size] = raw[:m * size]
-                if m < k:
-                    self._buf[self._slot0:self._slot0 + (k - m) * size] = raw[m * size:k * size]
+            m = min(k, cap - start)  # at most two contiguous runs: before and after the wrap
+            self._buf[off:off + m * size] = raw[:m * size]
+            if m < k:
+                self._buf[self._slot0:self._slot0 + (k - m) * size] = raw[m * size:k * size]
         self._write_pos = pc[WRITE_POS] = pos + k  # publish: stored after the slot contents
         if k < n:
             self._dropped = pc[DROPPED] = self._dropped + n - k
-        self._produced = pc[PRODUCED] = seq0 + n
+        self.next_seq = pc[PRODUCED] = seq0 + n
         return k
 
     def unlink(self) -> None:

@@ -23,8 +23,8 @@ from infersight.probes.ring_lease import (
     ReaderLease, RingLeaseError, process_start_ticks, writer_alive,
 )
 from infersight.probes.schema import (
-    CONSUMED, CORRUPT, DROPPED, DROPPED_SEEN, NEXT_SEQ, PENDING_BAD, PRODUCED, READ_POS, WRITE_POS, RecordRegistry, RecordType, RingFormatError, RingHeader, RingView, as_registry, decode_header,
-    resolve_dtypes,
+    CONSUMED, CORRUPT, DROPPED, DROPPED_SEEN, NEXT_SEQ, PENDING_BAD, PRODUCED, READ_POS, WRITE_POS, Expand,
+    RecordRegistry, RecordType, RingFormatError, RingHeader, RingView, as_registry, decode_header, resolve_dtypes,
 )
 
 log = logging.getLogger("infersight.probes")
@@ -36,8 +36,10 @@ class RingConsumer(RingView):
     """Consumer end: validates the header on attach, then reads records in order.
 
     ``read`` returns ``{kind: structured array}``: each kind's records in
-    sequence order; kinds without records in the batch are absent.  The
-    accounting lives in the ring, so once a quiescent producer is drained,
+    sequence order; kinds without records in the batch are absent.  Attached
+    with a registry that has an ``expand`` (the probes' one), what it returns
+    is the expanded records (batched kinds read as per-record ones).  The
+    accounting, in slots, lives in the ring, so once a quiescent producer is drained,
     ``produced == consumed + dropped + corrupt + reader_lost`` and
     ``dropped_seen == dropped``.
 
@@ -49,9 +51,10 @@ class RingConsumer(RingView):
     """
 
     def __init__(self, shm: SharedMemory, header: RingHeader, dtypes: dict[int, np.dtype],
-                 lease_timeout_s: float | None = DEFAULT_LEASE_TIMEOUT_S) -> None:
+                 lease_timeout_s: float | None = DEFAULT_LEASE_TIMEOUT_S, expand: Expand | None = None) -> None:
         super().__init__(shm, header, dtypes)
         self.dtypes = dtypes
+        self._expand = expand  # the registry's: batched kinds read as the per-record ones
         self._lw = shm.buf[:8 * LEASE_WORDS].cast("Q")
         self._lease = None if lease_timeout_s is None else ReaderLease(self.name, self._lw, lease_timeout_s)
         self.lost_at_attach = 0  # a dead predecessor's undelivered batch, moved to reader_lost
@@ -107,7 +110,8 @@ class RingConsumer(RingView):
             resource_tracker.unregister("/" + shm.name, "shared_memory")
         try:
             header = decode_header(shm.buf, shm.size)
-            return cls(shm, header, resolve_dtypes(header, known, name), lease_timeout_s if lease else None)
+            return cls(shm, header, resolve_dtypes(header, known, name), lease_timeout_s if lease else None,
+                       None if known is None else known.expand)
         except BaseException:
             shm.close()
             raise
@@ -146,6 +150,7 @@ class RingConsumer(RingView):
             # each kind's slots in sequence order.
             kinds = hdr["kind"]
             present = np.bincount(kinds)
+            positions: dict[int, np.ndarray] = {}
             for kind, view in self._payload.items():
                 if kind >= len(present) or not present[kind]:
                     continue
@@ -157,9 +162,13 @@ class RingConsumer(RingView):
                     pos = pos[sel]
                 if len(pos):  # in sequence order: the sort was stable
                     out[kind] = _take(view, idx[pos])
+                    positions[kind] = pos
                     good += len(pos)
+            if self._expand is not None and out:
+                out, refused = self._expand(out, positions)
+                good -= refused
             self._consumed += good
-            self._corrupt += n - good  # unknown kind, wrong length or unusable seq
+            self._corrupt += n - good  # unknown kind, wrong length, unusable seq or refused by expand
             self._r = r = r + n
         if r == written and produced > self._nxt:
             # Drained: events below `produced` not seen in a slot were dropped

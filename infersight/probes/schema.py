@@ -15,12 +15,14 @@ import struct
 import sys
 from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
-from typing import Iterable, Iterator, NamedTuple, TypeVar
+from typing import Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
 MAGIC = b"ISPRING\x00"
-LAYOUT_VERSION = 2  # 2: reader lease, in-flight batch and writer identity (probes/ring_lease.py)
+# 2: reader lease, in-flight batch and writer identity (probes/ring_lease.py); 3: a step's TOKENS and
+# batch members written many to a slot (probes/record_batches.py).
+LAYOUT_VERSION = 3
 
 # Static header: magic, layout version, header size, slot size, capacity,
 # number of record types, producer pid, wall/monotonic anchor (ns).
@@ -97,10 +99,20 @@ class RecordType:
         return TypeEntry(self.kind, self.version, self.dtype.itemsize, self.name)
 
 
-class RecordRegistry:
-    """A set of record types; kind ids and names are unique within it."""
+#: Rewrites one read ({kind: records}, {kind: their slots' positions in the read}) into the records
+#: readers see, and says how many slots it refused (see RecordRegistry).
+Expand = Callable[[dict[int, np.ndarray], dict[int, np.ndarray]], tuple[dict[int, np.ndarray], int]]
 
-    def __init__(self, types: Iterable[RecordType] = ()) -> None:
+
+class RecordRegistry:
+    """A set of record types; kind ids and names are unique within it.
+
+    ``expand``, when given, is applied by a consumer to every read: a registry whose kinds include
+    batched forms of others (many records to a slot) hands its readers the unbatched records.
+    """
+
+    def __init__(self, types: Iterable[RecordType] = (), expand: Expand | None = None) -> None:
+        self.expand = expand
         self._by_kind: dict[int, RecordType] = {}
         for rt in types:
             self.add(rt)

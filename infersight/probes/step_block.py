@@ -1,39 +1,42 @@
 """A step's records built as slot rows and written to the ring with one copy.
 
-A batch-32 decode step writes 66 records (32 TOKENS, STEP, STEP_TIMING, 32 BATCH_MEMBER); one
-`ring.write` each, or a numpy field assignment per field, cost 30-80 us a step. Here they are rows
-of u64 words laid out as the ring's slots (header, record), so the ring takes them with one copy
+A batch-32 decode step emits 32 TOKENS events, STEP, STEP_TIMING and 32 batch members. The TOKENS
+go out 7 to a TOKENS_BATCH record and the members 21 to a MEMBERS_BATCH record
+(probes.record_batches): 9 slots, where one record a slot took 66. The slots are rows of u64 words
+laid out as the ring's (header, record), so the ring takes them with one copy
 (RingProducer.write_slots). The rows stay between steps, and a decode batch rarely changes, so a
-step rewrites only what changed: the TOKENS timestamps, the members' step id and the STEP rows
-(the ring sets every seq); a request's id, trace and task words come from a template made when it
-arrived::
+step rewrites only what changed: every row's seq (numbered from the ring's next_seq, packed with
+the row's other words where there are some), the TOKENS timestamps, the members' step id and the
+STEP rows; the ids, traces and tasks of the TOKENS rows are rewritten when the emitting requests
+(or any request's identity) change::
 
-    staging row   base-n .. base-1   base   base+1        base+2 .. base+1+m
-    record        TOKENS x n         STEP   STEP_TIMING   BATCH_MEMBER x m
+    staging row   base-s .. base-1             base   base+1        base+2 .. base+1+k
+    record        TOKENS_BATCH x s=ceil(n/7)   STEP   STEP_TIMING   MEMBERS_BATCH x k=ceil(m/21)
 
-The records are byte for byte those one `write` per record stores, in the same ring order (TOKENS
-first: they were emitted before the step ended). `struct` checks each value as the per-record pack
-does; a value that does not fit makes `write_tokens` / `write_step` return False before anything
-reaches the ring, and the caller writes that batch record by record, coerced and counted
-(probes.record_encoding). Only slot bytes past a record's itemsize, which no reader looks at, may
-differ. Unchanged rows are recognised by equality with the last step's values, which were checked:
-a value equal to one of them but of another type (1.0 for 1) is written as that int, uncounted.
+Read back (record_batches.expand) they are the records one `write` per record stores, in the same
+ring order (TOKENS first: they were emitted before the step ended). `struct` checks each value as
+the per-record pack does; a value that does not fit makes `write_tokens` / `write_step` return
+False before anything reaches the ring, and the caller writes that batch record by record in the
+per-record kinds, coerced and counted (probes.record_encoding). Unchanged rows are recognised by
+equality with the last step's values, which were checked: a value equal to one of them but of
+another type (1.0 for 1) is written as that int, uncounted.
 """
 from __future__ import annotations
 
 import struct
 from operator import attrgetter
-from typing import Callable
 
 import numpy as np
 
 from infersight.probes.record_encoding import PACK_ERRORS
-from infersight.probes.records import RecordKind, RequestEvent, record_dtype, record_struct
+from infersight.probes.records import (
+    MEMBERS_PER_RECORD, TOKENS_PER_RECORD, RecordKind, record_dtype, record_struct,
+)
 from infersight.probes.ring import RingProducer
 from infersight.probes.schema import SLOT_HEADER, SLOT_HEADER_SIZE
 from infersight.runtime.stats import StepStats
 
-#: Counts whose struct / views are kept; more distinct counts than this start the cache over.
+#: Counts whose views are kept; more distinct (TOKENS, members) counts than this start the cache over.
 _MAX_CACHED = 256
 #: The STEP record's values but its last two (len(batch), len(finished)), and STEP_TIMING's, in field order.
 step_values = attrgetter("step_id", "start_ns", "end_ns", "num_prefill_tokens", "num_decode_tokens",
@@ -43,6 +46,10 @@ step_values = attrgetter("step_id", "start_ns", "end_ns", "num_prefill_tokens", 
 timing_values = attrgetter("step_id", "start_ns", "end_ns", "schedule_ns", "draft_ns", "target_ns",
                            "num_decode_tokens", "num_prefill_tokens", "num_spec_tokens", "num_spec_accepted",
                            "draft_forwards", "spec_probe")
+_TOKENS, _MEMBERS = RecordKind.TOKENS_BATCH, RecordKind.MEMBERS_BATCH
+_UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16}
+_CODES = {("i", 8): "q", ("u", 8): "Q", ("u", 4): "I", ("u", 2): "H"}
+_NO_IDENTITY = (0, 0, 0)  # trace hi, trace lo, task of a request that never arrived
 
 
 def _header_word(kind: RecordKind) -> int:
@@ -50,40 +57,52 @@ def _header_word(kind: RecordKind) -> int:
     return int(np.frombuffer(SLOT_HEADER.pack(0, kind, 0, record_dtype(kind).itemsize), np.uint64)[1])
 
 
-def _word(kind: RecordKind, field: str) -> int:
-    """The slot word holding an 8-byte field of a record (the layout keeps them 8-aligned)."""
-    offset = SLOT_HEADER_SIZE + record_dtype(kind).fields[field][1]
-    assert offset % 8 == 0, f"{kind.name}.{field} is not 8-byte aligned in its slot"
-    return offset // 8
+class _Column:
+    """One field of `n` entries laid over staging rows, `width` entries a row (the field's array
+    length; 1 for a scalar): filled by one struct pack (which checks the values) and one numpy copy.
+    Entries past `n` stay zero: the pack never touches them."""
 
+    def __init__(self, rows: np.ndarray, kind: RecordKind, field: str, n: int) -> None:
+        sub, offset = record_dtype(kind).fields[field][:2]
+        width, base = (sub.shape[0], sub.base) if sub.shape else (1, sub)
+        start = SLOT_HEADER_SIZE + offset
+        assert start % base.itemsize == 0, f"{kind.name}.{field} is not aligned in its slot"
+        lo = start // base.itemsize
+        self.view = rows.view(_UNSIGNED[base.itemsize])[:, lo:lo + width]
+        self.buf = bytearray(len(rows) * width * base.itemsize)
+        self.src = np.frombuffer(self.buf, _UNSIGNED[base.itemsize]).reshape(len(rows), width)
+        self.pack_into = struct.Struct(f"<{n}{_CODES[(base.kind, base.itemsize)]}").pack_into
 
-class _Templates(dict):
-    """request id -> its TOKENS row's words from 1 as bytes; an unknown id gets a fresh, unstored one."""
-
-    def __init__(self, make: Callable[[int, int, int, int], bytes]) -> None:
-        super().__init__()
-        self.make = make
-
-    def __missing__(self, rid: int) -> bytes:
-        return self.make(rid, 0, 0, 0)
+    def fill(self, values: list[int]) -> None:
+        self.pack_into(self.buf, 0, *values)
+        self.view[:] = self.src
 
 
 class _Views:
-    """Views of the staging rows of a block with n TOKENS and m members (m None: TOKENS alone)."""
+    """The staging rows of a block with n TOKENS and m members (m None: TOKENS alone), and their columns."""
 
-    def __init__(self, stage: np.ndarray, base: int, n: int, m: int | None, block: "StepBlock") -> None:
-        tokens = stage[base - n:base]
-        self.block = tokens if m is None else stage[base - n:base + 2 + m]
-        self.templates = tokens[:, 1:1 + block.template_words]
-        self.ts, self.counts = tokens[:, block.w_ts], tokens[:, block.w_count]
-        self.members = stage[base + 2:base + 2 + (m or 0)]
-        self.ts_and_steps = self.block[:, block.w_ts]  # TOKENS ts, then the step id of STEP.. and members
-        self.steps_after = 0 if m is None else 2 + m
-        # That column's values are packed here by struct, then copied in by one numpy call.
-        self.column = bytearray(8 * len(self.block))
-        self.column_words = np.frombuffer(self.column, np.uint64)
-        self.ts_bytes = 8 * n
-        self.ints = struct.Struct(f"<{n}q")  # n TOKENS ts or counts, checked as the per-record pack checks
+    def __init__(self, stage: np.ndarray, base: int, n: int, m: int | None) -> None:
+        s, k = -(-n // TOKENS_PER_RECORD), -(-(m or 0) // MEMBERS_PER_RECORD)
+        self.block = stage[base - s:base] if m is None else stage[base - s:base + 2 + k]
+        self.tokens, self.members = stage[base - s:base], stage[base + 2:base + 2 + k]
+        if n:
+            col = lambda field, count=n: _Column(self.tokens, _TOKENS, field, count)  # noqa: E731
+            self.ts, self.value0 = col("ts_ns"), col("value0")
+            self.ids = [col("request_id"), col("trace_hi"), col("trace_lo"), col("task_id")]
+            self.tokens_count = col("count", s)
+            self.tokens_counts = [min(TOKENS_PER_RECORD, n - TOKENS_PER_RECORD * i) for i in range(s)]
+        if k:
+            assert m is not None
+            self.member_ids = _Column(self.members, _MEMBERS, "request_id", m)
+            self.member_tokens = _Column(self.members, _MEMBERS, "num_tokens", m)
+            self.members_count = _Column(self.members, _MEMBERS, "count", k)
+            self.members_counts = [min(MEMBERS_PER_RECORD, m - MEMBERS_PER_RECORD * i) for i in range(k)]
+        self.n, self.m, self.s = n, m, s
+        # Where each row's seq goes, set every step: the TOKENS rows' words, the members' byte offsets
+        # (their seq, header and step id are packed together: the step id is the record's first field).
+        words = stage.shape[1]
+        self.tokens_seqs = [(base - s + i) * words for i in range(s)]
+        self.member_rows = [(base + 2 + i) * words * 8 for i in range(k)]
 
 
 class StepBlock:
@@ -94,81 +113,57 @@ class StepBlock:
         self._row_bytes = ring.header.slot_size  # a staging row is a whole slot
         #: Held TOKENS emissions, flat: t_ns, request_id, num_tokens, t_ns, ... in emission order.
         self.pending: list[int] = []
-        req = record_struct(RecordKind.REQUEST)
-        self._req_pack, self._tokens_event = req.fast_pack, int(RequestEvent.TOKENS)
-        self.w_ts, self.w_count = _word(RecordKind.REQUEST, "ts_ns"), _word(RecordKind.REQUEST, "value0")
-        self.template_words = -(-(SLOT_HEADER_SIZE + req.size) // 8) - 1
-        self._req_header = struct.pack("<Q", _header_word(RecordKind.REQUEST))
-        self._template_pad = bytes(8 * (self.template_words + 1) - SLOT_HEADER_SIZE - req.size)
-        self.templates = _Templates(self._template)
-        member = record_dtype(RecordKind.BATCH_MEMBER)
-        assert [(f, member.fields[f][1]) for f in member.names] == [
-            ("step_id", 0), ("request_id", 8), ("num_tokens", 16)], member
-        self._member_header = _header_word(RecordKind.BATCH_MEMBER)
-        self.w_member_step = _word(RecordKind.BATCH_MEMBER, "step_id")
-        # The TOKENS ts and every other row's step id share a word: write_step sets them as one column.
-        assert self.w_ts == self.w_member_step == _word(RecordKind.STEP, "step_id") == _word(
-            RecordKind.STEP_TIMING, "step_id")
-        self._step_rows, self._step_id = self._step_struct(), struct.Struct("<Q")
+        #: request id -> (trace hi, trace lo, task id) of the requests that arrived and are not finished.
+        self.identities: dict[int, tuple[int, int, int]] = {}
+        assert record_dtype(_MEMBERS).fields["step_id"][1] == 0
+        self._tokens_header, self._members_header = _header_word(_TOKENS), _header_word(_MEMBERS)
+        self._step_rows, self._member_row = self._step_struct(), struct.Struct("<QQQ")  # seq, header, step id
         self._step_header, self._timing_header = _header_word(RecordKind.STEP), _header_word(RecordKind.STEP_TIMING)
-        self._structs: dict[str, struct.Struct] = {}
-        self._generation = 0  # bumped when a template changes: TOKENS rows made before are stale
+        self._generation = 0  # bumped when an identity changes: TOKENS rows made before are stale
         self._alloc(rows)
 
     # -- staging ----------------------------------------------------------------------------------
-    def _alloc(self, rows: int) -> None:
-        """Room for `rows` TOKENS and `rows` members; what the rows held is forgotten."""
-        self._rows = self._base = rows
-        self._stage = np.zeros((2 * rows + 2, self._row_bytes // 8), np.uint64)
-        self._step_offset = rows * self._row_bytes
+    def _alloc(self, entries: int) -> None:
+        """Room for `entries` TOKENS and `entries` members; what the rows held is forgotten."""
+        self._entries = entries
+        self._base = s = -(-entries // TOKENS_PER_RECORD)
+        self._stage = np.zeros((s + 2 + -(-entries // MEMBERS_PER_RECORD), self._row_bytes // 8), np.uint64)
+        self._step_offset = s * self._row_bytes
         self._stage_bytes = memoryview(self._stage).cast("B")
-        self._tokens_key: tuple[list[int], int] | None = None  # (request ids, generation) in the rows
+        self._stage_words = self._stage_bytes.cast("Q")
+        self._tokens_rids: list[int] | None = None  # the request ids in the TOKENS rows, and their generation
+        self._tokens_generation = -1
         self._counts_key: list[int] | None = None
         self._members_key: list[tuple[int, int]] | None = None
         self._views: dict[tuple[int, int | None], _Views] = {}
+        self._last = self._views_of(0, 0)  # the last step's views
 
     def _views_of(self, n: int, m: int | None) -> _Views:
         views = self._views.get((n, m))
         if views is None:
-            if max(n, m or 0) > self._rows:
-                self._alloc(max(n, m or 0, 2 * self._rows))
+            if max(n, m or 0) > self._entries:
+                self._alloc(max(n, m or 0, 2 * self._entries))
             if len(self._views) >= _MAX_CACHED:
                 self._views.clear()
-            views = self._views[(n, m)] = _Views(self._stage, self._base, n, m, self)
+            views = self._views[(n, m)] = _Views(self._stage, self._base, n, m)
         return views
 
-    def _struct(self, fmt: str) -> struct.Struct:
-        st = self._structs.get(fmt)
-        if st is None:
-            if len(self._structs) >= _MAX_CACHED:
-                self._structs.clear()
-            st = self._structs[fmt] = struct.Struct(fmt)
-        return st
-
     def _step_struct(self) -> struct.Struct:
-        """STEP and STEP_TIMING as two rows: seq (the ring sets it), header word, record, padding."""
+        """STEP and STEP_TIMING as two rows: seq, header word, record, padding."""
         fmt = "<"
         for kind in (RecordKind.STEP, RecordKind.STEP_TIMING):
             rec = record_struct(kind)
-            fmt += f"8xQ{rec.format[1:]}{self._row_bytes - SLOT_HEADER_SIZE - rec.size}x"
+            fmt += f"QQ{rec.format[1:]}{self._row_bytes - SLOT_HEADER_SIZE - rec.size}x"
         return struct.Struct(fmt)
 
-    # -- per-request templates --------------------------------------------------------------------
-    def _template(self, rid: int, trace_hi: int, trace_lo: int, task_id: int) -> bytes:
-        """A TOKENS row's words from 1 with ts and count 0 (raises PACK_ERRORS for a bad id)."""
-        record = self._req_pack(0, 0, rid, trace_hi, trace_lo, 0, 0, task_id, self._tokens_event, 0)
-        return self._req_header + record + self._template_pad
-
+    # -- per-request identities -------------------------------------------------------------------
     def add_request(self, rid: int, trace_hi: int, trace_lo: int, task_id: int) -> None:
-        """A request's identity, for its TOKENS rows (an id that does not fit is left to the coercing path)."""
-        try:
-            self.templates[rid] = self._template(rid, trace_hi, trace_lo, task_id)
-        except PACK_ERRORS:
-            self.templates.pop(rid, None)
+        """A request's identity, for its TOKENS entries (a value that does not fit is caught when written)."""
+        self.identities[rid] = (trace_hi, trace_lo, task_id)
         self._generation += 1
 
     def drop_request(self, rid: int) -> None:
-        if self.templates.pop(rid, None) is not None:
+        if self.identities.pop(rid, None) is not None:
             self._generation += 1
 
     # -- writing ----------------------------------------------------------------------------------
@@ -178,38 +173,43 @@ class StepBlock:
         self.pending.clear()
         return list(zip(flat, flat, flat))
 
-    def _fill_tokens(self, views: _Views, step_id: bytes = b"") -> None:
-        """The held TOKENS into their rows, and `step_id` (packed u64) into the word of the rows
-        after them that holds the step id; raises PACK_ERRORS for a value that does not fit."""
+    def _fill_ids(self, rids: list[int], views: _Views) -> None:
+        """The TOKENS rows' ids, traces, tasks, counts and headers; raises PACK_ERRORS for a value that does not fit."""
+        identity = self.identities.get
+        his, los, tasks = zip(*[identity(rid, _NO_IDENTITY) for rid in rids])
+        for column, values in zip(views.ids, (rids, his, los, tasks)):
+            column.fill(values)
+        views.tokens_count.fill(views.tokens_counts)
+        views.tokens[:, 1] = self._tokens_header
+
+    def _fill_tokens(self, views: _Views, seq: int) -> None:
+        """The held TOKENS into their rows, numbered from `seq`; raises PACK_ERRORS for a value that does not fit."""
         pending = self.pending
-        n = len(views.ts)
         rids = pending[1::3]
-        key = (rids, self._generation)
-        if key != self._tokens_key:
-            self._tokens_key = self._counts_key = None  # the rows are being rewritten
-            self._struct(f"<{n}Q").pack(*rids)  # struct's check of the ids, as the per-record pack's
-            blob = b"".join(map(self.templates.__getitem__, rids))
-            views.templates[:] = np.frombuffer(blob, np.uint64).reshape(n, self.template_words)
-            self._tokens_key = key
-        ints = views.ints
-        # One column write for the step: numpy's cost is per call, hardly per row.
-        ints.pack_into(views.column, 0, *pending[0::3])
-        views.column[views.ts_bytes:] = step_id * views.steps_after
-        views.ts_and_steps[:] = views.column_words
+        if rids != self._tokens_rids or self._generation != self._tokens_generation:
+            self._tokens_rids = self._counts_key = None  # the rows are being rewritten
+            self._fill_ids(rids, views)
+            self._tokens_rids, self._tokens_generation = rids, self._generation
+        ts = views.ts  # Column.fill inlined: the one column written every step
+        ts.pack_into(ts.buf, 0, *pending[0::3])
+        ts.view[:] = ts.src
+        words = self._stage_words
+        for word in views.tokens_seqs:
+            words[word] = seq
+            seq += 1
         counts = pending[2::3]
         if counts != self._counts_key:
             self._counts_key = None
-            views.counts[:] = np.frombuffer(ints.pack(*counts), np.uint64)
+            views.value0.fill(counts)
             self._counts_key = counts
 
     def _fill_members(self, batch: list[tuple[int, int]], views: _Views) -> None:
-        """The BATCH_MEMBER rows but their step id; raises PACK_ERRORS for a value that does not fit."""
+        """The MEMBERS_BATCH rows but their seq, header and step id; raises PACK_ERRORS for a value
+        that does not fit."""
         self._members_key = None
-        m = len(batch)
-        packed = self._struct("<" + "QI4x" * m).pack(*[v for pair in batch for v in pair])
-        w = self.w_member_step
-        views.members[:, w + 1:w + 3] = np.frombuffer(packed, np.uint64).reshape(m, 2)
-        views.members[:, 1] = self._member_header
+        views.member_ids.fill([rid for rid, _ in batch])
+        views.member_tokens.fill([tokens for _, tokens in batch])
+        views.members_count.fill(views.members_counts)
         self._members_key = list(batch)
 
     def write_tokens(self) -> bool:
@@ -219,7 +219,7 @@ class StepBlock:
             return True
         views = self._views_of(len(self.pending) // 3, None)
         try:
-            self._fill_tokens(views)
+            self._fill_tokens(views, self._ring.next_seq)
         except PACK_ERRORS:
             return False
         self.pending.clear()
@@ -227,23 +227,28 @@ class StepBlock:
         return True
 
     def write_step(self, stats: StepStats) -> bool:
-        """Write the held TOKENS, STEP, STEP_TIMING and one BATCH_MEMBER per batch entry, as one run
-        of slots. False: a value does not fit and nothing was written (the TOKENS still held)."""
+        """Write the held TOKENS, STEP, STEP_TIMING and the batch's members, as one run of slots.
+        False: a value does not fit and nothing was written (the TOKENS still held)."""
         batch = stats.batch
-        shape = (len(self.pending) // 3, len(batch))
-        views = self._views.get(shape) or self._views_of(*shape)
+        n, m = len(self.pending) // 3, len(batch)
+        views = self._last
+        if views.n != n or views.m != m:  # a decode batch mostly has the last step's shape
+            views = self._last = self._views_of(n, m)
+        first = self._ring.next_seq
+        seq = first + views.s  # STEP's: the TOKENS rows come first
         try:
-            self._step_rows.pack_into(self._stage_bytes, self._step_offset,
-                                      self._step_header, *step_values(stats), len(batch), len(stats.finished),
-                                      self._timing_header, *timing_values(stats))
-            if batch and batch != self._members_key:  # a decode batch mostly is the last step's
-                self._fill_members(batch, views)
-            step_id = self._step_id.pack(stats.step_id)  # the pack above checked it
+            self._step_rows.pack_into(self._stage_bytes, self._step_offset, seq, self._step_header,
+                                      *step_values(stats), len(batch), len(stats.finished),
+                                      seq + 1, self._timing_header, *timing_values(stats))
+            if batch:
+                if batch != self._members_key:  # a decode batch mostly is the last step's
+                    self._fill_members(batch, views)
+                pack, stage, header = self._member_row.pack_into, self._stage_bytes, self._members_header
+                for offset in views.member_rows:  # the pack above checked the step id
+                    seq += 1
+                    pack(stage, offset, seq + 1, header, stats.step_id)
             if self.pending:
-                self._fill_tokens(views, step_id)
-            elif batch:
-                views.column[:] = step_id * views.steps_after
-                views.ts_and_steps[:] = views.column_words
+                self._fill_tokens(views, first)
         except PACK_ERRORS:
             return False
         self.pending.clear()

@@ -31,7 +31,7 @@ from infersight.probes.ring_lease import IN_FLIGHT
 from infersight.runtime import Engine, EngineConfig, SamplingParams
 
 REPO = Path(__file__).resolve().parents[2]
-CAPACITY = 2048  # < 1 s of this load: the seconds a restart takes without a reader overflow it
+CAPACITY = 1024  # ~1 s of this load (a step is ~4 slots: TOKENS and members batched): a restart overflows it
 CONCURRENT = 6  # requests in flight at all times
 MAX_TOKENS = 110  # with 10 prompt tokens, within TINY's 128; a request lives > 1 s: in flight across the kill
 

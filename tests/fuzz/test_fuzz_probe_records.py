@@ -123,6 +123,17 @@ class FuzzRing:
     def __init__(self) -> None:
         self.registry = record_registry()
         self.rejected: Counter[str] = Counter()
+        self.batched = [0, 0]  # this case's batched slots expanded, and the rows they became
+
+    def _expand(self, records: dict, positions: dict) -> tuple[dict, int]:
+        """The reader's expand (probes.record_batches), counting: a batched slot is many rows."""
+        plain = (int(RecordKind.REQUEST), int(RecordKind.BATCH_MEMBER))
+        before = sum(len(records.get(k, ())) for k in plain)
+        slots = sum(len(records.get(int(k), ())) for k in (RecordKind.TOKENS_BATCH, RecordKind.MEMBERS_BATCH))
+        out, refused = self._plain_expand(records, positions)
+        self.batched[0] += slots - refused
+        self.batched[1] += sum(len(out.get(k, ())) for k in plain) - before
+        return out, refused
 
     def decode(self, case: bytes) -> None:
         producer = RingProducer.create(unique_ring("fuzz"), FUZZ_CAPACITY, None, self.registry)
@@ -140,8 +151,11 @@ class FuzzRing:
                 counters.release()
             finally:
                 shm.close()
+            self.batched = [0, 0]
             rings = RingSet([producer.name], discover=False)
             rings.refresh()
+            (ring,) = rings.attached.values()
+            self._plain_expand, ring.consumer._expand = ring.consumer._expand, self._expand  # counted
             self.read(rings, n)
         finally:
             if rings is not None:
@@ -164,6 +178,7 @@ class FuzzRing:
             self.rejected[reason] += k
         stats = ring.consumer.stats()
         one_row_each = sum(len(getattr(f, name)) for _, f in got for name in ONE_ROW_PER_RECORD)
+        one_row_each += self.batched[0] - self.batched[1]  # as slots: a batched slot's rows count once
         moe_rows = sum(len(f.moe) for _, f in got)
         # What is left are MoE records (1..64 rows each) and admitted task labels (no row).
         rest = stats["consumed"] - one_row_each - sum(refused.values())
