@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 import torch.nn.functional as F
 
+from infersight.bench.timing import captured, replay_ms
 from infersight.runtime.triton_fused import silu_mul
 from infersight.runtime.triton_gemv import _launch, gemv, gemv_silu_mul
 
@@ -20,20 +20,7 @@ SHAPES = {"qkv": (3072, 2048), "out": (2048, 2048), "gate_up": (16384, 2048), "d
 
 
 def timed(fn, reps: int = 30) -> float:
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return replay_ms(captured(fn), reps)
 
 
 def main() -> None:

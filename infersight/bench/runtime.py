@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from infersight.bench.runtime_prefill import LongPrefillResult, bench_long_prefill
-from infersight.bench.timing import sync, timed_step
+from infersight.bench.timing import replay_ms, sync, timed_step
 from infersight.runtime import Engine, EngineConfig, SamplingParams
 from infersight.runtime.cuda_graphs import DecodeGraphs
 
@@ -76,16 +76,7 @@ def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | Non
 def replay_alone_ms(graphs: DecodeGraphs, n: int = 20) -> float:
     """Median device ms of the most recently used decode graph replayed alone (its inputs are the
     last step's, so it rewrites the same K/V slots with the same values)."""
-    graph = list(graphs.graphs.values())[-1][0]
-    times = []
-    for _ in range(n):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
-    return round(statistics.median(times), 4)
+    return round(replay_ms(list(graphs.graphs.values())[-1][0], n), 4)
 
 
 def _hf_anchor(result: RuntimeBenchResult, config: EngineConfig, modes: list[str], steps: int) -> None:

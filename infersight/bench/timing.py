@@ -1,8 +1,9 @@
 """Timing helpers shared by the benchmarks."""
 from __future__ import annotations
 
+import statistics
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -24,3 +25,26 @@ def timed_step(engine: "Engine", device: str) -> tuple["StepStats", float]:
     stats = engine.step()
     sync(device)
     return stats, time.perf_counter() - t0
+
+
+def replay_ms(graph: "torch.cuda.CUDAGraph", replays: int) -> float:
+    """Median device ms of one replay of a captured CUDA graph, by CUDA events around each."""
+    times = []
+    for _ in range(replays):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end))
+    return statistics.median(times)
+
+
+def captured(fn: Callable[[], object]) -> "torch.cuda.CUDAGraph":
+    """fn run once (compiles, allocations), then captured as a CUDA graph."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
