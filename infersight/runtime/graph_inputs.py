@@ -105,6 +105,7 @@ class DecodeInputs:
         pin = device.startswith("cuda")
         self.device_buf = torch.zeros(size, dtype=torch.long, device=device)
         self._stages = [_Staging(size, max_batch, pin, self.device_buf.is_cuda) for _ in range(staging)]
+        self.async_steps = staging > 1  # only async graphs read token_src: the synchronous fill skips it
         self._turn = 0
         self.arange = torch.arange(max_batch, dtype=torch.long, device=device)
 
@@ -149,10 +150,11 @@ class DecodeInputs:
         buf[m:m + n] = rows.positions
         buf[2 * m:2 * m + n] = rows.slots
         buf[3 * m:3 * m + n] = buf[m:m + n] + 1  # context lengths
-        buf[4 * m:4 * m + n] = -1 if rows.src is None else rows.src
+        if self.async_steps:
+            buf[4 * m:4 * m + n] = -1 if rows.src is None else rows.src
+            buf[4 * m + n:4 * m + bucket] = -1
         buf[n:bucket], buf[m + n:m + bucket], buf[2 * m + n:2 * m + bucket], buf[3 * m + n:3 * m + bucket] = (
             0, 0, self.pad_slot, 1)
-        buf[4 * m + n:4 * m + bucket] = -1
         tables = buf[self.table_at:self.table_at + bucket * width].reshape(bucket, width)
         written = stage.rows_written
         if width != stage.rows_width:  # another row layout: nothing written is where it was
