@@ -14,9 +14,9 @@ import torch
 
 from infersight.runtime.async_steps import InflightStep, TokenReadback, launchable
 from infersight.runtime.config import EngineConfig
-from infersight.runtime.errors import InvalidRequestError
 from infersight.runtime.draft_proposer import propose
 from infersight.runtime.engine_async import AsyncSteps
+from infersight.runtime.errors import InvalidRequestError
 from infersight.runtime.forward_timer import ForwardTimer
 from infersight.runtime.kv_cache import KVCacheManager
 from infersight.runtime.model import Transformer
