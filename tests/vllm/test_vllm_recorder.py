@@ -32,6 +32,7 @@ from vllm_exposition_reader import read_samples, total
 from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRecord
 from infersight.agent.config import AgentConfig
 from infersight.agent.flight_recorder import FlightRecorder
+from infersight.agent.recorder_budget import WindowBudget
 from infersight.agent.recorder_config import RecorderConfig
 from infersight.agent.recorder_vllm import EXTRA_STEPS, MAX_LATE_STEPS, VllmWindows
 from infersight.agent.service import Agent
@@ -40,6 +41,7 @@ from infersight.sources.vllm_profiler import trace_files
 from infersight.vllm.launch import VllmServer
 
 BUDGET, INITIAL_COST_S, WINDOW_STEPS, WINDOWS = 0.1, 0.01, 4, 4
+SMOOTHING = WindowBudget.smoothing  # the budget's documented default: a new cost's weight in the estimate
 
 
 # -- pure ------------------------------------------------------------------------------------------
@@ -246,13 +248,17 @@ def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) 
     assert np.median(costs) > 0 and max(costs) > max(w["cost"]["noise_s"] for w in measured)
     stamps = np.array([s for s, _ in stream.stamps])
 
-    # 3. The budget saw that cost and backed off: the estimate left its 10 ms guess for the measured
-    #    cost, the interval grew with it, and the windows' total cost stays within the budget of the
-    #    engine time plus what the first window overran its guess by.
+    # 3. The budget saw that cost: the estimate left its 10 ms guess for the measured costs (the first
+    #    replaces the guess, each later one moves it by the budget's smoothing: recomputed here from the
+    #    windows' own costs), the interval follows it, and the windows' total cost stays within the
+    #    budget of the engine time plus what the first window overran its guess by. (Whether vLLM's
+    #    windows cost more or less than the guess is vLLM's: 0.02-0.7 s in runs on this host.)
     rec = summary["flight_recorder"]
-    assert rec["window_cost_estimate_s"] > 5 * INITIAL_COST_S
+    expected = None
+    for c in costs:
+        expected = max(c, 0.0) if expected is None else (1 - SMOOTHING) * expected + SMOOTHING * max(c, 0.0)
+    assert rec["window_cost_estimate_s"] == pytest.approx(max(expected, INITIAL_COST_S * 1e-6), rel=1e-6)
     assert rec["window_interval_engine_s"] == pytest.approx(rec["window_cost_estimate_s"] / BUDGET)
-    assert rec["window_interval_engine_s"] > 5 * INITIAL_COST_S / BUDGET
     first_overrun = measured[0]["cost"]["cost_s"] - INITIAL_COST_S
     if windows[0].get("cost") and len(windows) > 1:
         # After the first window the allowance (at most 2 x 10 ms) paid its cost, and the next needs its
