@@ -4,7 +4,8 @@
     taskset -c 1 python3 benchmarks/observer_cost.py --against DIR [--rounds 5]
 
 Calls the ProbeObserver exactly as Engine.step does in a steady decode step (on_step_begin, one
-on_tokens_emitted per sequence, on_step_end with the batch) and times the calls with
+on_tokens_emitted_many for the batch's tokens, on_step_end with the batch; a tree from before that
+callback: one on_tokens_emitted per sequence, as its engine did) and times the calls with
 perf_counter_ns around the whole step's callbacks; a no-op EngineObserver timed the same way gives
 the harness's own cost. A reader drains the ring every 64 steps, as the sidecar would, so writes
 never fall into the ring's drop path. Untimed steps first fill the ring once: a running engine's
@@ -43,14 +44,19 @@ def step_cost(observer: EngineObserver, batch: int, steps: int, drain, first: in
         observer.on_request_arrived(rid, time.monotonic_ns(), 100, None, rid + 1)
     times = []
     clock = time.perf_counter_ns
+    many = getattr(observer, "on_tokens_emitted_many", None)
     for step in range(first, first + steps):
         stats = StepStats(step, 0, 0, num_decode_tokens=batch, batch=[(rid, 1) for rid in ids],
                           context_lens=[100 + step] * batch, phase="decode")
+        rids, counts = list(ids), [1] * batch  # new lists each step, as the engine hands over
         t0 = clock()
         observer.on_step_begin(step, t0)
         now = time.monotonic_ns()
-        for rid in ids:
-            observer.on_tokens_emitted(rid, now, 1)
+        if many is not None:
+            many(rids, now, counts)
+        else:  # a tree from before the batched callback: its engine called once per sequence
+            for rid in ids:
+                observer.on_tokens_emitted(rid, now, 1)
         observer.on_step_end(stats)
         times.append((clock() - t0) / 1e3)
         if step % 64 == 0:

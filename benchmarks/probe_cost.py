@@ -50,6 +50,7 @@ from infersight.runtime import Engine, EngineConfig, SamplingParams
 
 VARIANTS = ("off", "off2", "nvtx", "all", "timed")
 CALLBACKS = ("on_request_arrived", "on_request_scheduled", "on_prefill_chunk", "on_first_token", "on_tokens_emitted",
+             "on_tokens_emitted_many",
              "on_request_preempted", "on_request_resumed", "on_request_finished", "on_kv_block", "on_expert_counts",
              "on_spec_verified", "on_step_begin", "on_step_end")
 

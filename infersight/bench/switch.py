@@ -66,6 +66,9 @@ class SwitchObserver(EngineObserver):
     def on_tokens_emitted(self, request_id: int, t_ns: int, num_tokens: int) -> None:
         self.current.on_tokens_emitted(request_id, t_ns, num_tokens)
 
+    def on_tokens_emitted_many(self, request_ids: list[int], t_ns: int, num_tokens: list[int]) -> None:
+        self.current.on_tokens_emitted_many(request_ids, t_ns, num_tokens)
+
     def on_request_preempted(self, request_id: int, t_ns: int, reason: str) -> None:
         self.current.on_request_preempted(request_id, t_ns, reason)
 

@@ -58,6 +58,7 @@ class ProbeObserver(EngineObserver):
         self._block = StepBlock(self.ring)
         self._pending_tokens = self._block.pending
         self._add_tokens = self._pending_tokens.extend  # flat: t_ns, request_id, num_tokens
+        self._hold_tokens = self._block.hold
         self._write_step = self._block.write_step
         self._structs = {kind: record_struct(kind) for kind in RecordKind}
         self._pack = {kind: s.fast_pack for kind, s in self._structs.items()}  # raise PACK_ERRORS
@@ -73,7 +74,7 @@ class ProbeObserver(EngineObserver):
         return self.ring.name
 
     def _write(self, kind: RecordKind, data: bytes) -> bool:
-        if self._pending_tokens:
+        if self._pending_tokens or self._block.held_ids:
             self._flush_tokens()
         return self._ring_write(kind, data)
 
@@ -81,10 +82,8 @@ class ProbeObserver(EngineObserver):
         """The held TOKENS records, as one block; when a value does not fit, record by record, coerced.
         One alone (another record flushing each, as a SPEC per verified request does) goes as its
         REQUEST record: a batch of one costs the reader an unbatching for nothing."""
-        pending = self._pending_tokens
-        if len(pending) == 3:
-            t, rid, n = pending
-            pending.clear()
+        if self._block.held == 1:
+            ((t, rid, n),) = self._block.take_pending()
             self._req(rid, t, 0, n, 0, RequestEvent.TOKENS, 0)
             return
         if not self._block.write_tokens():
@@ -136,7 +135,12 @@ class ProbeObserver(EngineObserver):
         self._req(request_id, t_ns, 0, 0, 0, RequestEvent.FIRST_TOKEN, 0)
 
     def on_tokens_emitted(self, request_id: int, t_ns: int, num_tokens: int) -> None:
+        if self._block.held_ids:
+            self._block.flatten()
         self._add_tokens((t_ns, request_id, num_tokens))  # written by the next record or the step's end
+
+    def on_tokens_emitted_many(self, request_ids: list[int], t_ns: int, num_tokens: list[int]) -> None:
+        self._hold_tokens(t_ns, request_ids, num_tokens)  # as they are: the step's block fills the rows
 
     def on_request_preempted(self, request_id: int, t_ns: int, reason: str) -> None:
         self._req(request_id, t_ns, 0, 0, 0, RequestEvent.PREEMPTED, _PREEMPT.get(reason, 0))

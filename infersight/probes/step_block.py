@@ -50,6 +50,7 @@ _TOKENS, _MEMBERS = RecordKind.TOKENS_BATCH, RecordKind.MEMBERS_BATCH
 _UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16}
 _CODES = {("i", 8): "q", ("u", 8): "Q", ("u", 4): "I", ("u", 2): "H"}
 _NO_IDENTITY = (0, 0, 0)  # trace hi, trace lo, task of a request that never arrived
+_I64_MIN, _I64_MAX, _U64_MASK = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 
 
 def _header_word(kind: RecordKind) -> int:
@@ -91,6 +92,10 @@ class _Views:
             self.ids = [col("request_id"), col("trace_hi"), col("trace_lo"), col("task_id")]
             self.tokens_count = col("count", s)
             self.tokens_counts = [min(TOKENS_PER_RECORD, n - TOKENS_PER_RECORD * i) for i in range(s)]
+            # One timestamp for all n entries (a held batch): the full rows, then the last row's first
+            # entries; the padding past n stays zero.
+            self.ts_fills = [(rows.fill if len(rows) else None) for rows in
+                             (self.ts.view[:-1], self.ts.view[-1, :n - TOKENS_PER_RECORD * (s - 1)])]
         if k:
             assert m is not None
             self.member_ids = _Column(self.members, _MEMBERS, "request_id", m)
@@ -113,6 +118,11 @@ class StepBlock:
         self._row_bytes = ring.header.slot_size  # a staging row is a whole slot
         #: Held TOKENS emissions, flat: t_ns, request_id, num_tokens, t_ns, ... in emission order.
         self.pending: list[int] = []
+        #: Or a held batch at one timestamp (hold): its request ids and token counts, `pending` empty.
+        #: The lists are the caller's, never changed here (they are replaced, not cleared).
+        self.held_ids: list[int] = []
+        self.held_counts: list[int] = []
+        self.held_ns = 0
         #: request id -> (trace hi, trace lo, task id) of the requests that arrived and are not finished.
         self.identities: dict[int, tuple[int, int, int]] = {}
         assert record_dtype(_MEMBERS).fields["step_id"][1] == 0
@@ -167,8 +177,34 @@ class StepBlock:
             self._generation += 1
 
     # -- writing ----------------------------------------------------------------------------------
+    def hold(self, t_ns: int, request_ids: list[int], num_tokens: list[int]) -> None:
+        """Emissions of one timestamp, held as they are (no per-entry work); behind other held ones,
+        all are held flat."""
+        if self.pending or self.held_ids:
+            self.flatten()
+            self.pending.extend(x for rid, n in zip(request_ids, num_tokens) for x in (t_ns, rid, n))
+        else:
+            self.held_ns, self.held_ids, self.held_counts = t_ns, request_ids, num_tokens
+
+    def flatten(self) -> None:
+        """A held batch into `pending`'s flat form, where single emissions can follow it."""
+        if self.held_ids:
+            t = self.held_ns
+            self.pending.extend(x for rid, n in zip(self.held_ids, self.held_counts) for x in (t, rid, n))
+            self.held_ids, self.held_counts = [], []
+
+    @property
+    def held(self) -> int:
+        """How many emissions are held."""
+        return len(self.held_ids) or len(self.pending) // 3
+
+    def _release(self) -> None:
+        self.pending.clear()
+        self.held_ids, self.held_counts = [], []
+
     def take_pending(self) -> list[tuple[int, int, int]]:
         """The held emissions as (t_ns, request_id, num_tokens), no longer held (the coercing path's)."""
+        self.flatten()
         flat = iter(self.pending.copy())
         self.pending.clear()
         return list(zip(flat, flat, flat))
@@ -185,19 +221,29 @@ class StepBlock:
     def _fill_tokens(self, views: _Views, seq: int) -> None:
         """The held TOKENS into their rows, numbered from `seq`; raises PACK_ERRORS for a value that does not fit."""
         pending = self.pending
-        rids = pending[1::3]
+        held = not pending
+        rids = self.held_ids if held else pending[1::3]
         if rids != self._tokens_rids or self._generation != self._tokens_generation:
             self._tokens_rids = self._counts_key = None  # the rows are being rewritten
             self._fill_ids(rids, views)
             self._tokens_rids, self._tokens_generation = rids, self._generation
-        ts = views.ts  # Column.fill inlined: the one column written every step
-        ts.pack_into(ts.buf, 0, *pending[0::3])
-        ts.view[:] = ts.src
+        if held:  # one timestamp: checked here as the pack would ("q"), then a fill per run of entries
+            t = self.held_ns
+            if type(t) is not int or not _I64_MIN <= t <= _I64_MAX:
+                raise struct.error(f"TOKENS ts_ns {t!r} does not fit an i64")
+            t &= _U64_MASK
+            for fill in views.ts_fills:
+                if fill is not None:
+                    fill(t)
+        else:
+            ts = views.ts  # Column.fill inlined: the one column written every step
+            ts.pack_into(ts.buf, 0, *pending[0::3])
+            ts.view[:] = ts.src
         words = self._stage_words
         for word in views.tokens_seqs:
             words[word] = seq
             seq += 1
-        counts = pending[2::3]
+        counts = self.held_counts if held else pending[2::3]
         if counts != self._counts_key:
             self._counts_key = None
             views.value0.fill(counts)
@@ -215,14 +261,15 @@ class StepBlock:
     def write_tokens(self) -> bool:
         """Write the held TOKENS (none: nothing to do). False: a value does not fit and nothing was
         written; they are still held, for the coercing path (take_pending)."""
-        if not self.pending:
+        n = self.held
+        if not n:
             return True
-        views = self._views_of(len(self.pending) // 3, None)
+        views = self._views_of(n, None)
         try:
             self._fill_tokens(views, self._ring.next_seq)
         except PACK_ERRORS:
             return False
-        self.pending.clear()
+        self._release()
         self._ring.write_slots(views.block)
         return True
 
@@ -230,7 +277,7 @@ class StepBlock:
         """Write the held TOKENS, STEP, STEP_TIMING and the batch's members, as one run of slots.
         False: a value does not fit and nothing was written (the TOKENS still held)."""
         batch = stats.batch
-        n, m = len(self.pending) // 3, len(batch)
+        n, m = len(self.held_ids) or len(self.pending) // 3, len(batch)
         views = self._last
         if views.n != n or views.m != m:  # a decode batch mostly has the last step's shape
             views = self._last = self._views_of(n, m)
@@ -247,10 +294,10 @@ class StepBlock:
                 for offset in views.member_rows:  # the pack above checked the step id
                     seq += 1
                     pack(stage, offset, seq + 1, header, stats.step_id)
-            if self.pending:
+            if n:
                 self._fill_tokens(views, first)
         except PACK_ERRORS:
             return False
-        self.pending.clear()
+        self._release()
         self._ring.write_slots(views.block)
         return True

@@ -259,6 +259,7 @@ class Engine(AsyncSteps):
         """Each scheduled request's share of the step: counters moved, tokens sampled or verified,
         KV committed, tokens emitted; a request that fails here ends alone (fail_request).
         logits: None only when every request's token is in `sampled` (an async step)."""
+        emitted: list[tuple[Request, int]] = []  # tokens told to the observer at once, after the loop
         for i, s in enumerate(sched):
             req = s.req
             token = sampled.get(req.request_id)
@@ -278,9 +279,24 @@ class Engine(AsyncSteps):
                                            stats, token)
                 self.kv.commit(req)
                 if new_tokens:
-                    self._emit(req, new_tokens, stats)
+                    self._emit(req, new_tokens, stats, emitted)
             except Exception as exc:  # noqa: BLE001 -- one request's failure ends that request only
                 self.fail_request(req, exc, stats)
+        if emitted:
+            self._tell_emitted(emitted, stats)
+
+    def _tell_emitted(self, emitted: list[tuple[Request, int]], stats: StepStats) -> None:
+        """The step's held emissions in one observer call; should it raise, each alone, and a request
+        whose call raises fails (as a probe failure inside _emit would fail it)."""
+        now = time.monotonic_ns()
+        try:
+            self.observer.on_tokens_emitted_many([r.request_id for r, _ in emitted], now, [n for _, n in emitted])
+        except Exception:  # noqa: BLE001 -- the observer recorded none of them: offered one by one below
+            for req, n in emitted:
+                try:
+                    self.observer.on_tokens_emitted(req.request_id, now, n)
+                except Exception as exc:  # noqa: BLE001 -- this request's failure ends this request only
+                    self.fail_request(req, exc, stats)
 
     @staticmethod
     def _forward_name(sched: list[ScheduledRequest], prefilling: set[int]) -> str:
@@ -364,10 +380,11 @@ class Engine(AsyncSteps):
         assert logits is not None
         return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]
 
-    def _emit(self, req: Request, tokens: list[int], stats: StepStats) -> None:
-        now = time.monotonic_ns()
+    def _emit(self, req: Request, tokens: list[int], stats: StepStats, held: list[tuple[Request, int]]) -> None:
+        """Append the request's new tokens, finish it if they end it; the observer hears of them now
+        when they end it (TOKENS must precede FINISHED), else with the step's others (`held`)."""
         if not req.output_token_ids:
-            req.times.first_token_ns = now
+            req.times.first_token_ns = now = time.monotonic_ns()
             self.observer.on_first_token(req.request_id, now)
         reason = None
         emitted = 0
@@ -381,10 +398,12 @@ class Engine(AsyncSteps):
                 reason = "length"
             if reason:
                 break
-        self.observer.on_tokens_emitted(req.request_id, now, emitted)
-        if reason:
-            self._finish(req, reason)
-            stats.finished.append(req.request_id)
+        if not reason:
+            held.append((req, emitted))
+            return
+        self.observer.on_tokens_emitted(req.request_id, time.monotonic_ns(), emitted)
+        self._finish(req, reason)
+        stats.finished.append(req.request_id)
 
     def _finish(self, req: Request, reason: str) -> None:
         self.scheduler.finish(req, reason)

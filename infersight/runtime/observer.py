@@ -61,6 +61,26 @@ class EngineObserver:
 
     def on_tokens_emitted(self, request_id: int, t_ns: int, num_tokens: int) -> None: ...
 
+    def on_tokens_emitted_many(self, request_ids: list[int], t_ns: int, num_tokens: list[int]) -> None:
+        """A step's emissions at one time: request_ids[i] gained num_tokens[i] tokens. The engine calls
+        it once per step for the requests whose tokens did not finish them (those go through
+        on_tokens_emitted, before their FINISHED). The lists are the observer's to keep: the caller
+        never changes them. Raise only having recorded none of them: the engine then offers each
+        alone (a failure there ends that request only). A subclass that overrides only
+        on_tokens_emitted gets them one call each (__init_subclass__)."""
+
+    def _each_emitted(self, request_ids: list[int], t_ns: int, num_tokens: list[int]) -> None:
+        for rid, n in zip(request_ids, num_tokens):
+            self.on_tokens_emitted(rid, t_ns, n)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # Off (this class) must cost one no-op call a step, not one per request: only an observer
+        # that listens to on_tokens_emitted alone is handed the batch one emission at a time.
+        if (cls.on_tokens_emitted is not EngineObserver.on_tokens_emitted
+                and cls.on_tokens_emitted_many is EngineObserver.on_tokens_emitted_many):
+            cls.on_tokens_emitted_many = EngineObserver._each_emitted  # type: ignore[method-assign]
+
     def on_request_preempted(self, request_id: int, t_ns: int, reason: str) -> None: ...
 
     def on_request_resumed(self, request_id: int, t_ns: int) -> None: ...

@@ -123,12 +123,20 @@ def test_random_steps_read_as_the_per_record_slots(twins) -> None:
             next_id += 1
         stats, tokens = _step(rng, step_id, running)
         t.on_step_begin(step_id, stats.start_ns)
+        held = rng.random() < 0.5  # as the engine: the ones that go on told at once, at one time
         for ts, rid, n in tokens:
+            if held and rng.random() >= 0.03:
+                continue
             t.on_tokens_emitted(rid, ts, n)
-            if rng.random() < 0.03:  # finishes mid-step: its TOKENS must precede its FINISHED
+            if rng.random() < 0.03 or held:  # finishes mid-step: its TOKENS must precede its FINISHED
                 t.on_request_finished(rid, ts + 1, "stop", 9)
                 running.remove(rid)
                 stats.finished.append(rid)
+        if held:
+            going = [(rid, n) for _, rid, n in tokens if rid in running]
+            t.on_tokens_emitted_many([rid for rid, _ in going], 1000 * step_id + 999, [n for _, n in going])
+            if rng.random() < 0.1:  # a single emission after the batch (another caller's order)
+                t.on_tokens_emitted(10 ** 6, 1000 * step_id + 999, 1)
         t.on_step_end(stats)
         t.check()
     written = [o.ring.stats()["written"] for o in t.obs]
@@ -200,18 +208,22 @@ def test_block_slots_match_a_naive_encoder(twins) -> None:
     t.check()
     others = list(range(100, 107))  # never arrived: zero trace and task
     members = [(7, 1), (9, 4)] + [(200 + i, i) for i in range(21)]
-    for step_id in (1, 2, 3):  # the second and third steps reuse the rows the first one filled
-        t.on_tokens_emitted(7, 100 + step_id, 1)
-        t.on_tokens_emitted(9, 200 + step_id, step_id)
-        for rid in others:
-            t.on_tokens_emitted(rid, 300 + step_id, 1)
+    for step_id in (1, 2, 3, 4):  # the later steps reuse the rows the first one filled; the 4th is one held batch
+        if step_id == 4:
+            t.on_tokens_emitted_many([7, 9, *others], 400, [1, 4] + [1] * len(others))
+        else:
+            t.on_tokens_emitted(7, 100 + step_id, 1)
+            t.on_tokens_emitted(9, 200 + step_id, step_id)
+            for rid in others:
+                t.on_tokens_emitted(rid, 300 + step_id, 1)
         stats = StepStats(step_id, 10, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, batch=members,
                           schedule_ns=13, draft_ns=14, draft_forwards=15, target_ns=16, spec_probe=True,
                           finished=[9])
         first = t.obs[0].ring.stats()["written"]
         t.on_step_end(stats)
-        entries = [(100 + step_id, 7, 0xABCD, 0x1234, 1, 1), (200 + step_id, 9, 0, 5, step_id, 0)]
-        entries += [(300 + step_id, rid, 0, 0, 1, 0) for rid in others]
+        ts7, ts9, ts_others = (400, 400, 400) if step_id == 4 else (100 + step_id, 200 + step_id, 300 + step_id)
+        entries = [(ts7, 7, 0xABCD, 0x1234, 1, 1), (ts9, 9, 0, 5, step_id, 0)]
+        entries += [(ts_others, rid, 0, 0, 1, 0) for rid in others]
         want = [(13, _tokens_slot(entries[:7])), (13, _tokens_slot(entries[7:])),
                 (2, _NAIVE[2].pack(step_id, 10, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 23, 1)),
                 (12, _NAIVE[12].pack(step_id, 10, 20, 13, 14, 16, 2, 1, 3, 4, 15, 1)),

@@ -71,3 +71,36 @@ def test_a_value_out_of_range_is_coerced_and_counted_not_lost(probe) -> None:
     req = _requests(consumer)
     assert req["ts_ns"].tolist() == [10, 11] and req["request_id"][0] == 5
     assert obs.encode_fixes  # the coerced field is counted
+
+
+def test_a_held_batch_reads_as_its_per_event_records(probe) -> None:
+    obs, consumer = probe
+    trace = (5 << 64) | 6
+    obs.on_request_arrived(1, 1, 5, "chat", trace)
+    _requests(consumer)
+    ids, counts = [1, 2, 99], [1, 3, 2]
+    obs.on_tokens_emitted_many(ids, 300, counts)
+    obs.on_step_end(StepStats(1, 0, 0, batch=[(1, 1), (2, 1), (99, 1)]))
+    obs.on_tokens_emitted_many([1, 2], 400, [1, 1])
+    obs.on_tokens_emitted(2, 401, 5)  # a single emission after the batch: all three, in order
+    obs.on_step_end(StepStats(2, 0, 0))
+    obs.on_tokens_emitted_many([1], 500, [4])
+    obs.on_request_finished(1, 501, "stop", 9)  # the batch is written before the FINISHED
+    req = _requests(consumer)
+    fields = ["ts_ns", "request_id", "trace_hi", "trace_lo", "value0", "task_id", "event"]
+    tok, fin = int(RequestEvent.TOKENS), int(RequestEvent.FINISHED)
+    assert [tuple(int(x) for x in row) for row in req[fields]] == [
+        (300, 1, 5, 6, 1, 1, tok), (300, 2, 0, 0, 3, 0, tok), (300, 99, 0, 0, 2, 0, tok),
+        (400, 1, 5, 6, 1, 1, tok), (400, 2, 0, 0, 1, 0, tok), (401, 2, 0, 0, 5, 0, tok),
+        (500, 1, 5, 6, 4, 1, tok), (501, 1, 5, 6, 9, 1, fin)]
+    assert ids == [1, 2, 99] and counts == [1, 3, 2]  # the caller's lists untouched
+
+
+@pytest.mark.parametrize("t_ns", [2 ** 63, -2 ** 63 - 1, 7.5])
+def test_a_batch_timestamp_that_does_not_fit_is_coerced_and_counted(probe, t_ns) -> None:
+    obs, consumer = probe
+    obs.on_tokens_emitted_many([3, 4], t_ns, [1, 2])
+    obs.on_step_end(StepStats(1, 0, 0, batch=[(3, 1), (4, 1)]))
+    req = _requests(consumer)
+    assert req["request_id"].tolist() == [3, 4] and req["value0"].tolist() == [1, 2]
+    assert obs.encode_fixes and all(key.startswith("REQUEST ts_ns") for key in obs.encode_fixes)

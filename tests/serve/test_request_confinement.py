@@ -47,8 +47,17 @@ def poison(h: Harness, monkeypatch: pytest.MonkeyPatch, where: str, victim: int)
         monkeypatch.setattr(engine_module, "sample_batch", failing_batch)
         monkeypatch.setattr(engine_module, "sample", failing_sample)
         return
-    if where == "probe":
+    if where == "probe":  # the step's one call raises (recording none), then the victim's own
         target, name = h.probe, "on_tokens_emitted"
+        real_many = h.probe.on_tokens_emitted_many
+
+        def failing_many(request_ids: list[int], t_ns: int, num_tokens: list[int]) -> None:
+            req = h.engine.requests.get(victim)
+            if victim in request_ids and req is not None and len(req.output_token_ids) >= 2:
+                raise RuntimeError("injected probe fault")
+            real_many(request_ids, t_ns, num_tokens)
+
+        monkeypatch.setattr(h.probe, "on_tokens_emitted_many", failing_many)
     else:
         target, name = h.engine.kv, "commit"
     real = getattr(target, name)
