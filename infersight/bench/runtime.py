@@ -105,7 +105,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                   prompt_len: int = 128, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
                   decode_attention: str = "auto", enforce_eager: bool = False, compare_eager: bool = False,
                   hf_anchor: str = "none", compile_layers: bool = False, fused_forward: bool = True,
-                  prefill_len: int = 0, async_scheduling: bool = False, decode_gemv: bool = True) -> RuntimeBenchResult:
+                  prefill_len: int = 0, async_scheduling: bool | None = None, decode_gemv: bool = True) -> RuntimeBenchResult:
     """Measure one shape; see the module docstring. hf_anchor: none, eager or all."""
     if hf_anchor not in ("none", "eager", "all"):
         raise ValueError(f"hf_anchor must be none, eager or all, got {hf_anchor!r}")
@@ -158,11 +158,11 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
         engine.target.graphs = graphs if use_graph else None
         # Synchronous steps end with their tokens read: the syncs only fence them. An async engine's
         # step is one turn of its loop, the next already queued: timed back to back, unfenced.
-        if not async_scheduling:
+        if not engine.config.async_scheduling:
             sync(device)
         t0 = time.perf_counter()
         stats = engine.step()
-        if not async_scheduling:
+        if not engine.config.async_scheduling:
             sync(device)
         if i >= 2 and not (compare and decode_steps // 2 <= i < decode_steps // 2 + 2):
             step_times[use_graph].append((time.perf_counter() - t0, stats.num_decode_tokens))
@@ -182,9 +182,9 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                                 cuda_graphs="on" if graphs is not None else str(engine.target.graph_blocker),
                                 compile_layers=compile_layers, fused_forward=engine.target.fused is not None)
     result.graph_replay_ms = replay_ms
-    result.async_scheduling = async_scheduling
+    result.async_scheduling = bool(engine.config.async_scheduling)
     result.decode_gemv = engine.target.fused is not None and engine.target.fused.gemv is not None
-    if async_scheduling:
+    if engine.config.async_scheduling:
         result.launched_ahead_share = round(sum(ahead) / max(len(ahead), 1), 3)
     if graphs is not None and graphs.graphs:
         result.graph_io = all(entry[3] for entry in graphs.graphs.values())

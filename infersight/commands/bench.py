@@ -73,9 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "with --unfused: the fused forward does not call those modules)")
     rt.add_argument("--unfused", action="store_true",
                     help="forwards through Transformer.forward, not the fused kernels (EngineConfig.fused_forward)")
-    rt.add_argument("--async-scheduling", action="store_true",
+    rt.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                     help="launch each steady decode step before reading the one before (vLLM's flag; "
-                         "EngineConfig.async_scheduling); steps are timed back to back")
+                         "EngineConfig.async_scheduling; default: on for CUDA); steps are then timed back to back")
     rt.add_argument("--no-gemv", action="store_true",
                     help="batch-1 projections through cuBLAS, not runtime.triton_gemv (EngineConfig.decode_gemv)")
     rt.add_argument("--prefill-len", type=int, default=0,

@@ -56,8 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, metavar="N",
                    help="longest prompt + output served (default: the model's); longer prompts get a 400")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
-    p.add_argument("--async-scheduling", action="store_true",
-                   help="launch each steady decode step before reading the one before (vLLM's flag)")
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
+                   help="launch each steady decode step before reading the one before (vLLM's flag; "
+                        "default: on for CUDA, off on the CPU)")
     p.add_argument("--max-pending", type=int, default=256, help="requests in flight before 429 (default 256)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit (413 beyond)")
     p.add_argument("--max-header-bytes", type=int, default=16 << 10, help="request header limit")

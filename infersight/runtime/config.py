@@ -46,7 +46,9 @@ class EngineConfig:
     step overlaps the device's work for the other (runtime.async_steps). Tokens are those of the
     synchronous engine; a request waiting for a free slot is admitted one step later. Steps that
     prefill, sample other than greedy, preempt or run under torch.profiler stay synchronous; not
-    with a speculative model.
+    with a speculative model. None (the default): on for CUDA without a speculative model, as vLLM
+    turns it on where it is supported; off on the CPU, whose forward runs on the host anyway (nothing
+    to overlap). Resolved to a bool here.
     """
 
     model: str | ModelConfig = "tiny-moe"
@@ -71,7 +73,7 @@ class EngineConfig:
     compile_layers: bool = False
     fused_forward: bool = True
     decode_gemv: bool = True
-    async_scheduling: bool = False
+    async_scheduling: bool | None = None
     model_config: ModelConfig = field(init=False)
     draft_config: ModelConfig | None = field(init=False)
 
@@ -97,6 +99,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.spec_probe_every < 0 or self.spec_probe_every == 1:
             raise ValueError(f"spec_probe_every must be 0 (off) or >= 2, got {self.spec_probe_every}")
+        if self.async_scheduling is None:
+            self.async_scheduling = self.device.startswith("cuda") and self.draft_config is None
         if self.async_scheduling and self.draft_config is not None:
             raise ValueError("async_scheduling does not work with a speculative model yet; drop one of them")
         if self.cpu_offload_blocks < 0:

@@ -56,3 +56,13 @@ def test_long_prefill_runs_in_one_step_past_the_model_length() -> None:
     assert long.share_of_gemm_ceiling == pytest.approx(long.modelled_tflops / 782.0, rel=2e-3)
     with pytest.raises(ValueError, match="prefill_len"):
         bench_runtime(model=short, prefill_len=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flags, want", [([], None), (["--async-scheduling"], True), (["--no-async-scheduling"], False)])
+def test_async_scheduling_flags_on_serve_and_bench_runtime(flags: list[str], want: bool | None) -> None:
+    """vLLM's flag, and its negation for the CUDA default (None: EngineConfig decides by device)."""
+    from infersight.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["serve", *flags]).async_scheduling is want
+    assert parser.parse_args(["bench", "runtime", *flags]).async_scheduling is want

@@ -161,6 +161,16 @@ def test_async_scheduling_refuses_a_speculative_model() -> None:
         EngineConfig(model="tiny-moe", speculative_model="tiny-draft", async_scheduling=True)
 
 
+def test_async_scheduling_defaults_on_for_cuda_only_without_a_speculative_model() -> None:
+    """vLLM's default: on where it is supported. The CPU's forward runs on the host: nothing to overlap."""
+    assert EngineConfig(model="tiny-moe").async_scheduling is False
+    assert EngineConfig(model="tiny-moe", device="cuda").async_scheduling is True
+    assert EngineConfig(model="tiny-moe", device="cuda:1").async_scheduling is True
+    assert EngineConfig(model="tiny-moe", device="cuda", speculative_model="tiny-draft").async_scheduling is False
+    assert EngineConfig(model="tiny-moe", device="cuda", async_scheduling=False).async_scheduling is False
+    assert EngineConfig(model="tiny-moe", async_scheduling=True).async_scheduling is True
+
+
 def test_two_staging_buffers_alternate_and_carry_token_sources() -> None:
     inputs = DecodeInputs(max_batch=4, max_blocks=8, block_size=4, pad_block=10, device="cpu", staging=2)
     a, b = DecodeRow(11, 9, 9, [5, 7, 2]), DecodeRow(12, 0, 12, [3])
