@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -31,6 +32,9 @@ from infersight.exporters.discovery import DiscoveryCollector
 from infersight.exporters.prometheus import build_registry
 from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
 from infersight.gpu.frames import covering_samples
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Agent", "PortInUseError", "analyze_capture"]  # the last two live in capture_analysis, listen_socket
 
@@ -197,11 +201,9 @@ class Agent:
             self.state.source_stats["otlp_export"] = self.tracing.export_stats()
         if self.vllm_kv is not None:
             self.state.source_stats["vllm_kv_events"] = self.vllm_kv.stats()
-            kv_frames = EventFrames(kv_events=self.vllm_kv.poll())
-            if not kv_frames.kv_events.empty:
-                self.state.ingest(kv_frames)
-                if self.frame_sink is not None:
-                    self.frame_sink.write(kv_frames)
+            kv_frames = EventFrames(kv_events=self.vllm_kv.poll(deliver=self._fold_kv))
+            if not kv_frames.kv_events.empty and self.frame_sink is not None:
+                self.frame_sink.write(kv_frames)
         self._captures_poll()
         self._gpu_summary()
         anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
@@ -211,6 +213,11 @@ class Agent:
         else:
             self.state.drop_new_rows()  # rows kept for the Parquet sink: none, so they must not pile up
         return len(batches)
+
+    def _fold_kv(self, rows: pd.DataFrame) -> None:
+        """Inside the subscriber's poll: its batch counts and these folds become visible together."""
+        if not rows.empty:
+            self.state.ingest(EventFrames(kv_events=rows))
 
     @property
     def capture_records(self) -> list[CaptureRecord]:

@@ -85,6 +85,12 @@ class StepCapture:
 
     def on_step_end(self, stats: StepStats) -> None:
         if self._left:
+            if stats.launched_ahead and stats.step_id == self._first_step:
+                # Async scheduling launched it before its begin started the window: its kernels are
+                # not in the trace, so it is not one of the window's N steps (under torch.profiler the
+                # engine launches nothing ahead: the next ones run synchronously). first_step stays:
+                # the trace numbers its step ranges from this step, whose read-back range it holds.
+                return
             if stats.batch:
                 self._steps.append({"step_id": stats.step_id, "phase": stats.phase,
                                     "seqs": [[rid, n, ctx] for (rid, n), ctx in zip(stats.batch, stats.context_lens)]})

@@ -158,8 +158,10 @@ class VllmKVSubscriber:
                  self.address, config.topic, f", replay from {self._replay_address}" if self._replay_address else "")
 
     # -- the poll ------------------------------------------------------------------------------
-    def poll(self) -> pd.DataFrame:
-        """Read what is waiting, without blocking; the kv_events rows now in sequence order."""
+    def poll(self, deliver: Callable[[pd.DataFrame], None] | None = None) -> pd.DataFrame:
+        """Read what is waiting, without blocking; the kv_events rows now in sequence order. `deliver`
+        gets those rows before the counts are released, so a reader of `stats()` (a scrape) never sees
+        a batch counted whose rows are not folded yet."""
         now = time.monotonic()
         with self._lock:
             for _ in range(self.config.max_messages_per_poll):
@@ -173,9 +175,11 @@ class VllmKVSubscriber:
                 self._read_replay(now)
             self.seq.tick(now)
             self._sync_replay()
-            rows = self._apply()
+            frame = self._apply().frame()
             self._log_losses()
-        return rows.frame()
+            if deliver is not None:
+                deliver(frame)
+        return frame
 
     def _on_live(self, parts: list[bytes], now: float) -> None:
         try:
@@ -205,7 +209,7 @@ class VllmKVSubscriber:
             try:
                 seq = check_frames(body, self.topic, self.config.max_payload_bytes)
                 if not self.seq.wants(seq):  # not a hole: skip the decode
-                    self.seq.stats.ignored_replays += 1
+                    self.seq.ignored(seq)
                     continue
                 batch: KVBatch | None = decode_payload(seq, body[2])
             except Malformed as exc:

@@ -12,13 +12,16 @@ or not at all. So, on the live stream:
                ^next
 
 A replayed batch is used only to fill a hole; replayed batches above `highest` are ignored (their live
-copy is still in flight, and would otherwise look like a restart). The replay ends with vLLM's end
-marker, when the holes are filled, on its deadline, or when too many batches are held; holes still
-open then are lost, counted by reason:
+copy is still in flight, and would otherwise look like a restart). vLLM answers a replay with its
+buffer from the start asked for up to what it had published *when it answered*; a gap whose live
+successor came after that (a slow round trip, a gap every few batches) is beyond the answer, so the
+end marker asks again for it. Each round settles every hole known when it asked, so the rounds end
+with the gaps. The replay ends with vLLM's end marker, when the holes are filled, on its deadline, or
+when too many batches are held; holes still open then are lost, counted by reason:
 
     late_join     before the first batch this epoch received (the agent started, or the restarted
                   publisher connected, after vLLM had published them) and not replayable
-    not_buffered  the replay answered without them (older than vLLM's replay buffer)
+    not_buffered  the replay's answer passed them by (older than vLLM's replay buffer)
     timeout       the replay endpoint did not answer in time
     overflow      more than max_held batches waited for a replay
     restart       the publisher restarted while a replay was open
@@ -60,10 +63,10 @@ class SequenceStats:
 @dataclass
 class _Session:
     start: int
+    asked_to: int       # the highest live batch when asked: vLLM had buffered it before it answered
     started_at: float
     deadline: float
-    retried: bool = False
-    max_reply: int = -1
+    reached: int = -1   # the highest batch the answer has brought (used or not), at most `highest`
 
 
 class BatchSequencer:
@@ -119,14 +122,20 @@ class BatchSequencer:
         if len(self._held) > self.max_held:
             self._lose_to(self._highest, "overflow")
 
+    def ignored(self, seq: int) -> None:
+        """A replayed batch that fills no hole: unused, but it says how far the answer has come."""
+        self.stats.ignored_replays += 1
+        if self._session is not None:  # capped: a garbage number must not pass every hole by
+            self._session.reached = max(self._session.reached, min(seq, self._highest))
+
     def replayed(self, batch: KVBatch, now: float) -> None:
         if not self.wants(batch.seq):
-            self.stats.ignored_replays += 1
+            self.ignored(batch.seq)
             return
         assert self._session is not None
         self._held[batch.seq] = batch
         self.stats.replayed += 1
-        self._session.max_reply = max(self._session.max_reply, batch.seq)
+        self._session.reached = max(self._session.reached, batch.seq)
         # Progress extends the deadline, within a bound on the whole replay.
         self._session.deadline = min(now + self.timeout_s,
                                      self._session.started_at + MAX_REPLAY_TIMEOUTS * self.timeout_s)
@@ -137,11 +146,13 @@ class BatchSequencer:
         if session is None:
             return
         if self._holes():
-            # Holes at or below the last batch replayed were not in vLLM's buffer. Holes above it
-            # may have been published after the ROUTER answered: ask once more for those.
-            self._lose_to(session.max_reply, "not_buffered")
-            if self._holes() and not session.retried and self._session is not None:
-                self._open(now, retried=True)
+            # Holes the answer passed by were not in vLLM's buffer. Holes beyond it were published
+            # after the ROUTER answered, if the answer reached every batch known when we asked (it
+            # must: vLLM buffers a batch before it serves the next request): ask again for those.
+            # Asking only once lost a batch whenever two rounds in a row were outrun by a new gap.
+            self._lose_to(session.reached, "not_buffered")
+            if self._holes() and session.reached >= session.asked_to:
+                self._open(now)
                 return
             self._lose_to(self._highest, "not_buffered")
         self._end_session()
@@ -159,12 +170,12 @@ class BatchSequencer:
         if not self.replay_enabled:
             self._lose_to(self._highest, "no_replay")
         elif self._session is None:
-            self._open(now, retried=False)
+            self._open(now)
 
-    def _open(self, now: float, retried: bool) -> None:
+    def _open(self, now: float) -> None:
         if self._session is not None:
             self._end_session()
-        self._session = _Session(self._next, now, now + self.timeout_s, retried)
+        self._session = _Session(self._next, self._highest, now, now + self.timeout_s)
         self._request = self._next
         self.stats.replay_requests += 1
 

@@ -318,6 +318,37 @@ def test_a_gap_is_replayed_and_applied_in_sequence_order(link) -> None:
     assert sum(s["lost"].values()) == 0
 
 
+def test_gaps_that_outrun_each_replay_answer_are_asked_for_again(link) -> None:
+    """vLLM answers with what it had published when it answered; here each answer reaches the agent
+    only after the next gap's live successor (a slow round trip, a gap every few batches). Three
+    rounds in a row: every withheld batch comes back, none is counted lost."""
+    sub, fake = link
+    frames = []
+
+    def answer_once() -> None:
+        deadline = time.monotonic() + 5
+        while not fake.serve_replay():
+            assert time.monotonic() < deadline, "no replay request came"
+            frames.append(sub.poll())  # the poll that sees the gap sends the request
+            time.sleep(0.01)
+
+    fake.publish(stored(0))
+    fake.publish(stored(1), send=False)
+    fake.publish(stored(2))
+    for first in (3, 6):  # answer, then the next gap arrives before the agent reads the answer
+        answer_once()
+        fake.publish(stored(first))
+        fake.publish(stored(first + 1), send=False)
+        fake.publish(stored(first + 2))
+        time.sleep(0.2)  # the live batches and the answer are all queued at the agent
+        frames.append(sub.poll())  # live first, then the answer: its end marker finds the gap beyond it
+    frames.append(pump(sub, fake, lambda r: len(r) >= 9 - sum(map(len, frames))))
+    assert pd.concat(frames, ignore_index=True)["block_hash"].tolist() == list(range(9))
+    s = sub.stats()
+    assert (s["batches"], s["gaps"], s["replayed"], s["replay_requests"]) == (9, 3, 3, 3)
+    assert sum(s["lost"].values()) == 0
+
+
 @pytest.mark.parametrize("link", [{"buffer_steps": 2}], indirect=True)
 def test_a_gap_older_than_vllms_buffer_is_counted_lost(link) -> None:
     sub, fake = link
@@ -512,3 +543,27 @@ def test_a_garbage_sequence_number_is_counted_not_walked() -> None:
     assert (seq.stats.applied, seq.stats.gaps, seq.stats.lost["no_replay"]) == (2, 1, 2**63 - 1)
     seq.live(wire.KVBatch(1, 1.0, 0, []), start)  # back below the highest: a restart, not a gap
     assert (seq.stats.restarts, seq.stats.lost["late_join"]) == (1, 1)
+
+
+def test_the_replay_asks_again_while_new_gaps_outrun_complete_answers() -> None:
+    """The rule without sockets: an answer that reached every batch known when asked, ending before a
+    newer gap, is followed by another request; the holes an answer passes by are lost."""
+    seq, b = BatchSequencer(replay=True, timeout_s=10.0, max_held=100), lambda n: wire.KVBatch(n, 1.0, 0, [])
+    for n in (0, 2):
+        seq.live(b(n), 0.0)
+    assert seq.take_request() == 1
+    for lo in (3, 6):  # live lo, (lo+1 lost in transit), lo+2; then the answer from lo-2 to lo-1
+        seq.live(b(lo), 0.0)
+        seq.live(b(lo + 2), 0.0)
+        seq.replayed(b(lo - 2), 0.0)
+        seq.ignored(lo - 1)
+        seq.replay_end(0.0)
+        assert seq.take_request() == lo + 1 and sum(seq.stats.lost.values()) == 0
+    seq.replayed(b(7), 0.0)
+    seq.replay_end(0.0)
+    assert (seq.stats.applied, seq.stats.replay_requests, seq.replay_open) == (9, 3, False)
+    seq.live(b(10), 0.0)
+    assert seq.take_request() == 9
+    seq.ignored(10)  # the answer passes 9 by: it was not in vLLM's buffer
+    seq.replay_end(0.0)
+    assert (seq.stats.lost["not_buffered"], seq.stats.applied, seq.replay_open) == (1, 10, False)
