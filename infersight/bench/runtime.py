@@ -60,6 +60,7 @@ class RuntimeBenchResult:
     graph_io: bool | None = None       # the decode graphs copy their inputs and greedy tokens themselves
     long_prefill: LongPrefillResult | None = None
     async_scheduling: bool = False
+    temperature: float = 0.0
     decode_gemv: bool = False          # batch-1 projections through runtime.triton_gemv (fused forward only)
     launched_ahead_share: float | None = None  # async: the timed steps launched before the one before was read
 
@@ -105,8 +106,10 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                   prompt_len: int = 128, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
                   decode_attention: str = "auto", enforce_eager: bool = False, compare_eager: bool = False,
                   hf_anchor: str = "none", compile_layers: bool = False, fused_forward: bool = True,
-                  prefill_len: int = 0, async_scheduling: bool | None = None, decode_gemv: bool = True) -> RuntimeBenchResult:
-    """Measure one shape; see the module docstring. hf_anchor: none, eager or all."""
+                  prefill_len: int = 0, async_scheduling: bool | None = None, decode_gemv: bool = True,
+                  temperature: float = 0.0) -> RuntimeBenchResult:
+    """Measure one shape; see the module docstring. hf_anchor: none, eager or all. temperature: of
+    the decode requests (0: greedy; above: sampled with a seed per request)."""
     if hf_anchor not in ("none", "eager", "all"):
         raise ValueError(f"hf_anchor must be none, eager or all, got {hf_anchor!r}")
     if prefill_len < 0 or prefill_len == 1:
@@ -146,7 +149,8 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
         if i:
             prefill_rates.append(stats.num_prefill_tokens / dt)
     for p in prompts():
-        engine.add_request(p, SamplingParams(temperature=0, max_tokens=decode_steps + 2, ignore_eos=True))
+        engine.add_request(p, SamplingParams(temperature=temperature, max_tokens=decode_steps + 2, ignore_eos=True,
+                                             seed=len(engine.requests)))
     engine.step()  # prefill
     graphs = engine.target.graphs
     compare = compare_eager and graphs is not None
@@ -183,6 +187,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                                 compile_layers=compile_layers, fused_forward=engine.target.fused is not None)
     result.graph_replay_ms = replay_ms
     result.async_scheduling = bool(engine.config.async_scheduling)
+    result.temperature = temperature
     result.decode_gemv = engine.target.fused is not None and engine.target.fused.gemv is not None
     if engine.config.async_scheduling:
         result.launched_ahead_share = round(sum(ahead) / max(len(ahead), 1), 3)

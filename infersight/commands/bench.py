@@ -18,7 +18,7 @@ def _runtime(args: argparse.Namespace) -> int:
                                               fused_forward=not args.unfused,
                                               prefill_len=args.prefill_len,
                                               async_scheduling=args.async_scheduling,
-                                              decode_gemv=not args.no_gemv)), args.json)
+                                              decode_gemv=not args.no_gemv, temperature=args.temperature)), args.json)
 
 
 def _overhead(args: argparse.Namespace) -> int:
@@ -76,6 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     rt.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                     help="launch each steady decode step before reading the one before (vLLM's flag; "
                          "EngineConfig.async_scheduling; default: on for CUDA); steps are then timed back to back")
+    rt.add_argument("--temperature", type=float, default=0.0,
+                    help="the decode requests' temperature (0: greedy; above: sampled, a seed per request)")
     rt.add_argument("--no-gemv", action="store_true",
                     help="batch-1 projections through cuBLAS, not runtime.triton_gemv (EngineConfig.decode_gemv)")
     rt.add_argument("--prefill-len", type=int, default=0,

@@ -32,10 +32,11 @@ class InflightStep:
 
     stats: StepStats
     sched: list[ScheduledRequest]
-    tokens: torch.Tensor               # [len(sched)] its greedy tokens, on the device
+    tokens: torch.Tensor               # [len(sched)] its tokens, on the device
     slot: int                          # TokenReadback slot holding their host copy
     timer: ForwardTimer
     expert_counts: torch.Tensor | None  # this step's own copy (the engine's buffer is the next step's)
+    failed: dict[int, Exception]       # rows whose draw raised (AsyncSteps._draw): their requests fail when read
 
     def src_of(self, reqs: list) -> list[int]:
         """For each of reqs (all in this step), the row of this step whose token it feeds next."""
@@ -83,14 +84,12 @@ class TokenReadback:
 
 def launchable(sched: list[ScheduledRequest]) -> bool:
     """A step that async scheduling may launch without reading it back at once: every request
-    decodes one greedy token (no prefill, no drafts), and torch.profiler is not recording."""
+    decodes one token (no prefill, no drafts), and torch.profiler is not recording."""
     if torch.autograd.profiler._is_profiler_enabled:
         return False
     for s in sched:
         req = s.req
         if s.num_new_tokens != 1 or s.num_spec_tokens or not s.samples or not req.output_token_ids:
-            return False
-        if not req.params.greedy:
             return False
     return True
 

@@ -1,9 +1,10 @@
 """The engine's half of async scheduling (runtime.async_steps): launch a decode step without
 reading it, launch the one after it, read a launched step back. A mixin of Engine, kept apart so
 that the synchronous step reads at once; besides what Engine.__init__ sets, it calls Engine's
-_target_items (the fed tokens), _commit_rows (what a step does with its tokens) and _end."""
+_target_items (the fed tokens), _commit_rows (what a step does with its tokens), fail_request and _end."""
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ import torch
 
 from infersight.runtime.async_steps import InflightStep, TokenReadback, continuing
 from infersight.runtime.model_runner import FeedItem
+from infersight.runtime.sampling import probs_from_logits, sample, sample_batch
 from infersight.runtime.scheduler import ScheduledRequest
 from infersight.runtime.stats import StepStats
 
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     from infersight.runtime.observer import EngineObserver
     from infersight.runtime.ranges import RangeMarker
     from infersight.runtime.scheduler import Scheduler
+
+log = logging.getLogger("infersight.runtime")
 
 
 class AsyncSteps:
@@ -37,7 +41,7 @@ class AsyncSteps:
     steps_launched_ahead: int
 
     def _launch(self, sched: list[ScheduledRequest], stats: StepStats, prev: InflightStep | None) -> InflightStep:
-        """Start a greedy decode step on the device and its tokens' copy back; read nothing.
+        """Start a decode step on the device and its tokens' copy back; read nothing.
         prev: the step still in flight whose tokens this one feeds (None: they are on the host)."""
         assert self.readback is not None
         if self.expert_counts is not None:
@@ -56,12 +60,37 @@ class AsyncSteps:
             timer.start()
             self.target.run(items, self.expert_counts, False, src, tokens_in)
             timer.stop()
-        tokens = self.target.device_tokens
-        if tokens is None:
-            tokens = self.target.last_logits.argmax(-1)  # an eager step (sample_batch's greedy rule)
+        tokens, failed = self._draw(sched, prev is not None)
         self.readback.send(slot, tokens)
         counts = self.expert_counts.clone() if self.expert_counts is not None else None
-        return InflightStep(stats, sched, tokens, slot, timer, counts)
+        return InflightStep(stats, sched, tokens, slot, timer, counts, failed)
+
+    def _draw(self, sched: list[ScheduledRequest], behind: bool) -> tuple[torch.Tensor, dict[int, Exception]]:
+        """The step's tokens on the device, and the rows whose draw failed (row -> error). Sampled
+        rows are keyed as the synchronous engine keys them (seed, tokens drawn before); `behind`:
+        the step in flight adds one to each. Should the batched draw raise, each row is drawn as the
+        synchronous engine then draws it (its own generator, on the host); a row that raises there
+        gets a placeholder token and fails its request when the step is read."""
+        reqs = [s.req for s in sched]
+        if all(r.params.greedy for r in reqs):
+            tokens = self.target.device_tokens
+            if tokens is None:
+                tokens = self.target.last_logits.argmax(-1)  # an eager step (sample_batch's greedy rule)
+            return tokens, {}
+        logits = self.target.last_logits
+        try:
+            return sample_batch(logits, [r.params for r in reqs], [r.generator.initial_seed() for r in reqs],
+                                [len(r.output_token_ids) + behind for r in reqs]), {}
+        except Exception:  # noqa: BLE001 -- see the docstring
+            log.exception("step %d: batched sampling failed; sampling request by request", self.step_id)
+        drawn, failed = [], {}
+        for i, r in enumerate(reqs):
+            try:
+                drawn.append(sample(probs_from_logits(logits[i:i + 1], r.params)[0], r.generator))
+            except Exception as exc:  # noqa: BLE001 -- this request's failure ends this request only
+                drawn.append(0)
+                failed[i] = exc
+        return torch.tensor(drawn, dtype=torch.long, device=logits.device), failed
 
     def _launch_next(self, pending: InflightStep) -> InflightStep | None:
         """The step after `pending`, launched before pending is read, where that is steady decode."""
@@ -99,6 +128,8 @@ class AsyncSteps:
         with self.ranges.range("sampling"):
             tokens = self.readback.take(pending.slot, len(pending.sched))
             stats.target_ns = pending.timer.elapsed_ns()
+            for row, exc in pending.failed.items():
+                self.fail_request(pending.sched[row].req, exc, stats)
             live = [(s, t) for s, t in zip(pending.sched, tokens) if not s.req.is_finished]
             self._commit_rows([s for s, _ in live], None, {s.req.request_id: t for s, t in live}, {}, {}, set(),
                               stats.start_ns, stats.start_ns, stats)

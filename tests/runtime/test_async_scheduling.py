@@ -146,11 +146,70 @@ def test_the_steps_tile_time_and_expert_counts_are_each_steps_own() -> None:
     assert log.counts == sync_log.counts  # token counts per layer and expert, step by step
 
 
-def test_sampled_and_profiled_steps_stay_synchronous() -> None:
-    params = SamplingParams(temperature=0.8, top_k=20, max_tokens=12, ignore_eos=True, seed=3)
+def test_sampled_steps_run_ahead_with_the_synchronous_tokens() -> None:
+    """A request's draw is keyed by (its seed, the tokens it drew before), counted with the one the
+    step in flight adds: the same tokens as one step at a time, greedy rows mixed in."""
+    params = SamplingParams(temperature=0.8, top_k=20, top_p=0.9, max_tokens=12, ignore_eos=True, seed=3)
     sync_out, _, _, _ = run(False, params=params)
     out, _, steps, _ = run(True, params=params)
-    assert out == sync_out and not any(a for _, _, a in steps)
+    assert out == sync_out and sum(a for _, _, a in steps) >= 5
+    mixed = [SamplingParams(temperature=t, max_tokens=m, ignore_eos=True, seed=i)
+             for i, (t, m) in enumerate(((0.0, 20), (1.3, 9), (0.7, 33), (0.0, 5)))]
+    outs = []
+    for ahead in (False, True):
+        engine = Engine(EngineConfig(model="tiny-moe", max_num_seqs=4, async_scheduling=ahead, max_model_len=160,
+                                     num_kv_blocks=64))
+        ids = [engine.add_request(PROMPTS[i % len(PROMPTS)], p) for i, p in enumerate(mixed)]
+        launched = 0
+        while engine.has_unfinished():
+            launched += engine.step().launched_ahead
+        outs.append([engine.requests[i].output_token_ids for i in ids])
+        assert (launched > 0) == ahead
+    assert outs[0] == outs[1] and [len(o) for o in outs[0]] == [20, 9, 33, 5]
+
+
+def test_a_failed_draw_in_a_step_run_ahead_fails_its_request_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batched draw raises: each row is drawn alone as the synchronous engine draws it; the
+    request whose own draw raises ends with reason "error", the others get the synchronous tokens."""
+    from infersight.runtime import engine as engine_module
+    from infersight.runtime import engine_async
+
+    params = SamplingParams(temperature=0.8, max_tokens=12, ignore_eos=True, seed=3)
+    victim_generator: list[torch.Generator] = []
+    real_sample = engine_module.sample
+
+    def failing_batch(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise RuntimeError("injected batch fault")
+
+    def failing_sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+        if victim_generator and generator is victim_generator[0]:
+            raise RuntimeError("injected sampling fault")
+        return real_sample(probs, generator)
+
+    outs = []
+    for ahead in (False, True):
+        for module in (engine_module, engine_async):
+            monkeypatch.setattr(module, "sample_batch", failing_batch)
+            monkeypatch.setattr(module, "sample", failing_sample)
+        engine = Engine(EngineConfig(model="tiny-moe", max_num_seqs=4, async_scheduling=ahead, max_model_len=160,
+                                     num_kv_blocks=64))
+        ids = [engine.add_request(PROMPTS[i % len(PROMPTS)], params) for i in range(3)]
+        victim_generator[:] = []
+        launched = 0
+        while engine.has_unfinished():
+            stats = engine.step()
+            launched += stats.launched_ahead
+            if not victim_generator and len(engine.requests[ids[1]].output_token_ids) >= 4:
+                victim_generator.append(engine.requests[ids[1]].generator)
+        reqs = [engine.requests[i] for i in ids]
+        assert [r.finish_reason for r in reqs] == ["length", "error", "length"]
+        assert str(reqs[1].error) == "injected sampling fault"
+        outs.append([r.output_token_ids for i, r in enumerate(reqs) if i != 1])
+        assert engine.kv.pool.num_in_use == 0 and (launched > 0) == ahead
+    assert outs[0] == outs[1]
+
+
+def test_profiled_steps_stay_synchronous() -> None:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         _, _, steps, _ = run(True, maxes=(6, 6))
     assert not any(a for _, _, a in steps)
@@ -209,3 +268,9 @@ def test_graphs_fed_on_the_device_give_the_synchronous_tokens(dtype: str, model)
     out, reasons, _, engine = run(True, model, maxes, eos=eos, device="cuda", dtype=dtype)
     assert "stop" in sync_reasons
     assert out == sync_out and reasons == sync_reasons and engine.kv.pool.num_in_use == 0
+    # Sampled: drawn on the device from the graph's logits, keyed as the synchronous engine keys them.
+    params = SamplingParams(temperature=0.8, top_k=50, top_p=0.95, max_tokens=40, ignore_eos=True, seed=5)
+    sync_out, _, _, _ = run(False, model, maxes, device="cuda", dtype=dtype, params=params, enable_prefix_caching=False)
+    out, _, steps, engine = run(True, model, maxes, device="cuda", dtype=dtype, params=params,
+                                enable_prefix_caching=False)
+    assert out == sync_out and sum(a for _, _, a in steps) >= 20 and engine.target.graphs.num_replays >= 20
