@@ -44,9 +44,9 @@ class EngineConfig:
     async_scheduling: vLLM's name; a steady decode step is launched before the tokens of the step
     still on the device are read, which then feeds them on the device, so the host's work for one
     step overlaps the device's work for the other (runtime.async_steps). Tokens are those of the
-    synchronous engine; a request waiting for a free slot is admitted one step later. Steps that
-    prefill, sample other than greedy, preempt or run under torch.profiler stay synchronous; not
-    with a speculative model. None (the default): on for CUDA without a speculative model, as vLLM
+    synchronous engine (sampled ones drawn on the device, keyed as it keys them); a request waiting
+    for a free slot is admitted one step later. Steps that prefill, preempt or run under
+    torch.profiler stay synchronous; not with a speculative model. None (the default): on for CUDA without a speculative model, as vLLM
     turns it on where it is supported; off on the CPU, whose forward runs on the host anyway (nothing
     to overlap). Resolved to a bool here.
     """
