@@ -103,13 +103,15 @@ def round_order(r: int) -> list[str]:
 class Batch:
     """`batch` requests of `context` distinct prompt tokens, decoding until aborted."""
 
-    def __init__(self, engine: Engine, batch: int, context: int, max_tokens: int, life: int) -> None:
+    def __init__(self, engine: Engine, batch: int, context: int, max_tokens: int, life: int,
+                 temperature: float = 0.0) -> None:
         self.engine, self.batch = engine, batch
         gen = torch.Generator().manual_seed(life)
         vocab = engine.config.model_config.vocab_size
-        params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
-        self.ids = [engine.add_request(torch.randint(3, vocab, (context,), generator=gen).tolist(), params)
-                    for _ in range(batch)]
+        self.ids = [engine.add_request(torch.randint(3, vocab, (context,), generator=gen).tolist(),
+                                       SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True,
+                                                      seed=life * batch + i))
+                    for i in range(batch)]
         while True:  # prefill (chunked or not) until every request decodes: untimed
             stats = engine.step()
             if stats.phase == "decode" and stats.num_decode_tokens == batch:
@@ -153,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     try:
         while rounds_done < args.rounds:
             switch.select("all")  # the ProbeObserver sees every request arrive
-            batch = Batch(engine, args.batch, args.context, life_steps + args.warmup_steps + 8, life)
+            batch = Batch(engine, args.batch, args.context, life_steps + args.warmup_steps + 8, life, args.temperature)
             for _ in range(args.warmup_steps):  # graph replays, allocator, Triton: warm before timing
                 engine.step()
             for _ in range(min(args.rounds_per_life, args.rounds - rounds_done)):
@@ -185,7 +187,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "model": args.model, "device": args.device, "dtype": args.dtype, "batch": args.batch,
         "context": args.context, "block_steps": args.block_steps, "rounds": args.rounds, "lives": life,
         "machine": platform.node(), "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        "async_scheduling": args.async_scheduling,
+        "async_scheduling": args.async_scheduling, "temperature": args.temperature,
         "cuda_graphs": engine.target.graphs is not None, "graph_blocker": engine.target.graph_blocker,
         "step_ms": step_ms,
         "ratio": {v: r for v, (r, _) in ratios.items()}, "stderr": {v: e for v, (_, e) in ratios.items()},
@@ -229,6 +231,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds-per-life", type=int, default=8, help="rounds before the batch is replaced")
     p.add_argument("--warmup-steps", type=int, default=8, help="untimed decode steps after each prefill")
     p.add_argument("--threads", type=int, default=0, help="CPU: torch threads (0: leave as is)")
+    p.add_argument("--temperature", type=float, default=0.0, help="the batch's temperature (0: greedy)")
     p.add_argument("--async-scheduling", action="store_true",
                    help="EngineConfig.async_scheduling: the probes' host work overlaps the device's")
     args = p.parse_args(argv)
