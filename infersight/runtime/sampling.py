@@ -163,14 +163,11 @@ def sample_batch(logits: torch.Tensor, params: Sequence[SamplingParams], seeds: 
     if all(greedy):
         return logits.argmax(-1)
     device = logits.device
-    # Pinned on CUDA: a copy from pageable memory may make the host wait for the stream, which would
-    # undo async scheduling (a step launched ahead would wait for the one before it to finish).
-    pin = logits.is_cuda
     floats = torch.tensor([[1.0 if g else p.temperature for g, p in zip(greedy, params)],
-                           [p.top_p if p.top_p < 1.0 else 2.0 for p in params]], dtype=torch.float32, pin_memory=pin)
+                           [p.top_p if p.top_p < 1.0 else 2.0 for p in params]], dtype=torch.float32)
     ints = torch.tensor([[p.top_k if 0 < p.top_k < vocab else vocab for p in params], [int(g) for g in greedy]]
                         + [list(k) for k in zip(*(draw_keys(s, d) for s, d in zip(seeds, draws)))],
-                        dtype=torch.long, pin_memory=pin)
+                        dtype=torch.long)
     floats, ints = floats.to(device, non_blocking=True), ints.to(device, non_blocking=True)
     use_k = any(0 < p.top_k < vocab for g, p in zip(greedy, params) if not g)
     use_p = any(p.top_p < 1.0 for g, p in zip(greedy, params) if not g)
