@@ -1,189 +1,27 @@
-"""The vLLM KV event subscriber against a publisher written here, byte for byte as vLLM 0.32 defines
-it (vllm/distributed/kv_events.py): the msgspec structs below are vLLM's (same fields, defaults and
-struct options), the PUB connects to a non-wildcard endpoint, and the ROUTER answers replays exactly
-as ZmqEventPublisher._service_replay does. A payload encoded by vLLM 0.32 itself pins the format.
-No vLLM needed: these run in the project venv.
+"""The vLLM KV event subscriber against the publisher in kv_fake_vllm.py (vLLM 0.32's structs, PUB and
+replay ROUTER, byte for byte); a payload encoded by vLLM 0.32 itself pins the format. No vLLM needed:
+these run in the project venv. The sequencer's rules alone: test_vllm_kv_sequence.py.
 """
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
-from collections import deque
 from pathlib import Path
-from typing import Any, Callable
 
 import httpx
 import msgspec
 import pandas as pd
 import pytest
-import zmq
+from kv_fake_vllm import (
+    VLLM_032_PAYLOAD, AllBlocksCleared, BlockRemoved, BlockStored, FakeVllm, KVEventBatch, h, pump, removed, stored,
+)
 from testkit import free_port
 
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.service import Agent
 from infersight.sources import vllm_kv_wire as wire
 from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber, subscriber_plan
-from infersight.sources.vllm_kv_sequence import BatchSequencer
-
-
-# -- vLLM's event structs (copied field for field; the agent must not import vLLM) -------------------
-class EventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):  # type: ignore[call-arg]
-    ts: float
-    events: list[Any]
-    data_parallel_rank: int | None = None
-
-
-class KVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):  # type: ignore[call-arg]
-    pass
-
-
-class BlockStored(KVCacheEvent):
-    block_hashes: list[bytes | int]
-    parent_block_hash: bytes | int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[tuple[Any, ...] | None] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-    locality: str | None = None
-    ownership: str | None = None
-    session_id: str | None = None
-
-
-class BlockRemoved(KVCacheEvent):
-    block_hashes: list[bytes | int]
-    medium: str | None
-    group_idx: int | None = None
-    locality: str | None = None
-    ownership: str | None = None
-
-
-class AllBlocksCleared(KVCacheEvent):
-    pass
-
-
-class KVEventBatch(EventBatch):
-    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
-
-
-#: msgspec.msgpack.encode of a KVEventBatch built with vLLM 0.32's own classes (ts 1700000000.25;
-#: BlockStored of [bytes(range(32)), 7] with session_id "abc"; BlockRemoved of bytes(range(32)); a clear).
-VLLM_032_PAYLOAD = bytes.fromhex(
-    "93cb41d954fc40100000938aa474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657392c420000102030405"
-    "060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f07b1706172656e745f626c6f636b5f68617368c0a9746f6b65"
-    "6e5f69647393010203aa626c6f636b5f73697a6520a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65"
-    "c0a967726f75705f69647800aa73657373696f6e5f6964a361626384a474797065ac426c6f636b52656d6f766564ac626c6f63"
-    "6b5f68617368657391c420000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1fa66d656469756da3"
-    "475055a967726f75705f6964780081a474797065b0416c6c426c6f636b73436c656172656400")
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
-
-
-def h(i: int) -> bytes:
-    """A 32-byte block hash (vLLM's sha256 default) whose low 64 bits are i."""
-    return bytes(24) + i.to_bytes(8, "big")
-
-
-def stored(*ids: int, session: str | None = None) -> BlockStored:
-    return BlockStored(block_hashes=[h(i) for i in ids], parent_block_hash=None, token_ids=[1] * 32 * len(ids),
-                       block_size=32, lora_id=None, medium="GPU", lora_name=None, group_idx=0, session_id=session)
-
-
-def removed(*ids: int) -> BlockRemoved:
-    return BlockRemoved(block_hashes=[h(i) for i in ids], medium="GPU", group_idx=0)
-
-
-class FakeVllm:
-    """ZmqEventPublisher's wire behaviour, driven step by step by the test."""
-
-    def __init__(self, endpoint: str, replay: str | None, subscriber: VllmKVSubscriber, topic: bytes = b"kv",
-                 buffer_steps: int = 10_000) -> None:
-        self.ctx = zmq.Context()
-        self.subscriber = subscriber
-        self.endpoint, self.replay_endpoint, self.topic = endpoint, replay, topic
-        self.buffer_steps = buffer_steps
-        self.pub = self.router = None
-        self.start()
-
-    def start(self) -> None:
-        """A fresh publisher process: new sockets, sequence numbers from 0, an empty buffer."""
-        self.seq, self.buffer = 0, deque(maxlen=self.buffer_steps)
-        self.pub = self.ctx.socket(zmq.PUB)
-        self.pub.setsockopt(zmq.LINGER, 0)
-        monitor = self.pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-        self.pub.connect(self.endpoint)  # vLLM connects to a non-wildcard endpoint
-        assert monitor.poll(5000), "the subscriber never accepted the publisher"
-        self.pub.disable_monitor()
-        monitor.close(linger=0)
-        # The PUB drops everything until the SUB's subscription has reached it. The bound SUB sends
-        # it when it takes in the new connection, which it does inside the agent's polls (every
-        # 0.1 s in the agent); the PUB reads it when it processes commands (ZMQ_EVENTS does that).
-        for _ in range(5):
-            assert self.subscriber.poll().empty
-            time.sleep(0.02)
-            self.pub.getsockopt(zmq.EVENTS)
-        if self.replay_endpoint:
-            self.router = self.ctx.socket(zmq.ROUTER)
-            self.router.setsockopt(zmq.LINGER, 0)
-            self.router.bind(self.replay_endpoint)
-
-    def stop(self) -> None:
-        for sock in (self.pub, self.router):
-            if sock is not None:
-                sock.close(linger=0)
-        self.pub = self.router = None
-
-    def publish(self, *events: KVCacheEvent, ts: float = 1000.0, send: bool = True) -> int:
-        """One batch; send=False keeps it in the replay buffer only (lost in transit)."""
-        seq, self.seq = self.seq, self.seq + 1
-        payload = msgspec.msgpack.encode(KVEventBatch(ts=ts, events=list(events), data_parallel_rank=0))
-        if send:
-            self.pub.send_multipart((self.topic, seq.to_bytes(8, "big"), payload))
-        self.buffer.append((seq, payload))
-        return seq
-
-    def send_raw(self, *frames: bytes) -> None:
-        self.pub.send_multipart(frames)
-
-    def serve_replay(self) -> int:
-        """Answer waiting replay requests as vLLM does; how many were answered."""
-        answered = 0
-        while self.router is not None and self.router.poll(0):
-            frame = self.router.recv_multipart()
-            if len(frame) != 3:
-                continue
-            client_id, _, start_seq_bytes = frame
-            start_seq = int.from_bytes(start_seq_bytes, "big")
-            for seq, buf in self.buffer:
-                if seq >= start_seq:
-                    self.router.send_multipart((client_id, b"", self.topic, seq.to_bytes(8, "big"), buf))
-            self.router.send_multipart((client_id, b"", b"", END_SEQ, b""))
-            answered += 1
-        return answered
-
-    def close(self) -> None:
-        self.stop()
-        self.ctx.destroy(linger=0)
-
-
-def pump(sub: VllmKVSubscriber, fake: FakeVllm | None, until: Callable[[pd.DataFrame], bool],
-         timeout_s: float = 5.0, answer: bool = True) -> pd.DataFrame:
-    """Poll as the agent does (answering replays if asked) until `until(all rows so far)`."""
-    frames, deadline = [], time.monotonic() + timeout_s
-    while True:
-        start = time.monotonic()
-        frames.append(sub.poll())
-        assert time.monotonic() - start < 0.5, "a poll blocked"
-        rows = pd.concat(frames, ignore_index=True)
-        if until(rows) or time.monotonic() > deadline:
-            return rows
-        if fake is not None and answer:
-            fake.serve_replay()
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -199,10 +37,6 @@ def link(request: pytest.FixtureRequest):
     yield sub, fake
     sub.close()
     fake.close()
-
-
-def counts(rows: pd.DataFrame) -> dict[str, int]:
-    return {k: int(v) for k, v in rows["event"].value_counts().items()}
 
 
 # -- decoding -------------------------------------------------------------------------------------
@@ -532,38 +366,3 @@ def test_the_replay_timeout_flag_reaches_the_sequencer_and_a_bad_one_is_one_line
         lines = [line for line in res.stderr.splitlines() if "error:" in line]
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         assert len(lines) == 1 and "--vllm-kv-replay-timeout" in lines[0], res.stderr
-
-
-def test_a_garbage_sequence_number_is_counted_not_walked() -> None:
-    seq = BatchSequencer(replay=False, timeout_s=1.0, max_held=10)
-    start = time.monotonic()
-    seq.live(wire.KVBatch(0, 1.0, 0, []), start)
-    seq.live(wire.KVBatch(2**63, 1.0, 0, []), start)
-    assert time.monotonic() - start < 0.1
-    assert (seq.stats.applied, seq.stats.gaps, seq.stats.lost["no_replay"]) == (2, 1, 2**63 - 1)
-    seq.live(wire.KVBatch(1, 1.0, 0, []), start)  # back below the highest: a restart, not a gap
-    assert (seq.stats.restarts, seq.stats.lost["late_join"]) == (1, 1)
-
-
-def test_the_replay_asks_again_while_new_gaps_outrun_complete_answers() -> None:
-    """The rule without sockets: an answer that reached every batch known when asked, ending before a
-    newer gap, is followed by another request; the holes an answer passes by are lost."""
-    seq, b = BatchSequencer(replay=True, timeout_s=10.0, max_held=100), lambda n: wire.KVBatch(n, 1.0, 0, [])
-    for n in (0, 2):
-        seq.live(b(n), 0.0)
-    assert seq.take_request() == 1
-    for lo in (3, 6):  # live lo, (lo+1 lost in transit), lo+2; then the answer from lo-2 to lo-1
-        seq.live(b(lo), 0.0)
-        seq.live(b(lo + 2), 0.0)
-        seq.replayed(b(lo - 2), 0.0)
-        seq.ignored(lo - 1)
-        seq.replay_end(0.0)
-        assert seq.take_request() == lo + 1 and sum(seq.stats.lost.values()) == 0
-    seq.replayed(b(7), 0.0)
-    seq.replay_end(0.0)
-    assert (seq.stats.applied, seq.stats.replay_requests, seq.replay_open) == (9, 3, False)
-    seq.live(b(10), 0.0)
-    assert seq.take_request() == 9
-    seq.ignored(10)  # the answer passes 9 by: it was not in vLLM's buffer
-    seq.replay_end(0.0)
-    assert (seq.stats.lost["not_buffered"], seq.stats.applied, seq.replay_open) == (1, 10, False)
