@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import socket
 import time
 from contextlib import contextmanager
@@ -29,10 +30,43 @@ def unique_ring(tag: str) -> str:
     return f"infersight-test-{tag}-{os.getpid()}-{next(_names)}"
 
 
+_ports_given: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free 127.0.0.1 TCP port, never the same one twice in this process, taken below the kernel's
+    ephemeral range where it can: a port from bind(0) is ephemeral, and while a slow server (a CPU
+    vLLM takes minutes) starts on it, any outgoing connection of the test's other processes may take
+    it first (seen in CI: vLLM's bind failed, "Address already in use")."""
+    low = _ephemeral_low()
+    if low > 20_500:
+        rng = random.Random()
+        for _ in range(200):
+            port = rng.randrange(20_000, low)
+            if port in _ports_given:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _ports_given.add(port)
+            return port
+    while True:  # no room below the ephemeral range: the kernel's choice, still never twice
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _ports_given:
+            _ports_given.add(port)
+            return port
 
 
 def wait_for_process(proc, log: Callable[[], str], what: str, check: Callable[[], object],
