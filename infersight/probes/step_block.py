@@ -94,8 +94,8 @@ class _Views:
             self.tokens_counts = [min(TOKENS_PER_RECORD, n - TOKENS_PER_RECORD * i) for i in range(s)]
             # One timestamp for all n entries (a held batch): the full rows, then the last row's first
             # entries; the padding past n stays zero.
-            self.ts_fills = [(rows.fill if len(rows) else None) for rows in
-                             (self.ts.view[:-1], self.ts.view[-1, :n - TOKENS_PER_RECORD * (s - 1)])]
+            self.ts_fills = [rows.fill for rows in
+                             (self.ts.view[:-1], self.ts.view[-1, :n - TOKENS_PER_RECORD * (s - 1)]) if len(rows)]
         if k:
             assert m is not None
             self.member_ids = _Column(self.members, _MEMBERS, "request_id", m)
@@ -180,11 +180,11 @@ class StepBlock:
     def hold(self, t_ns: int, request_ids: list[int], num_tokens: list[int]) -> None:
         """Emissions of one timestamp, held as they are (no per-entry work); behind other held ones,
         all are held flat."""
-        if self.pending or self.held_ids:
+        behind = bool(self.pending or self.held_ids)
+        self.flatten()
+        self.held_ns, self.held_ids, self.held_counts = t_ns, request_ids, num_tokens
+        if behind:
             self.flatten()
-            self.pending.extend(x for rid, n in zip(request_ids, num_tokens) for x in (t_ns, rid, n))
-        else:
-            self.held_ns, self.held_ids, self.held_counts = t_ns, request_ids, num_tokens
 
     def flatten(self) -> None:
         """A held batch into `pending`'s flat form, where single emissions can follow it."""
@@ -233,8 +233,7 @@ class StepBlock:
                 raise struct.error(f"TOKENS ts_ns {t!r} does not fit an i64")
             t &= _U64_MASK
             for fill in views.ts_fills:
-                if fill is not None:
-                    fill(t)
+                fill(t)
         else:
             ts = views.ts  # Column.fill inlined: the one column written every step
             ts.pack_into(ts.buf, 0, *pending[0::3])
@@ -277,7 +276,7 @@ class StepBlock:
         """Write the held TOKENS, STEP, STEP_TIMING and the batch's members, as one run of slots.
         False: a value does not fit and nothing was written (the TOKENS still held)."""
         batch = stats.batch
-        n, m = len(self.held_ids) or len(self.pending) // 3, len(batch)
+        n, m = self.held, len(batch)
         views = self._last
         if views.n != n or views.m != m:  # a decode batch mostly has the last step's shape
             views = self._last = self._views_of(n, m)
