@@ -134,15 +134,16 @@ def demo_engine_config(config: DemoConfig, device: str) -> EngineConfig:
     return EngineConfig(model="tiny-moe", speculative_model="tiny-draft", device=device, seed=config.seed,
                         num_kv_blocks=config.num_kv_blocks, cpu_offload_blocks=config.cpu_offload_blocks,
                         max_num_seqs=32, max_num_batched_tokens=512,
-                        spec_probe_every=8)  # plain probe steps: the speedup is measured
+                        spec_probe_every=8)  # plain probe steps: the speedup is predicted from them
 
 
 def warm_up(engine: Engine, max_tokens: int = 12) -> None:
     """Run the kinds of step the workload will run before it starts, as a server warms up before
     taking traffic: on CUDA the first prefill, verify and decode of each batch size pays Triton JIT,
-    cuBLAS heuristics and a CUDA-graph capture per batch-size bucket (seconds in all), which would
-    otherwise land on the first requests' TTFT. Batches of 1, 2, 4, ... max_num_seqs requests, with
+    cuBLAS heuristics and a CUDA-graph capture per batch size and context-width bucket (seconds in
+    all, captured here up front), which would otherwise land on the requests' TTFT. Batches of 1, 2, 4, ... max_num_seqs requests, with
     prompts of a few lengths (prefill chunks of several sizes); every request is released after."""
+    engine.capture_decode_graphs()  # every batch size and width: the workload's batch size wanders
     n, gen = 1, torch.Generator().manual_seed(12345)
     vocab = engine.config.model_config.vocab_size
     while True:
@@ -180,6 +181,15 @@ def _drive(engine: Engine, workload: list, console: Console) -> None:
                 time.sleep(min(0.05, max(0.0, pending[0].arrival_s - now)))
 
 
+def _predicted(s: dict[str, Any]) -> str:
+    """The speedup as a prediction, with its interval and what it was estimated from."""
+    if s.get("predicted_speedup") is None:
+        return f"speedup not predicted ({s.get('basis', '')})"
+    low, high = s["speedup_interval"]
+    return (f"predicted speedup {s['predicted_speedup']:.2f}x ({low:.2f}-{high:.2f}x), estimated from "
+            f"{s['samples']['probe_steps']} plain probe steps")
+
+
 def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagnosis: dict[str, Any],
                   out: Path, console: Console, flagged: list[dict[str, Any]] | None = None) -> None:
     """flagged: the requests the agent judged slow when they finished (slowest: the slowest overall;
@@ -197,10 +207,8 @@ def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagno
     t.add_row("KV", f"{kv['preemptions']} preemptions, {kv['evictions']} evictions, {kv['offloads']} offloads, "
                     f"{kv['recomputed_tokens']} tokens recomputed")
     for task, s in sorted(summary["spec"]["by_task"].items()):
-        t.add_row(f"speculation, {task}", f"accept {fmt(s['accept_rate'], 100, '%')}, tau {fmt(s['mean_accepted_length'])}, "
-                                           f"predicted speedup "
-                                           f"{'-' if s['predicted_speedup'] is None else format(s['predicted_speedup'], '.2f')}x "
-                                           f"({s.get('basis', '')})")
+        t.add_row(f"speculation, {task}", f"accept {fmt(s['accept_rate'], 100, '%')} (measured), tau "
+                                           f"{fmt(s['mean_accepted_length'])}, {_predicted(s)}")
     imb = [f"L{layer['layer']} {fmt(layer['max_over_mean'])}x" for layer in summary["moe"]["layers"]]
     t.add_row("MoE max/mean load", ", ".join(imb) or "-")
     gpu = summary.get("gpu", {})

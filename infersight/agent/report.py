@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from infersight.agent.energy_meter import BASIS as ENERGY_BASIS
 from infersight.agent.state import AgentState
 from infersight.correlate import expert_parallel as ep_analysis
 from infersight.correlate import moe, spec_advice, spec_speedup
@@ -103,7 +104,9 @@ def slowest(state: AgentState, n: int) -> list[dict[str, Any]]:
         rows = sorted(state.finished, key=lambda r: -float(r["e2e_s"]))[:n]  # type: ignore[arg-type]
         # A capture analysed after a request finished still gives it its kernel time here.
         kernel = [state.kernel_seconds(int(r["request_id"])) for r in rows]  # type: ignore[call-overload]
+    # energy_basis: what energy_j is, beside it in every row (null where no GPU measured it).
     return _clean([{**{k: r.get(k) for k in REQUEST_FIELDS}, "gpu_kernel_s": k_s,
+                    "energy_basis": ENERGY_BASIS if r.get("energy_j") == r.get("energy_j") else None,
                     "slow_detail": r.get("slow_detail", "")} for r, k_s in zip(rows, kernel)])
 
 
@@ -162,8 +165,8 @@ def diagnosis(state: AgentState) -> dict[str, Any]:
     with state.lock:
         by_task = _spec_by_task(state)
     recs = spec_advice.recommendations(by_task)
-    for r in by_task[by_task["basis"] != spec_speedup.MEASURED].itertuples(index=False):
-        findings.append({"kind": "speculation_unmeasured", "task": r.task, "basis": r.basis,
-                         "message": f"{r.task}: speculation's speedup not measured ({r.basis}); no advice"})
+    for r in by_task[by_task["basis"] != spec_speedup.PREDICTED].itertuples(index=False):
+        findings.append({"kind": "speculation_unpredicted", "task": r.task, "basis": r.basis,
+                         "message": f"{r.task}: speculation's speedup cannot be predicted ({r.basis}); no advice"})
     return _clean({"findings": findings, "speculation_recommendations": recs,
                    "dropped_events": s["dropped_events"]})

@@ -9,10 +9,18 @@ A request's decode time is the sum of the durations (StepStats.start_ns .. end_n
 own clock) of the steps it took part in after the step that gave it its first token; its decode
 tokens are its output tokens less the first. Several engines stepped in turn in one process
 each count only their own steps.
+
+The client's own clock, independent of the engine's, is time.perf_counter_ns around each call
+of the engine's step (DecodeTally.client_ns: summed, per request, over the same steps as its
+decode time: a streaming client's first-to-last-token time) and around every step() call of the
+run (wall_ns: admitting requests, the engine's step, collecting the finished, from the first
+call to the one that finishes the last listed request). Several runs stepped in turn each count
+only their own calls.
 """
 from __future__ import annotations
 
 import itertools
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
@@ -23,14 +31,20 @@ from infersight.workload import WorkloadRequest
 
 @dataclass
 class DecodeTally:
-    """Decode tokens and decode ns summed over the measured requests of one task."""
+    """Decode tokens and decode ns summed over the measured requests of one task: ns by the
+    engine's step timestamps, client_ns by the client's clock around the same steps."""
 
     tokens: int = 0
     ns: int = 0
+    client_ns: int = 0
 
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.ns * 1e9 if self.ns else float("nan")
+
+    @property
+    def client_tokens_per_s(self) -> float:
+        return self.tokens / self.client_ns * 1e9 if self.client_ns else float("nan")
 
 
 class FixedBatchRun:
@@ -43,8 +57,11 @@ class FixedBatchRun:
         self._fillers = itertools.cycle(requests)
         self.in_flight: dict[int, WorkloadRequest | None] = {}  # request id -> listed request (None: filler)
         self.decode_ns: dict[int, int] = defaultdict(int)
+        self.client_ns: dict[int, int] = defaultdict(int)
         self.tally: dict[str, DecodeTally] = defaultdict(DecodeTally)
         self.remaining = len(self._queue)
+        self.wall_ns = 0
+        self.output_tokens = 0  # of the listed requests, as the client received them
 
     def _admit(self) -> None:
         while len(self.in_flight) < self.batch:
@@ -57,25 +74,36 @@ class FixedBatchRun:
         """One engine step; False (and no step) once every listed request has finished."""
         if not self.remaining:
             return False
+        began = time.perf_counter_ns()
+        self._step()
+        self.wall_ns += time.perf_counter_ns() - began
+        return True
+
+    def _step(self) -> None:
         self._admit()
         decoding = {rid for rid in self.in_flight if self.engine.requests[rid].output_token_ids}
+        called = time.perf_counter_ns()
         stats = self.engine.step()
+        returned = time.perf_counter_ns()
         for rid, _ in stats.batch:
             if rid in decoding:
                 self.decode_ns[rid] += stats.end_ns - stats.start_ns
+                self.client_ns[rid] += returned - called
         for rid in stats.finished:
             listed = self.in_flight.pop(rid)
             out = self.engine.release(rid)
-            ns = self.decode_ns.pop(rid, 0)
+            ns, client_ns = self.decode_ns.pop(rid, 0), self.client_ns.pop(rid, 0)
             if listed is not None:
                 t = self.tally[listed.task]
                 t.tokens += len(out.token_ids) - 1
                 t.ns += ns
+                t.client_ns += client_ns
+                self.output_tokens += len(out.token_ids)
                 self.remaining -= 1
         if not self.remaining:
             for rid in list(self.in_flight):  # only fillers are left
                 self.engine.abort_request(rid)
                 self.engine.release(rid)
                 self.decode_ns.pop(rid, None)
+                self.client_ns.pop(rid, None)
             self.in_flight.clear()
-        return True

@@ -1,5 +1,5 @@
-"""`infersight bench speculation`: the speedup speculation really gives, per task, against the
-speedup the agent predicts from its probe records.
+"""`infersight bench speculation`: the speedup speculation really gives, per task, measured with
+the client's wall clock, against the speedup the agent predicts from its probe records.
 
 Three engines of one process run the same task-labelled requests (infersight.workload), one
 task at a time at a fixed batch size (bench.fixed_batch), stepped in turn so that drift in the
@@ -7,8 +7,8 @@ machine's speed hits them alike. Output lengths differ (spread over 1/2 .. 3/2 o
 requests finish at different steps with or without speculation, as in service: with one length
 for all, a plain batch would finish and refill in lockstep, its prefills never beside decodes.
 
-    plain      no draft model                                  measured
-    spec       the draft, gamma drafts per step                measured
+    plain      no draft model                                  measured (client's wall clock)
+    spec       the draft, gamma drafts per step                measured (client's wall clock)
     probed     the draft and spec_probe_every: plain probe     predicted, through the agent's own
                steps, its records read from a probe ring       correlate functions (spec_speedup,
                                                                spec_advice)
@@ -16,14 +16,22 @@ for all, a plain batch would finish and refill in lockstep, its prefills never b
     spec@G     the draft, G drafts per step, for each G in    measured: is another gamma faster?
                `gammas`                                        (best_gamma, from measurement only)
 
-Measured speedup per task: decode tokens/s of `spec` over `plain` (decode tokens and the engine
-time of the steps each request decoded in), one ratio per round; reported: the median over the
-rounds, their range, and the noise (largest deviation of a round from the median). The
-prediction pools the probed engine's records of every round, as the agent would. A first pass
-over `batch` requests of each task warms every engine up and is not counted.
+Measured speedup per task: decode tokens/s of `spec` over `plain` as a streaming client sees them,
+over the whole run: every request's tokens after its first over its first-to-last-token time by
+the client's clock (time.perf_counter_ns around each engine step call it decoded in, summed;
+FixedBatchRun), the engine's own step timestamps not used. The same prompts, greedy: both arms
+produce the same output tokens (checked). This is the quantity spec_speedup predicts: speculation
+changes decode, and each request's prefill is the same work in both arms. One ratio per round;
+reported: the median over the rounds, their range, and the noise (largest deviation of a round
+from the median). Reported beside it, measured too: `makespan_speedup`, the client's wall time to
+serve all of the task's requests, plain over spec (prefills included: nearer 1 by their share),
+and `engine_clock_speedup` (the engine's step timestamps; for diagnosis). The prediction pools the probed engine's records of every
+round, as the agent would. A first pass over `batch` requests of each task warms every engine up
+and is not counted.
 
 verdict per task: "agrees" when the predicted interval and every round lie on the same side of 1,
 "contradicts" when they lie on opposite sides, else "inconclusive" (one of them holds 1).
+`inside` says whether the measured median lies in the predicted interval.
 """
 from __future__ import annotations
 
@@ -31,7 +39,7 @@ import math
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -53,12 +61,18 @@ GOLDEN = 0.6180339887
 
 
 def _engine(model: str, draft: str | None, gamma: int, probe_every: int, device: str, batch: int,
-            observer: ProbeObserver | None = None) -> Engine:
-    # An ample pool: no preemption, so decode time is decode and nothing else.
+            observer: ProbeObserver | None = None, dtype: str = "auto", async_scheduling: bool = False) -> Engine:
+    # An ample pool: no preemption, so decode time is decode and nothing else. Synchronous scheduling
+    # unless asked: an engine with a draft runs synchronously, and so do its plain probe steps, so
+    # the plain arm is timed as the probes are (plain-async is reported beside it on CUDA).
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
     config = EngineConfig(model=model, speculative_model=draft, num_speculative_tokens=gamma, device=device,
                           max_num_seqs=batch, max_num_batched_tokens=512, spec_probe_every=probe_every,
-                          num_kv_blocks=(batch + 1) * 32)
-    return Engine(config, observer)
+                          num_kv_blocks=(batch + 1) * 32, dtype=dtype, async_scheduling=async_scheduling)
+    engine = Engine(config, observer)
+    engine.capture_decode_graphs()  # on CUDA: no step of the measured runs pays a capture
+    return engine
 
 
 class _Records:
@@ -80,11 +94,21 @@ class _Records:
         return EventFrames.from_records({k: np.concatenate(v) for k, v in self.parts.items()}, self.labels)
 
 
+@dataclass
+class Measured:
+    """Per engine name, task: one entry per round."""
+
+    client_rates: dict[str, dict[str, list[float]]]        # decode tokens/s by the client's clock
+    wall_s: dict[str, dict[str, list[float]]]              # the client's wall time to serve the task's requests
+    engine_rates: dict[str, dict[str, list[float]]]        # decode tokens/s by the engine's step clock
+    output_tokens: dict[str, dict[str, list[int]]]         # tokens the client received
+
+
 def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks: list[str], batch: int,
-             rounds: int, after_turn: Callable[[], None]) -> dict[str, dict[str, list[float]]]:
-    """Decode tokens/s per engine, task and round: each task's requests at a fixed batch, the
-    engines stepped in turn (who goes first rotates)."""
-    rates: dict[str, dict[str, list[float]]] = {name: defaultdict(list) for name in engines}
+             rounds: int, after_turn: Callable[[], None]) -> Measured:
+    """Each task's requests at a fixed batch on every engine, the engines stepped in turn (who goes
+    first rotates), timed by the client's clock (FixedBatchRun.wall_ns)."""
+    m = Measured(*({name: defaultdict(list) for name in engines} for _ in range(4)))
     for _ in range(rounds):
         for task in tasks:
             listed = [r for r in workload if r.task == task]
@@ -95,14 +119,17 @@ def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks:
                 turn += 1
                 after_turn()
             for name, run in runs.items():
-                rates[name][task].append(run.tally[task].tokens_per_s)
-    return rates
+                m.client_rates[name][task].append(run.tally[task].client_tokens_per_s)
+                m.wall_s[name][task].append(run.wall_ns / 1e9)
+                m.engine_rates[name][task].append(run.tally[task].tokens_per_s)
+                m.output_tokens[name][task].append(run.output_tokens)
+    return m
 
 
 def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma: int = 4, requests: int = 32,
                       batch: int = 4, rounds: int = 3, probe_every: int = 4, max_tokens: int = 48,
                       device: str = "cpu", threads: int | None = 1, seed: int = 0,
-                      gammas: tuple[int, ...] = ()) -> dict[str, Any]:
+                      gammas: tuple[int, ...] = (), dtype: str = "auto") -> dict[str, Any]:
     """Run the comparison; returns the flat result (see the module docstring). gammas: other draft
     lengths to measure beside `gamma` (their engines join the same lockstep)."""
     if rounds < 1 or batch < 1 or probe_every < 2:
@@ -120,16 +147,19 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
                                       nvtx=False))
     consumer = RingConsumer.attach(probe.ring_name, record_registry())
     try:
-        plain = _engine(model, None, gamma, 0, device, batch)
-        probed = _engine(model, draft, gamma, probe_every, device, batch, probe)
-        engines = {"plain": plain, "spec": _engine(model, draft, gamma, 0, device, batch), "probed": probed,
-                   **{f"spec@{g}": _engine(model, draft, g, 0, device, batch) for g in gammas if g != gamma}}
+        plain = _engine(model, None, gamma, 0, device, batch, dtype=dtype)
+        probed = _engine(model, draft, gamma, probe_every, device, batch, probe, dtype=dtype)
+        engines = {"plain": plain, "spec": _engine(model, draft, gamma, 0, device, batch, dtype=dtype),
+                   "probed": probed,
+                   **{f"spec@{g}": _engine(model, draft, g, 0, device, batch, dtype=dtype) for g in gammas if g != gamma}}
+        if device.startswith("cuda"):  # what a plain CUDA engine runs by default: async scheduling
+            engines["plain-async"] = _engine(model, None, gamma, 0, device, batch, dtype=dtype, async_scheduling=True)
         records = _Records(consumer)
         # Warm-up, not measured: first-use costs (allocations, kernel compiles) of every shape.
         warm = [r for t in tasks for r in [w for w in workload if w.task == t][:batch]]
         _measure(engines, warm, tasks, batch, 1, records.read)
         records.parts.clear()  # the task labels it announced are kept
-        rates = _measure(engines, workload, tasks, batch, rounds, records.read)
+        measured_runs = _measure(engines, workload, tasks, batch, rounds, records.read)
         frames = records.frames()
         dropped = consumer.stats()["dropped"]
         probes = probed.spec_probe
@@ -140,41 +170,60 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         probe.close()
         torch.set_num_threads(old_threads)
     result: dict[str, Any] = {
-        "model": model, "draft": draft, "gamma": gamma, "device": device, "threads": threads or old_threads,
+        "model": model, "draft": draft, "gamma": gamma, "device": device, "dtype": dtype, "seed": seed,
+        "threads": threads or old_threads,
         "requests": requests, "batch": batch, "rounds": rounds, "max_tokens": max_tokens, "probe_every": probe_every, "probe_steps": probes.num_probes,
         "probe_share": round(probes.num_probes / max(1, sum(probes.decode_steps_at.values())), 4),
         "dropped": dropped}
     verdicts = []
-    within = 0
+    within = inside = 0
+    wall, rates, client = measured_runs.wall_s, measured_runs.engine_rates, measured_runs.client_rates
     for row in by_task.itertuples(index=False):
         task = str(row.task)
-        if task not in rates["plain"]:
+        if task not in wall["plain"]:
             continue
-        ratios = [s / p for s, p in zip(rates["spec"][task], rates["plain"][task])]
+        if measured_runs.output_tokens["plain"][task] != measured_runs.output_tokens["spec"][task]:
+            raise RuntimeError(f"{task}: the arms served different work "
+                               f"({measured_runs.output_tokens['plain'][task]} vs {measured_runs.output_tokens['spec'][task]} tokens)")
+        ratios = [s / p for s, p in zip(client["spec"][task], client["plain"][task])]
+        makespan = [p / s for p, s in zip(wall["plain"][task], wall["spec"][task])]
         measured = statistics.median(ratios)
         predicted = float(row.predicted_speedup)
+        low, high = float(row.speedup_low), float(row.speedup_high)
         error = predicted / measured - 1.0
-        verdicts.append(verdict := _verdict((float(row.speedup_low), float(row.speedup_high)), ratios))
+        verdicts.append(verdict := _verdict((low, high), ratios))
         within += bool(abs(error) <= TOLERANCE)
+        inside += bool(low <= measured <= high)
+        engine_clock = [s / p for s, p in zip(rates["spec"][task], rates["plain"][task])]
         result |= {
             f"{task}.measured_speedup": _num(measured),
             f"{task}.measured_rounds": [round(x, 4) for x in ratios],
             f"{task}.noise": round(max(abs(x / measured - 1.0) for x in ratios), 4),
-            f"{task}.plain_tokens_per_s": round(statistics.median(rates["plain"][task]), 2),
-            f"{task}.spec_tokens_per_s": round(statistics.median(rates["spec"][task]), 2),
+            f"{task}.plain_wall_s": round(statistics.median(wall["plain"][task]), 4),
+            f"{task}.spec_wall_s": round(statistics.median(wall["spec"][task]), 4),
+            f"{task}.output_tokens": measured_runs.output_tokens["plain"][task][0],
+            f"{task}.engine_clock_speedup": _num(statistics.median(engine_clock)),
+            f"{task}.makespan_speedup": _num(statistics.median(makespan)),
+            **({f"{task}.measured_speedup_vs_async_plain": _num(statistics.median(
+                [s / p for s, p in zip(client["spec"][task], client["plain-async"][task])]))}
+               if "plain-async" in client else {}),
             f"{task}.predicted_speedup": _num(predicted),
-            f"{task}.predicted_interval": [_num(float(row.speedup_low)), _num(float(row.speedup_high))],
+            f"{task}.predicted_interval": [_num(low), _num(high)],
+            f"{task}.inside": bool(low <= measured <= high),
             f"{task}.error": _num(error),
             f"{task}.model_speedup": _num(float(row.model_speedup)),
             f"{task}.tau": _num(float(row.mean_accepted_length)),
-            f"{task}.samples": f"{row.verifications} verifications, {row.spec_steps} speculative and "
+            f"{task}.samples": f"predicted from {row.verifications} verifications, {row.spec_steps} speculative and "
                                f"{row.probe_steps} plain probe steps",
             f"{task}.advice": advice.get(task, {}).get("action", "none"),
-            **_other_gammas(task, gamma, measured, rates),
+            **_other_gammas(task, gamma, measured, client),
             f"{task}.verdict": verdict,
         }
-    result |= {"tasks_agree": verdicts.count("agrees"), "tasks_contradict": verdicts.count("contradicts"),
-               "tasks_within_15pct": within, "tasks": len(rates["plain"]),
+    result |= {"measured_by": "the client's clock (perf_counter around each engine step call): decode tokens/s "
+                              "over every request's first-to-last-token time, whole run",
+               "predicted_by": "the agent's spec_speedup over the probed engine's records (a prediction)",
+               "tasks_agree": verdicts.count("agrees"), "tasks_contradict": verdicts.count("contradicts"),
+               "tasks_inside": inside, "tasks_within_15pct": within, "tasks": len(wall["plain"]),
                "wall_s": round(time.perf_counter() - started, 1)}
     return result
 
@@ -194,16 +243,16 @@ def _num(x: float) -> float | None:
     return round(x, 4) if math.isfinite(x) else None
 
 
-def _other_gammas(task: str, gamma: int, measured: float, rates: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+def _other_gammas(task: str, gamma: int, measured: float, client: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
     """Measured speedup at each other gamma, and the best gamma by measurement (the running one
     unless another is faster in every round)."""
     out: dict[str, Any] = {}
     best, best_s = gamma, measured
-    for name in sorted(n for n in rates if n.startswith("spec@")):
+    spec_rounds = [s / p for s, p in zip(client["spec"][task], client["plain"][task])]
+    for name in sorted(n for n in client if n.startswith("spec@")):
         g = int(name.split("@")[1])
-        ratios = [s / p for s, p in zip(rates[name][task], rates["plain"][task])]
+        ratios = [s / p for s, p in zip(client[name][task], client["plain"][task])]
         out[f"{task}.measured_speedup_gamma_{g}"] = _num(statistics.median(ratios))
-        spec_rounds = [s / p for s, p in zip(rates["spec"][task], rates["plain"][task])]
         if all(x > y for x, y in zip(ratios, spec_rounds)) and statistics.median(ratios) > best_s:
             best, best_s = g, statistics.median(ratios)
     if out:

@@ -1,4 +1,4 @@
-"""`infersight bench runtime|overhead|ingest|agent|speculation`."""
+"""`infersight bench runtime|overhead|ingest|agent|speculation|ceilings`."""
 from __future__ import annotations
 
 import argparse
@@ -46,7 +46,19 @@ def _speculation(args: argparse.Namespace) -> int:
     return print_result(bench_speculation(model=args.model, draft=args.draft, gamma=args.gamma, requests=args.requests,
                                           batch=args.batch, rounds=args.rounds, probe_every=args.probe_every,
                                           max_tokens=args.max_tokens, device=args.device,
-                                          threads=args.threads, gammas=tuple(args.try_gamma)), args.json)
+                                          threads=args.threads, gammas=tuple(args.try_gamma), seed=args.seed,
+                                          dtype=args.dtype), args.json)
+
+
+def _ceilings(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from infersight.bench.ceilings import as_dict, bench_ceilings
+
+    return print_result(as_dict(bench_ceilings(device=args.device, dtype=args.dtype, copy_mib=args.copy_mib,
+                                               gemm_n=args.gemm_n, warmup=args.warmup, repeats=args.repeats,
+                                               cache=Path(args.cache) if args.cache else None,
+                                               write=not args.no_cache)), args.json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -107,9 +119,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--probe-every", type=int, default=4, help="the predicting engine's spec_probe_every")
     sp.add_argument("--max-tokens", type=int, default=48)
     sp.add_argument("--device", default="cpu")
+    sp.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
+                    help="auto: bfloat16 on CUDA, float32 on the CPU")
+    sp.add_argument("--seed", type=int, default=0, help="the workload's seed")
     sp.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
     sp.add_argument("--try-gamma", type=int, action="append", default=[], metavar="G",
                     help="also measure this draft length (repeatable), to see whether another gamma is faster")
     sp.set_defaults(func=_speculation)
-    for p in (rt, ov, ing, ag, sp):
+    ce = bench_sub.add_parser("ceilings", help="measure this device's copy bandwidth and GEMM throughput, and cache "
+                              "them as the roofline's ceilings")
+    ce.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
+    ce.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
+                    help="the tensors' dtype (default: bfloat16 on CUDA, float32 on the CPU)")
+    ce.add_argument("--copy-mib", type=int, help="MiB copied per timed copy (default: 2048 on CUDA, 256 on the CPU)")
+    ce.add_argument("--gemm-n", type=int, help="the matmul is n x n x n (default: 8192 on CUDA, 2048 on the CPU)")
+    ce.add_argument("--warmup", type=int, help="untimed runs of each first (default: 5 on CUDA, 1 on the CPU)")
+    ce.add_argument("--repeats", type=int, help="timed runs of each; the median is kept (default: 20 on CUDA, "
+                    "5 on the CPU)")
+    ce.add_argument("--cache", help="the ceilings cache to write (default: $INFERSIGHT_CEILINGS, else "
+                    "$XDG_CACHE_HOME/infersight/ceilings.json)")
+    ce.add_argument("--no-cache", action="store_true", help="measure and print only; do not write the cache")
+    ce.set_defaults(func=_ceilings)
+    for p in (rt, ov, ing, ag, sp, ce):
         p.add_argument("--json", action="store_true", help="print only the JSON result")

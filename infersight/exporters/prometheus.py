@@ -146,7 +146,7 @@ class AgentCollector(Collector):
         if by_task.empty:
             return
         yield _gauge(C.SPEC_PREDICTED_SPEEDUP, [([str(r.task)], float(r.predicted_speedup))
-                                                for r in by_task.itertuples(index=False) if r.basis == spec_speedup.MEASURED])
+                                                for r in by_task.itertuples(index=False) if r.basis == spec_speedup.PREDICTED])
         yield _gauge(C.SPEC_ACCEPT_RATE, [([str(r.task)], float(r.accept_rate)) for r in by_task.itertuples(index=False)])
 
     def _probe_counters(self) -> Iterator[Metric]:

@@ -21,8 +21,9 @@ import numpy as np
 
 MAGIC = b"ISPRING\x00"
 # 2: reader lease, in-flight batch and writer identity (probes/ring_lease.py); 3: a step's TOKENS and
-# batch members written many to a slot (probes/record_batches.py).
-LAYOUT_VERSION = 3
+# batch members written many to a slot (probes/record_batches.py); 4: STEP_TIMING counts the CUDA
+# graphs a step captured (a one-time cost the speedup prediction leaves out).
+LAYOUT_VERSION = 4
 
 # Static header: magic, layout version, header size, slot size, capacity,
 # number of record types, producer pid, wall/monotonic anchor (ns).

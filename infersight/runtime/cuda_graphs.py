@@ -160,6 +160,9 @@ class DecodeGraphs:
         self.in_graph_io = not async_steps
         self.disabled: str | None = None
         self.num_replays = 0
+        # Captures tried (each one a one-time cost of seconds' order in all: the step that pays it is
+        # no sample of the steady step time, StepStats.graph_captures).
+        self.num_captures = 0
 
     def width_for(self, n_blocks: int) -> int:
         return bucket_for(n_blocks, self.widths) or n_blocks
@@ -208,8 +211,26 @@ class DecodeGraphs:
         self.num_replays += 1
         return entry[1][:len(rows)]
 
+    def capture_all(self, expert_counts: torch.Tensor | None) -> int:
+        """Capture every (batch size, width) graph not captured yet, as vLLM does at start-up: a
+        server that captures lazily pays each capture on some request's step (and, for a MoE
+        model's graph per exact batch size, that is most of the first minutes' decode steps).
+        Returns how many were captured; stops at the first capture that fails (graphs are then off)."""
+        done = 0
+        for bucket in self.batch_sizes:
+            if self.is_moe and moe_syncs_host(self.model, bucket):
+                continue  # these steps run eagerly anyway
+            for width in self.widths:
+                if (bucket, width) in self.graphs:
+                    continue
+                if self.disabled or self._capture(bucket, width, expert_counts) is None:
+                    return done
+                done += 1
+        return done
+
     def _capture(self, bucket: int, width: int, expert_counts: torch.Tensor | None
                  ) -> tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor | None, bool] | None:
+        self.num_captures += 1
         batch = self.inputs.batch(bucket, width, expert_counts)
         self.tokens.wait()
         self.inputs.fill([], bucket, width)  # every row padding: the warm-up and capture touch no real KV

@@ -151,6 +151,11 @@ class Engine(AsyncSteps):
         if stats is not None:
             stats.finished.append(req.request_id)
 
+    def capture_decode_graphs(self) -> int:
+        """Capture every CUDA graph pure decode steps may replay, before serving (a lazy capture
+        costs the step that needs it); returns how many. Nothing without graphs (the CPU, eager)."""
+        return self.target.capture_decode_graphs(self.expert_counts)
+
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
@@ -239,11 +244,13 @@ class Engine(AsyncSteps):
             stats.draft_ns = time.monotonic_ns() - t_draft
         forward = self._forward_name(sched, prefilling)
         stats.phase = forward.removeprefix("forward.")
+        captures = self.target.num_captures
         with self.ranges.range(forward):
             self.forward_timer.start()
             logits = self.target.run(self._target_items(sched, drafts), self.expert_counts,
                                      self.observer.decode_graphs_while_profiling)
             self.forward_timer.stop()
+        stats.graph_captures = self.target.num_captures - captures
         end_forward = time.monotonic_ns()
         with self.ranges.range("sampling"):
             sampled = self._sample_plain(sched, logits, drafts)

@@ -56,10 +56,12 @@ class AsyncSteps:
         stats.phase = "decode"
         slot = self.readback.next_slot()
         timer = self.readback.timers[slot]
+        captures = self.target.num_captures
         with self.ranges.range("forward.decode"):
             timer.start()
             self.target.run(items, self.expert_counts, False, src, tokens_in)
             timer.stop()
+        stats.graph_captures = self.target.num_captures - captures
         tokens, failed = self._draw(sched, prev is not None)
         self.readback.send(slot, tokens)
         counts = self.expert_counts.clone() if self.expert_counts is not None else None

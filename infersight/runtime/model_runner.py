@@ -81,6 +81,15 @@ class ModelRunner:
         self.fused: FusedForward | None = None
         self.device_tokens: torch.Tensor | None = None  # the last run's greedy tokens, when a graph left them
 
+    @property
+    def num_captures(self) -> int:
+        """CUDA graphs captured (or tried) so far: the engine marks the steps that paid for one."""
+        return self.graphs.num_captures if self.graphs is not None else 0
+
+    def capture_decode_graphs(self, expert_counts: torch.Tensor | None) -> int:
+        """Capture every decode graph now (DecodeGraphs.capture_all); 0 without graphs."""
+        return self.graphs.capture_all(expert_counts) if self.graphs is not None else 0
+
     def use_cuda_graphs(self, config: "EngineConfig", decode_attention: str) -> str | None:
         """Run pure decode steps as CUDA graphs where they can be; returns why not (None: they are)."""
         assert config.max_model_len is not None

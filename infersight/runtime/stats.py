@@ -31,4 +31,7 @@ class StepStats:
     target_ns: int = -1                # the target forward (device time on CUDA); -1 when not known
     launched_ahead: bool = False       # async scheduling: launched before the step before it was read
     spec_probe: bool = False           # a decode step the engine ran without speculation (spec_probe_every)
+    # CUDA graphs captured during the step: a one-time cost (warm-up, capture, Triton JIT of its
+    # shapes) that makes the step no sample of the steady step time (spec_speedup leaves it out).
+    graph_captures: int = 0
     finished: list[int] = field(default_factory=list)

@@ -1,6 +1,6 @@
 """The agent's speculation figures from a real (tiny) engine run with plain probe steps: the step
 timings reach its window, the summary says how each figure was obtained, the gauge and the advice
-carry the measured speedup."""
+carry the predicted speedup, named a prediction."""
 from __future__ import annotations
 
 import pytest
@@ -41,12 +41,12 @@ def test_probe_and_speculative_steps_reach_the_window(run) -> None:
 def test_summary_gauge_and_advice_agree(run) -> None:
     _, agent = run
     by_task = report.summary(agent.state)["spec"]["by_task"]
-    measured = {t: s for t, s in by_task.items() if s["basis"] == "measured"}
+    measured = {t: s for t, s in by_task.items() if s["basis"] == "predicted_from_probe_steps"}
     assert measured, by_task
     for task, s in measured.items():
         low, high = s["speedup_interval"]
         assert low <= s["predicted_speedup"] <= high
-        assert s["how"].startswith("measured: ") and s["samples"]["probe_steps"] >= 1
+        assert s["how"].startswith("predicted, not measured: estimated from ") and s["samples"]["probe_steps"] >= 1
     fams = {f.name: f for f in text_string_to_metric_families(generate_latest(agent.registry).decode())}
     gauge = {smp.labels["task"]: smp.value for smp in fams[C.SPEC_PREDICTED_SPEEDUP.name].samples}
     assert gauge == pytest.approx({t: s["predicted_speedup"] for t, s in measured.items()})

@@ -10,7 +10,7 @@ import pytest
 
 from infersight.correlate.frames import SPEC_COLUMNS, STEP_TIMING_COLUMNS
 from infersight.correlate.spec_speedup import (
-    ENGINE_ID_SHIFT, MEASURED, MODEL_ERROR, NO_PROBES, NO_TIMING, join_steps, speedup_by_task, step_costs, summary_by_task,
+    ENGINE_ID_SHIFT, MODEL_ERROR, NO_PROBES, NO_TIMING, PREDICTED, join_steps, speedup_by_task, step_costs, summary_by_task,
 )
 
 E1 = 1 << ENGINE_ID_SHIFT  # ids of a second engine, as the agent offsets them
@@ -21,7 +21,7 @@ def _steps(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame([{
         "step_id": sid, "start_ns": start, "end_ns": start + dur, "schedule_ns": 1, "draft_ns": draft,
         "target_ns": target, "decode_requests": b, "prefill_tokens": prefill, "spec_tokens": 0 if probe else 4 * b,
-        "spec_accepted": 0, "draft_forwards": 0 if probe else 4, "spec_probe": probe}
+        "spec_accepted": 0, "draft_forwards": 0 if probe else 4, "spec_probe": probe, "graph_captures": 0}
         for sid, start, dur, draft, target, b, prefill, probe in rows]).astype(STEP_TIMING_COLUMNS)
 
 
@@ -57,7 +57,7 @@ def test_step_costs_are_medians_per_batch_size() -> None:
 def test_pure_decode_speedup_is_tau_times_plain_over_spec_step() -> None:
     t = speedup_by_task(SPEC, STEPS).set_index("task")
     code, qa = t.loc["code"], t.loc["qa"]
-    assert code.basis == MEASURED and code.timed_verifications == 4 and code.mixed_verifications == 0
+    assert code.basis == PREDICTED and code.timed_verifications == 4 and code.mixed_verifications == 0
     # (tau / Ts) / (1 / Tp) = 3 * 110 / 310
     assert code.predicted_speedup == pytest.approx(330 / 310)
     assert qa.predicted_speedup == pytest.approx(110 / 310)
@@ -115,6 +115,18 @@ def test_join_keeps_engines_apart_and_drops_what_no_step_holds() -> None:
     assert t.loc["code", "verifications"] == 6 and t.loc["code", "timed_verifications"] == 5
 
 
+def test_steps_that_captured_a_graph_are_left_out() -> None:
+    """A capture (seconds' order on CUDA) lands on the first plain step at a batch size: a probe. Left
+    in, it would be the plain median; left out, the figures are those of the steps without it."""
+    captured = _steps([(7, 6000, 5000, 0, 4900, 2, 0, True), (8, 7000, 9000, 160, 120, 2, 0, False)]
+                      ).assign(graph_captures=[1, 2])
+    steps = pd.concat([STEPS, captured], ignore_index=True)
+    pd.testing.assert_frame_equal(step_costs(steps), step_costs(STEPS))
+    pd.testing.assert_frame_equal(speedup_by_task(SPEC, steps), speedup_by_task(SPEC, STEPS))
+    # ... while without the mark the 5,000 ns probe would move the plain median (110 -> 115).
+    assert step_costs(pd.concat([STEPS, captured.assign(graph_captures=0)])).iloc[0].plain_step_ns == 115
+
+
 def test_without_probes_or_timings_nothing_is_predicted() -> None:
     no_probes = speedup_by_task(SPEC, STEPS[~STEPS["spec_probe"]]).set_index("task")
     assert set(no_probes["basis"]) == {NO_PROBES} and no_probes["predicted_speedup"].isna().all()
@@ -127,12 +139,13 @@ def test_without_probes_or_timings_nothing_is_predicted() -> None:
 def test_summary_says_how_each_figure_was_obtained() -> None:
     s = summary_by_task(speedup_by_task(SPEC, STEPS))
     code = s["code"]
-    assert code["basis"] == MEASURED and code["how"].startswith("measured: 3.00 tokens per verification (mean of 4)")
+    assert code["basis"] == PREDICTED and code["how"].startswith("predicted, not measured: estimated from 3 plain probe steps")
+    assert "3.00 tokens per verification (mean of 4)" in code["how"]
     assert code["samples"] == {"verifications": 4, "timed_verifications": 4, "mixed_verifications": 0,
                                "spec_steps": 2, "probe_steps": 3}
     assert code["parts_ms"]["plain_step"] == pytest.approx(110e-6)
     assert code["model_speedup"] == pytest.approx(3 / (4 * 40 / 95 + 1)) and code["model"].startswith("tau /")
-    assert summary_by_task(speedup_by_task(SPEC, STEPS.iloc[:0]))["qa"]["how"].startswith("not measured")
+    assert summary_by_task(speedup_by_task(SPEC, STEPS.iloc[:0]))["qa"]["how"].startswith("not predicted")
 
 
 def test_inputs_are_not_changed() -> None:

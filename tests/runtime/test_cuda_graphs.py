@@ -216,3 +216,35 @@ def test_compile_layers_is_ignored_on_the_cpu() -> None:
     model = LLM("tiny-draft", max_model_len=64, compile_layers=True).engine.target.model
     norm = next(m for m in model.modules() if isinstance(m, RMSNorm))
     assert "forward" not in vars(norm)  # the class's own forward: nothing was compiled
+
+
+class _Steps(EngineObserver):
+    def __init__(self) -> None:
+        self.steps: list = []
+
+    def on_step_end(self, stats) -> None:  # type: ignore[no-untyped-def]
+        self.steps.append(stats)
+
+
+@cuda
+def test_steps_that_capture_say_so_and_capture_all_leaves_none_to_capture() -> None:
+    """A lazy capture lands on the first decode step at each (batch size, width): that step says
+    so (StepStats.graph_captures), since it is no sample of the steady step time. After
+    capture_decode_graphs no step captures, and the tokens are those of the lazy engine."""
+    runs = []
+    for up_front in (False, True):
+        obs = _Steps()
+        llm = LLM(DENSE, device="cuda", dtype="float32", max_model_len=160, num_kv_blocks=64, block_size=16,
+                  max_num_seqs=8, enable_prefix_caching=False, observer=obs)
+        graphs = llm.engine.target.graphs
+        assert graphs is not None, llm.engine.target.graph_blocker
+        captured = llm.engine.capture_decode_graphs() if up_front else 0
+        assert captured == (len(graphs.batch_sizes) * len(graphs.widths) if up_front else 0)
+        params = SamplingParams(temperature=0.0, max_tokens=70, ignore_eos=True)
+        tokens = [o.token_ids for o in llm.generate(PROMPTS[:2], params)]
+        runs.append((tokens, [s.graph_captures for s in obs.steps], graphs.num_captures - captured))
+    (lazy_tokens, lazy_marks, lazy_captures), (tokens, marks, later_captures) = runs
+    assert tokens == lazy_tokens
+    # Lazily: one capture per (bucket, width) met, each on the step that paid for it.
+    assert sum(lazy_marks) == lazy_captures >= 2 and max(lazy_marks) == 1
+    assert later_captures == 0 and set(marks) == {0}
