@@ -35,12 +35,13 @@ from infersight.agent.recorder_config import RecorderConfig
 from infersight.agent.recorder_store import WindowStore
 from infersight.agent.recorder_triggers import TriggerGate, preemption_storm, slo_breach, step_time_jump
 from infersight.agent.recorder_view import GaugeRows, fold_window, gauge_rows, summary_block, zero_recorder_series
-from infersight.agent.recorder_window import CPU_CEILINGS, analyze_window
+from infersight.agent.recorder_window import analyze_window
 from infersight.agent.state import AgentState
 from infersight.correlate.kernel_windows import WindowSummary
 from infersight.exporters import catalogue as C
+from infersight.kernels.ceiling_lookup import CeilingQuery
+from infersight.kernels.ceilings import DeviceCeilings
 from infersight.kernels.frames import TraceError
-from infersight.kernels.roofline import DeviceCeilings
 from infersight.kernels.shapes import shapes_path_for
 
 log = logging.getLogger("infersight.agent")
@@ -72,10 +73,9 @@ class FlightRecorder:
         self.budget = WindowBudget(config.budget, config.initial_cost_s)
         self.store = WindowStore(config.keep, config.max_bytes, config.directory)
         self.gate = TriggerGate(config.trigger_cooldown_s)
-        self.gpu_ceilings = DeviceCeilings(peak_tflops=config.peak_tflops or DeviceCeilings().peak_tflops,
-                                           peak_gbps=config.peak_gbps or DeviceCeilings().peak_gbps)
-        self.cpu_ceilings = DeviceCeilings(CPU_CEILINGS.name, config.peak_tflops or CPU_CEILINGS.peak_tflops,
-                                           config.peak_gbps or CPU_CEILINGS.peak_gbps)
+        # Looked up per window for the device that ran it (agent.recorder_window), given peaks first.
+        self.ceiling_query = CeilingQuery(peak_tflops=config.peak_tflops, peak_gbps=config.peak_gbps,
+                                          given_as=("--recorder-peak-tflops", "--recorder-peak-gbps"))
         self.history = pd.DataFrame({c: pd.Series(dtype="int64") for c in STEP_FIELDS})
         self._keep_from: int | None = None  # the oldest step id a window or capture may still need
         self._read_s = 0.0  # when the rings were last read (poll's read_s)
@@ -83,7 +83,7 @@ class FlightRecorder:
         self._pending: list[dict[str, Any]] = []   # windows / captures waiting for their cost
         self._triggered: list[tuple[CaptureRecord, str]] = []  # triggered captures not yet ended
         self._last_window_wall = -1e18
-        self.ceilings_used: DeviceCeilings | None = None
+        self.ceilings_used: DeviceCeilings | None = None  # of the last window placed against a known ceiling
         self.roof_fraction: dict[str, float] = {}
         self.triggers: deque[dict[str, Any]] = deque(maxlen=64)
         self.costs: deque[dict[str, float]] = deque(maxlen=256)
@@ -168,12 +168,15 @@ class FlightRecorder:
         if record.state == "done" and record.path:
             try:
                 analyze = self.vllm.analyze if vllm else analyze_window
-                summary, self.ceilings_used = analyze(record.path, first_step, self.gpu_ceilings, self.cpu_ceilings)
+                summary, lookup = analyze(record.path, first_step, self.ceiling_query)
             except (TraceError, OSError, ValueError) as exc:
                 entry["error"] = str(exc)
             else:
                 self._fold(summary)
                 entry["summary"] = summary.as_dict()
+                if lookup is not None:  # the window placed a roofline: against these ceilings, or none known
+                    entry["ceilings"] = lookup.as_dict()
+                    self.ceilings_used = lookup.ceilings or self.ceilings_used
             finally:
                 if not self.config.keep_traces:
                     self._delete_trace(record.path)

@@ -17,8 +17,9 @@ class RecorderConfig:
     --slo-*-s, judged at slo_quantile over the last slo_window requests; preemption_storm:
     preemptions within storm_steps steps; step_jump: the decode-step slowdown factor. A trigger takes
     a full capture of trigger_steps steps, at most one per trigger_cooldown_s.
-    peak_tflops / peak_gbps: the roofline's ceilings (None: H200 for GPU traces, a nominal CPU
-    figure for CPU ones)."""
+    peak_tflops / peak_gbps: the roofline's ceilings, labelled given (None: looked up for the device
+    that ran the window: measured by `infersight bench ceilings`, else its datasheet's, else none;
+    kernels.ceiling_lookup)."""
 
     budget: float = 0.005
     window_steps: int = 4

@@ -16,7 +16,7 @@ from infersight.agent.recorder_store import WindowStore
 from infersight.correlate.kernel_windows import WindowSummary
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import LabelledCounter
-from infersight.kernels.roofline import DeviceCeilings
+from infersight.kernels.ceilings import CeilingSource, DeviceCeilings
 
 #: (spec, [(label values, value)]) per gauge, as exporters.recorder reads them.
 GaugeRows = list[tuple[C.MetricSpec, list[tuple[list[str], float]]]]
@@ -58,7 +58,8 @@ def fold_window(counters: dict[str, LabelledCounter], s: WindowSummary) -> dict[
 def gauge_rows(budget: WindowBudget, roof_fraction: dict[str, float],
                ceilings_used: DeviceCeilings | None) -> GaugeRows:
     """The recorder's gauges: its budget, cost ratio and window interval, the roof fractions and, once a
-    window was analysed, the peaks of the ceilings it was measured against."""
+    window was placed against known ceilings, their peaks, labelled with each one's source (measured,
+    datasheet or given: kernels.ceilings)."""
     rows: GaugeRows = [
         (C.RECORDER_BUDGET, [([], budget.budget)]),
         (C.RECORDER_COST_RATIO, [([], budget.cost_ratio)]),
@@ -66,9 +67,13 @@ def gauge_rows(budget: WindowBudget, roof_fraction: dict[str, float],
         (C.KERNEL_ROOF_FRACTION, [([k], v) for k, v in sorted(dict(roof_fraction).items())])]
     if ceilings_used is not None:
         c = ceilings_used
-        rows += [(C.KERNEL_PEAK_FLOPS, [([c.name], c.peak_tflops * 1e12)]),
-                 (C.KERNEL_PEAK_BYTES, [([c.name], c.peak_gbps * 1e9)])]
+        rows += [(C.KERNEL_PEAK_FLOPS, [([c.name, _kind(c.tflops_source)], c.peak_tflops * 1e12)]),
+                 (C.KERNEL_PEAK_BYTES, [([c.name, _kind(c.gbps_source)], c.peak_gbps * 1e9)])]
     return rows
+
+
+def _kind(source: CeilingSource | None) -> str:
+    return source.kind if source is not None else "given"
 
 
 def summary_block(budget: WindowBudget, costs: Iterable[dict[str, Any]], store: WindowStore,

@@ -49,7 +49,8 @@ from infersight.correlate.kernel_windows import WindowSummary, summarize_window
 from infersight.kernels.categories import classify
 from infersight.kernels.frames import empty_frame
 from infersight.kernels.kineto import read_json_document
-from infersight.kernels.roofline import ROOFLINE_COLUMNS, DeviceCeilings
+from infersight.kernels.ceiling_lookup import CeilingLookup, CeilingQuery
+from infersight.kernels.roofline import ROOFLINE_COLUMNS
 from infersight.kernels.shapes import engine_step_ids
 from infersight.sources.vllm_trace import with_step_ranges
 
@@ -64,15 +65,15 @@ MAX_LATE_STEPS = 128
 IDLE_S = 2.0
 
 
-def analyze_vllm_window(path: str | Path, first_step: int, gpu_ceilings: DeviceCeilings,
-                        cpu_ceilings: DeviceCeilings) -> tuple[WindowSummary, DeviceCeilings]:
-    """A vLLM worker trace read into the window's summary (steps numbered from first_step) and the
-    ceilings of its kind. TraceError when it cannot be read."""
+def analyze_vllm_window(path: str | Path, first_step: int, ceilings: CeilingQuery = CeilingQuery()
+                        ) -> tuple[WindowSummary, CeilingLookup | None]:
+    """A vLLM worker trace read into the window's summary (steps numbered from first_step), and no
+    ceilings: with no shapes there is no roofline to place (`ceilings` is unused; the signature is
+    agent.recorder_window.analyze_window's). TraceError when it cannot be read."""
     doc, _ = with_step_ranges(read_json_document(path))
     trace, kind = window_trace(doc, path)
     classified = engine_step_ids(classify(trace.kernels), trace.ranges, first_step)
-    return summarize_window(classified, empty_frame(ROOFLINE_COLUMNS), kind), \
-        (gpu_ceilings if kind == "gpu" else cpu_ceilings)
+    return summarize_window(classified, empty_frame(ROOFLINE_COLUMNS), kind), None
 
 
 class VllmWindows:

@@ -9,10 +9,11 @@ alternating steps: a slow eager step leaves the GPU idle long enough to lower it
 would bill the next graph step. graph_replay_ms is the device time of the decode graph alone.
 
 The roofline is the decode step's bytes (weights read once, plus the KV cache at the mean
-decode context: infersight.kernels.roofline) over the measured copy bandwidth (DeviceCeilings);
-roofline_share = roofline time / step time. hf_anchor adds Hugging Face transformers on the same
-shape in the same process (bench.hf_anchor): "eager", or "all" for eager and static-cache +
-torch.compile. The KV pool is sized for this run only: max_model_len = prompt + decode steps.
+decode context: infersight.kernels.roofline) over the device's copy bandwidth, measured by
+`infersight bench ceilings` when cached, else its datasheet's (kernels.ceiling_lookup;
+roofline_ceiling names which); roofline_share = roofline time / step time. hf_anchor adds Hugging
+Face transformers on the same shape in the same process (bench.hf_anchor): "eager", or "all" for
+eager and static-cache + torch.compile. The KV pool is sized for this run only: max_model_len = prompt + decode steps.
 prefill_len N adds one N-token prompt prefilled in one step, in modelled TFLOP/s against the GEMM
 ceiling (bench.runtime_prefill), in a second engine after the first is gone.
 fused_forward (default) runs CUDA forwards through runtime.forward_fused; False (--unfused) through
@@ -53,6 +54,7 @@ class RuntimeBenchResult:
     roofline_step_ms: float | None = None
     roofline_share: float | None = None
     eager_roofline_share: float | None = None
+    roofline_ceiling: str | None = None  # the bandwidth the roofline used and its source (measured / datasheet)
     hf_eager_step_ms: float | None = None
     hf_static_compile_step_ms: float | None = None
     hf_note: str | None = None
@@ -66,7 +68,8 @@ class RuntimeBenchResult:
 
 
 def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | None = None) -> float:
-    """ms to move one decode step's weight and KV bytes at the device's copy bandwidth."""
+    """ms to move one decode step's weight and KV bytes at `gbps` (default: the H200 datasheet's,
+    kernels.ceilings.DeviceCeilings; bench_runtime passes the looked-up ceiling)."""
     from infersight.kernels.roofline import DeviceCeilings, StepShape, analytic_work
 
     dtype_bytes = engine.config.torch_dtype.itemsize
@@ -196,11 +199,16 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     if compare and step_times[False]:
         result.eager_decode_step_ms = round(1000 * statistics.median(dt for dt, _ in step_times[False]), 3)
     if device.startswith("cuda"):
-        roof = roofline_step_ms(engine, batch, prompt_len + decode_steps // 2)
-        result.roofline_step_ms = round(roof, 4)
-        result.roofline_share = round(roof / step_ms, 4)
-        if result.eager_decode_step_ms:
-            result.eager_roofline_share = round(roof / result.eager_decode_step_ms, 4)
+        from infersight.kernels.ceiling_lookup import lookup_ceilings
+
+        lookup = lookup_ceilings(machine, dtype, given_as=None)
+        result.roofline_ceiling = lookup.bandwidth_said()
+        if lookup.ceilings is not None:
+            roof = roofline_step_ms(engine, batch, prompt_len + decode_steps // 2, lookup.ceilings.peak_gbps)
+            result.roofline_step_ms = round(roof, 4)
+            result.roofline_share = round(roof / step_ms, 4)
+            if result.eager_decode_step_ms:
+                result.eager_roofline_share = round(roof / result.eager_decode_step_ms, 4)
     if hf_anchor != "none" or prefill_len:
         del engine, graphs
         if device.startswith("cuda"):

@@ -7,8 +7,9 @@ engine's CUDA events). TFLOP/s are MODELLED: the FLOPs come from the shape, not 
     matmuls    2 * N * n_layers * (attention + FFN weights the tokens use) + 2 * d * vocab (one logits row)
     attention  4 * n_layers * (n_heads * head_dim) * N * (N + 1) / 2 (QK^T and PV over the causal triangle)
 
-divided by the measured time, and shared against the measured dense bf16 GEMM ceiling
-(DeviceCeilings.peak_tflops, 782 TFLOP/s on our H200). A model whose max_seq_len is below N + 2
+divided by the measured time, and shared against the device's dense GEMM ceiling at the dtype:
+measured by `infersight bench ceilings` when cached, else the datasheet's, else none (share None);
+gemm_ceiling names it and its source (kernels.ceiling_lookup). A model whose max_seq_len is below N + 2
 gets a longer RoPE table for this run only (max_seq_len_raised says so); the weights are the same.
 """
 from __future__ import annotations
@@ -33,8 +34,9 @@ class LongPrefillResult:
     forward_ms: float | None       # device time of the forward (CUDA events); None on the CPU
     modelled_tflop: float
     modelled_tflops: float         # modelled FLOPs / forward time (step time on the CPU)
-    share_of_gemm_ceiling: float
+    share_of_gemm_ceiling: float | None  # None: no ceiling known for the device (gemm_ceiling says why)
     max_seq_len_raised: bool
+    gemm_ceiling: str = ""               # the ceiling shared against and its source (measured / datasheet)
 
 
 def prefill_flops(cfg: ModelConfig, tokens: int) -> float:
@@ -51,7 +53,8 @@ def bench_long_prefill(model: str, device: str, dtype: str, tokens: int, repeats
                        decode_attention: str = "auto", compile_layers: bool = False, fused_forward: bool = True
                        ) -> LongPrefillResult:
     """Prefill one `tokens`-token prompt `repeats` times after a warm-up; see the module docstring."""
-    from infersight.kernels.roofline import DeviceCeilings
+    from infersight.kernels.ceiling_cache import host_cpu_name
+    from infersight.kernels.ceiling_lookup import lookup_ceilings
 
     if tokens < 2 or repeats < 1:
         raise ValueError("prefill_len must be >= 2 and repeats >= 1")
@@ -86,8 +89,11 @@ def bench_long_prefill(model: str, device: str, dtype: str, tokens: int, repeats
     del engine
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
+    ceiling = lookup_ceilings(torch.cuda.get_device_name(device) if device.startswith("cuda") else host_cpu_name(),
+                              dtype, given_as=None)
+    share = _sig(tflops / ceiling.ceilings.peak_tflops) if ceiling.ceilings is not None else None
     return LongPrefillResult(tokens, round(step_s * 1e3, 3), round(forward_s * 1e3, 3) if forward_s else None,
-                             _sig(flop / 1e12), _sig(tflops), _sig(tflops / DeviceCeilings().peak_tflops), raised)
+                             _sig(flop / 1e12), _sig(tflops), share, raised, ceiling.compute_said())
 
 
 def _sig(x: float) -> float:

@@ -33,8 +33,10 @@ def add_recorder_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--recorder-trigger-cooldown", type=float, default=300.0, metavar="SECONDS",
                    help="at most one triggered capture per this many seconds (default 300)")
     g.add_argument("--recorder-peak-tflops", type=float, metavar="TFLOPS",
-                   help="the roofline's compute ceiling (default: H200 for GPU traces, nominal for CPU)")
-    g.add_argument("--recorder-peak-gbps", type=float, metavar="GBPS", help="the roofline's bandwidth ceiling")
+                   help="the roofline's compute ceiling, labelled given (default: the window's device's, measured "
+                   "by `infersight bench ceilings`, else its datasheet's, else none)")
+    g.add_argument("--recorder-peak-gbps", type=float, metavar="GBPS",
+                   help="the roofline's bandwidth ceiling, labelled given (default: as --recorder-peak-tflops)")
 
 
 def recorder_config(args: argparse.Namespace) -> RecorderConfig | None:

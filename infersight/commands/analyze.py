@@ -3,8 +3,10 @@
 Reads a Kineto trace, an nsys SQLite export or an ncu CSV (infersight.kernels), or Prometheus /
 dcgm-exporter text (infersight.gpu.analyze). With a capture's shapes file (--shapes, or the one
 beside an infersight capture), or with --model, --batch and --context, it also places GEMM and
-attention on the roofline of the device (--peak-tflops / --peak-gbps); for an ncu CSV with DRAM
-metrics it compares the modelled bytes with the measured ones.
+attention on the roofline of the device: its ceilings measured by `infersight bench ceilings` (read
+from the cache), else its datasheet's, or --peak-tflops / --peak-gbps (labelled given); each named
+with its source (kernels.ceiling_lookup). For an ncu CSV with DRAM metrics it compares the modelled
+bytes with the measured ones.
 """
 from __future__ import annotations
 
@@ -99,14 +101,14 @@ def report_text(args: argparse.Namespace, model: Any = None, shapes: list[Any] |
     args: the parsed `analyze` flags; model and shapes: _roofline_inputs(args)."""
     path = Path(args.path)
     from infersight.kernels.load import detect_kind, load_trace, malformed_as_trace_error
+    from infersight.kernels.ceiling_lookup import CeilingQuery
     from infersight.kernels.report import build_report, render_text
-    from infersight.kernels.roofline import DeviceCeilings
 
     kind = detect_kind(path, args.max_bytes)
     if kind == "prometheus":
         return _exposition(path, args.format, args.max_bytes)
-    given = {"name": args.device_name, "peak_tflops": args.peak_tflops, "peak_gbps": args.peak_gbps}
-    ceilings = DeviceCeilings(**{k: v for k, v in given.items() if v is not None})
+    ceilings = CeilingQuery(args.device_name, args.dtype if args.model else None, args.peak_tflops, args.peak_gbps,
+                            Path(args.ceilings_cache) if args.ceilings_cache else None)
     if kind == "kineto":  # read once; a CPU-only trace (a vLLM CPU worker's) gets the CPU-op report
         from infersight.kernels.cpu_trace import cpu_report, has_device_activity, parse_cpu_ops
         from infersight.kernels.kineto import parse_kineto, read_json_document
@@ -166,10 +168,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     roof.add_argument("--prompt-len", type=bounded_int(1, MAX_FLAG_TOKENS),
                       help="prompt tokens per sequence in prefill (default: --context)")
     roof.add_argument("--dtype", choices=("float32", "float16", "bfloat16", "fp8"), default="bfloat16")
-    roof.add_argument("--device-name", help="device the ceilings belong to (default: NVIDIA H200)")
+    roof.add_argument("--device-name", help="device whose ceilings to use (default: the capture's own)")
     roof.add_argument("--peak-tflops", type=bounded_float(0, 1e6, low_open=True),
-                      help="peak TFLOP/s (default: 782, bf16 GEMM on our H200)")
+                      help="peak TFLOP/s, labelled given (default: the device's, measured by `infersight bench "
+                      "ceilings`, else its datasheet's, else none)")
     roof.add_argument("--peak-gbps", type=bounded_float(0, 1e6, low_open=True),
-                      help="peak GB/s (default: 4270, device copy on our H200)")
+                      help="peak GB/s, labelled given (default: as --peak-tflops, from a device copy)")
+    roof.add_argument("--ceilings-cache", metavar="PATH",
+                      help="the measured ceilings to read (default: $INFERSIGHT_CEILINGS, else "
+                      "$XDG_CACHE_HOME/infersight/ceilings.json)")
     p.set_defaults(func=_analyze)
 

@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from infersight.kernels.ceilings import DeviceCeilings
+
 #: A phase is launch-bound when this share of its windows is idle between kernels (high / medium).
 LAUNCH_BOUND_HIGH, LAUNCH_BOUND_MEDIUM = 0.5, 0.3
 #: Phases with less GPU time than this share are not worth a finding of their own.
@@ -101,26 +103,37 @@ def category_findings(categories: pd.DataFrame, kernels: pd.DataFrame) -> list[F
     return out
 
 
-def roofline_findings(roofline: pd.DataFrame, phase: str) -> list[Finding]:
-    """GEMM and attention below ROOF_FRACTION of their roof (the other rows are too small to tune)."""
+def _ceiling_said(ceilings: DeviceCeilings | None, memory: bool) -> str:
+    """" (4,800 GB/s, datasheet)": which peak a share is of, and where it came from."""
+    if ceilings is None:
+        return ""
+    source = ceilings.gbps_source if memory else ceilings.tflops_source
+    value = f"{ceilings.peak_gbps:,.0f} GB/s" if memory else f"{ceilings.peak_tflops:,.4g} TFLOP/s"
+    return f" ({value}, {source.kind if source else 'given'})"
+
+
+def roofline_findings(roofline: pd.DataFrame, phase: str, ceilings: DeviceCeilings | None = None) -> list[Finding]:
+    """GEMM and attention below ROOF_FRACTION of their roof (the other rows are too small to tune).
+    ceilings: the ones the rows were placed against, named in the text with their source."""
     out = []
+    memory_said, compute_said = _ceiling_said(ceilings, True), _ceiling_said(ceilings, False)
     for row in roofline.itertuples(index=False):
         if row.op_category not in ("GEMM", "attention-prefill", "attention-decode"):
             continue
         where = f"{phase} {row.op_category}" if phase else row.op_category
         if row.op_category == "attention-decode" and row.pct_of_peak_bw < ROOF_FRACTION:
             out.append(Finding("high" if row.pct_of_peak_bw < ROOF_FRACTION / 2 else "medium",
-                               f"decode attention reaches {_pct(row.pct_of_peak_bw)} of memory bandwidth "
+                               f"decode attention reaches {_pct(row.pct_of_peak_bw)} of memory bandwidth{memory_said} "
                                f"({row.achieved_gbps:.0f} GB/s reading the KV cache)",
                                "stream the KV cache across every SM: a split-KV (FlashDecoding) paged kernel with "
                                "enough splits and wide tile loads, with RoPE and the KV write fused in"))
         elif row.bound == "memory" and row.pct_of_roof < ROOF_FRACTION:
             out.append(Finding("medium", f"{where} is memory-bound (intensity {row.intensity:.1f} FLOP/B) and "
-                               f"reaches {_pct(row.pct_of_roof)} of the memory roof",
+                               f"reaches {_pct(row.pct_of_roof)} of the memory roof{memory_said}",
                                "raise arithmetic intensity: batch more tokens per step, or quantize weights / KV"))
         elif row.bound == "compute" and row.pct_of_roof < ROOF_FRACTION:
-            out.append(Finding("medium", f"{where} is compute-bound and reaches {_pct(row.pct_of_roof)} of peak "
-                               f"({row.achieved_tflops:.1f} TFLOP/s)",
+            out.append(Finding("medium", f"{where} is compute-bound and reaches {_pct(row.pct_of_roof)} of "
+                               f"peak{compute_said} ({row.achieved_tflops:.1f} TFLOP/s)",
                                "use tensor-core friendly dtypes and shapes (bf16/fp8, multiples of 64), "
                                "and fused attention kernels"))
     return out

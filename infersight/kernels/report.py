@@ -6,8 +6,9 @@ span_ns} (kernels, copies and memsets), categories [{name, count, total_ns, shar
 [phase_breakdown rows], ranges [{name, count, kernel_ns, share}] (kernel time by enclosing range
 name), streams [idle_gaps rows], top_kernels [...], roofline [{phase, op_category, ...}] (only
 with a model and step shapes, or a capture's shapes file: phase "captured"; for ncu with DRAM
-metrics, also measured_bytes and model_error), findings [{severity, text, action}]. Shares are
-of all GPU time.
+metrics, also measured_bytes and model_error), ceilings (kernels.ceiling_lookup.CeilingLookup.
+as_dict: the peaks and each one's source, measured / datasheet / given, or known: false and why),
+findings [{severity, text, action}]. Shares are of all GPU time.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import pandas as pd
 from infersight.kernels import findings as rules
 from infersight.kernels.attribution import kernel_time_by_range
 from infersight.kernels.categories import classify
+from infersight.kernels.ceiling_lookup import CeilingLookup, CeilingQuery
+from infersight.kernels.ceilings import dtype_name_for_bytes
 from infersight.kernels.frames import KernelTrace
 from infersight.kernels.roofline import (
     DeviceCeilings, StepShape, measured_dram_bytes, roofline_for_phase, roofline_for_steps, with_measured_bytes,
@@ -48,16 +51,29 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: _plain(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
 
 
+def _ceilings(trace: KernelTrace, ceilings: DeviceCeilings | CeilingQuery, shapes: Sequence[StepShape],
+              captured: CaptureShapes | None) -> CeilingLookup:
+    """The capture's ceilings: given as DeviceCeilings, or looked up for its device and dtype."""
+    dtype_bytes = captured.dtype_bytes if captured is not None else shapes[0].dtype_bytes if shapes else 2
+    dtype = dtype_name_for_bytes(dtype_bytes)
+    if isinstance(ceilings, DeviceCeilings):
+        return CeilingLookup(ceilings.name, dtype, ceilings)
+    return ceilings.lookup(trace.devices, dtype)
+
+
 def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepShape] = (),
-                 ceilings: DeviceCeilings = DeviceCeilings(), top: int = 10,
+                 ceilings: DeviceCeilings | CeilingQuery = CeilingQuery(), top: int = 10,
                  captured: CaptureShapes | None = None,
                  outside_step_ns: dict[str, float] | None = None) -> dict[str, Any]:
     """The report for one capture. model: a ModelConfig (only needed with shapes, uniform steps
-    given by hand). captured: the capture's shapes file, which models every captured step as it
-    was (roofline rows with phase "captured"). For an ncu capture with DRAM metrics, roofline rows
-    also carry measured_bytes and model_error. outside_step_ns: the engine's own step time by phase
-    outside the capture (its STEP records); gaps of a capture that slowed its steps are judged
-    against it (kernels.step_findings)."""
+    given by hand). ceilings: the roofline's, or a query that looks them up for the capture's
+    device (kernels.ceiling_lookup; default: measured, else datasheet, else none). captured: the
+    capture's shapes file, which models every captured step as it was (roofline rows with phase
+    "captured"). For an ncu capture with DRAM metrics, roofline rows also carry measured_bytes and
+    model_error. outside_step_ns: the engine's own step time by phase outside the capture (its STEP
+    records); gaps of a capture that slowed its steps are judged against it (kernels.step_findings)."""
+    lookup = _ceilings(trace, ceilings, shapes, captured)
+    used = lookup.ceilings
     k = classify(trace.kernels)
     only_kernels = k[k["category"] == "kernel"]
     categories = category_breakdown(k)
@@ -79,18 +95,20 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
     if captured is not None:
         aligned = engine_step_ids(k, trace.ranges, captured.first_step)
         placements.append(("captured", "", roofline_for_steps(aligned, captured.model, captured.steps,
-                                                              captured.dtype_bytes, ceilings)))
+                                                              captured.dtype_bytes, used)))
     if model is not None:
-        placements += [(s.phase, s.phase, roofline_for_phase(k, model, s, ceilings)) for s in shapes]
+        placements += [(s.phase, s.phase, roofline_for_phase(k, model, s, used)) for s in shapes]
     measured = measured_dram_bytes(k, trace.metrics)  # empty unless ncu collected DRAM counters
     for phase, label, placed in placements:
         if not measured.empty:
             placed = with_measured_bytes(placed, measured)
             found += rules.byte_model_findings(placed)
-        found += rules.roofline_findings(placed, label)
-        if phase == "captured" and captured is not None and (captured.steps["phase"] == "decode").all():
-            found += bandwidth_finding(placed, int(captured.steps["step_id"].nunique()), ceilings.peak_gbps,
-                                       (outside_step_ns or {}).get("decode"))
+        if used is not None:  # with no ceiling known there is no roof to fall short of
+            found += rules.roofline_findings(placed, label, used)
+        if used is not None and phase == "captured" and captured is not None \
+                and (captured.steps["phase"] == "decode").all():
+            found += bandwidth_finding(placed, int(captured.steps["step_id"].nunique()), used.peak_gbps,
+                                       (outside_step_ns or {}).get("decode"), used.gbps_source)
         roof_parts.append(placed.assign(phase=phase))
     if trace.kind == "ncu":  # one profiled kernel "taking all the time" says nothing
         found += rules.sol_findings(trace.metrics) + rules.ncu_findings(trace.rules)
@@ -110,7 +128,7 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
         "streams": records(streams),
         "top_kernels": records(tops),
         "roofline": records(roofline),
-        "ceilings": {"name": ceilings.name, "peak_tflops": ceilings.peak_tflops, "peak_gbps": ceilings.peak_gbps},
+        "ceilings": lookup.as_dict(),
         "graph_launch_share": graph_share, "outside_step_ns": dict(outside_step_ns or {}),
         "findings": [f.as_dict() for f in rules.sort_findings(found)],
     }
@@ -122,6 +140,18 @@ def _ms(ns: float) -> str:
 
 def _short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def ceilings_lines(c: dict[str, Any]) -> list[str]:
+    """The roofline's header: the ceilings and where each came from, or why there are none."""
+    if not c.get("known", True):
+        return [f"roofline (modelled work over measured kernel time): {c['note']}"]
+    lines = [f"roofline vs {c['name']} (modelled work over measured kernel time):"]
+    for value, unit, source in ((f"{c['peak_tflops']:,.4g}", "TFLOP/s", c.get("tflops_source")),
+                                (f"{c['peak_gbps']:,.0f}", "GB/s", c.get("gbps_source"))):
+        said = f"{source['kind']}: {source['detail']}" if source else "source not recorded"
+        lines.append(f"  {value} {unit}, {said}")
+    return lines
 
 
 def render_text(report: dict[str, Any], max_ranges: int = 15) -> str:
@@ -152,11 +182,11 @@ def render_text(report: dict[str, Any], max_ranges: int = 15) -> str:
     out += [f"{_short(t['name']):<60} {t['count']:>7} {_ms(t['total_ns']):>14} {100 * t['share']:>6.1f}%"
             for t in report["top_kernels"]]
     if report["roofline"]:
-        c = report["ceilings"]
-        out += ["", f"roofline vs {c['name']} ({c['peak_tflops']:.0f} TFLOP/s, {c['peak_gbps']:.0f} GB/s)",
+        out += ["", *ceilings_lines(report["ceilings"]),
                 "phase    category             FLOP/B  TFLOP/s     GB/s  bound    of roof"]
         out += [f"{r['phase']:<8} {r['op_category']:<18} {r['intensity'] or 0:>8.1f} {r['achieved_tflops']:>8.2f} "
-                f"{r['achieved_gbps']:>8.1f}  {r['bound']:<8} {100 * (r['pct_of_roof'] or 0):>6.1f}%"
+                f"{r['achieved_gbps']:>8.1f}  {r['bound']:<8} "
+                + (f"{100 * r['pct_of_roof']:>6.1f}%" if r["pct_of_roof"] is not None else "    n/a")
                 for r in report["roofline"]]
         measured = [r for r in report["roofline"] if r.get("measured_bytes") is not None]
         if measured:

@@ -18,8 +18,11 @@ once); steps_work sums it over a capture's steps (its shapes file, infersight.ke
 analytic_work is the uniform case the CLI's --batch/--context describe. measured_dram_bytes reads
 ncu's DRAM counters per category, so the byte model can be checked against the hardware.
 
-Achieved TFLOP/s and GB/s = work / kernel time of that category. The verdict compares the
-arithmetic intensity (FLOPs per byte) with the device's ridge point, peak FLOP/s / peak B/s.
+Achieved TFLOP/s and GB/s = work / kernel time of that category: modelled work over measured
+time. The verdict compares the arithmetic intensity (FLOPs per byte) with the device's ridge point,
+peak FLOP/s / peak B/s. The peaks (DeviceCeilings, kernels.ceilings) each name their source:
+measured by `infersight bench ceilings`, a datasheet, or given; with no ceiling known (None) the
+roof columns are NaN and the bound "unknown".
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from infersight.kernels.ceilings import DeviceCeilings
 from infersight.kernels.frames import empty_frame
 
 if TYPE_CHECKING:  # runtime.config imports torch; analysing a capture must not need it
@@ -40,21 +44,6 @@ ROOFLINE_COLUMNS = {"op_category": "object", "flops": "float64", "bytes": "float
                     "intensity": "float64", "achieved_tflops": "float64", "achieved_gbps": "float64",
                     "bound": "object", "roof_tflops": "float64", "pct_of_roof": "float64",
                     "pct_of_peak_flops": "float64", "pct_of_peak_bw": "float64"}
-
-
-@dataclass(frozen=True)
-class DeviceCeilings:
-    """Peak throughput to compare against. Defaults: our H200, measured (dense bf16 GEMM and a
-    device-to-device copy), not the datasheet."""
-
-    name: str = "NVIDIA H200"
-    peak_tflops: float = 782.0
-    peak_gbps: float = 4270.0
-
-    @property
-    def ridge(self) -> float:
-        """FLOPs per byte where the memory roof meets the compute roof."""
-        return self.peak_tflops * 1e12 / (self.peak_gbps * 1e9)
 
 
 @dataclass(frozen=True)
@@ -140,13 +129,14 @@ def steps_work(model: ModelConfig, steps: pd.DataFrame, dtype_bytes: int = 2) ->
     return total.astype(WORK_COLUMNS)
 
 
-def place_on_roofline(work: pd.DataFrame, kernel_ns: pd.Series, ceilings: DeviceCeilings = DeviceCeilings()
-                      ) -> pd.DataFrame:
+def place_on_roofline(work: pd.DataFrame, kernel_ns: pd.Series,
+                      ceilings: DeviceCeilings | None = DeviceCeilings()) -> pd.DataFrame:
     """Join work (op_category, flops, bytes; for the same steps as the time) with kernel_ns
     (index op_category). Categories without measured time are dropped. Columns: op_category,
     flops, bytes, kernel_ns, intensity (FLOP/byte), achieved_tflops, achieved_gbps, bound (memory
     when intensity < ridge, else compute), roof_tflops (min(peak, intensity * peak B/s)),
-    pct_of_roof, pct_of_peak_flops, pct_of_peak_bw (fractions, 1.0 = at the ceiling)."""
+    pct_of_roof, pct_of_peak_flops, pct_of_peak_bw (fractions, 1.0 = at the ceiling). ceilings None
+    (none known): bound "unknown" and the roof and pct columns NaN."""
     df = work.assign(kernel_ns=work["op_category"].map(kernel_ns).fillna(0).astype(np.int64))
     df = df[df["kernel_ns"] > 0]
     if df.empty:
@@ -155,16 +145,20 @@ def place_on_roofline(work: pd.DataFrame, kernel_ns: pd.Series, ceilings: Device
     intensity = df["flops"] / df["bytes"].where(df["bytes"] > 0, np.nan)
     tflops = df["flops"] / seconds / 1e12
     gbps = df["bytes"] / seconds / 1e9
-    roof = np.minimum(ceilings.peak_tflops, intensity * ceilings.peak_gbps / 1e3)
-    out = df.assign(intensity=intensity, achieved_tflops=tflops, achieved_gbps=gbps,
-                    bound=np.where(intensity < ceilings.ridge, "memory", "compute"), roof_tflops=roof,
-                    pct_of_roof=tflops / roof, pct_of_peak_flops=tflops / ceilings.peak_tflops,
-                    pct_of_peak_bw=gbps / ceilings.peak_gbps)
+    out = df.assign(intensity=intensity, achieved_tflops=tflops, achieved_gbps=gbps)
+    if ceilings is None:
+        out = out.assign(bound="unknown", roof_tflops=np.nan, pct_of_roof=np.nan, pct_of_peak_flops=np.nan,
+                         pct_of_peak_bw=np.nan)
+    else:
+        roof = np.minimum(ceilings.peak_tflops, intensity * ceilings.peak_gbps / 1e3)
+        out = out.assign(bound=np.where(intensity < ceilings.ridge, "memory", "compute"), roof_tflops=roof,
+                         pct_of_roof=tflops / roof, pct_of_peak_flops=tflops / ceilings.peak_tflops,
+                         pct_of_peak_bw=gbps / ceilings.peak_gbps)
     return out[list(ROOFLINE_COLUMNS)].astype(ROOFLINE_COLUMNS).reset_index(drop=True)
 
 
 def roofline_for_phase(classified: pd.DataFrame, model: ModelConfig, shape: StepShape,
-                       ceilings: DeviceCeilings = DeviceCeilings()) -> pd.DataFrame:
+                       ceilings: DeviceCeilings | None = DeviceCeilings()) -> pd.DataFrame:
     """place_on_roofline for the kernels of one phase (classify()'s phase == shape.phase): the
     work of one step times the number of distinct steps measured (1 when there are no steps)."""
     k = classified[classified["phase"] == shape.phase]
@@ -177,7 +171,7 @@ def roofline_for_phase(classified: pd.DataFrame, model: ModelConfig, shape: Step
 
 
 def roofline_for_steps(classified: pd.DataFrame, model: ModelConfig, steps: pd.DataFrame, dtype_bytes: int = 2,
-                       ceilings: DeviceCeilings = DeviceCeilings()) -> pd.DataFrame:
+                       ceilings: DeviceCeilings | None = DeviceCeilings()) -> pd.DataFrame:
     """place_on_roofline for a capture whose steps are known one by one (steps as in steps_work,
     e.g. a capture's shapes file). Kernels are those of these steps when the trace has step ids,
     else all of them (an ncu capture of exactly that window)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from infersight.kernels.ceilings import CeilingSource
 from infersight.kernels.findings import GRAPH_REPLAY_ACTION, LAUNCH_BOUND_HIGH, LAUNCH_BOUND_MEDIUM, MIN_PHASE_SHARE, Finding, _pct
 
 #: A captured step this many times slower than outside the capture was distorted by the capture.
@@ -73,9 +74,10 @@ def outside_step_findings(phases: pd.DataFrame, outside_step_ns: dict[str, float
 
 
 def bandwidth_finding(roofline: pd.DataFrame, captured_steps: int, peak_gbps: float,
-                      outside_step_ns: float | None) -> list[Finding]:
+                      outside_step_ns: float | None, source: CeilingSource | None = None) -> list[Finding]:
     """The memory-bound rows of the captured steps together: bytes per step, their rate while the
-    kernels run against the memory roof, and (when known) per step time outside the capture."""
+    kernels run against the memory roof, and (when known) per step time outside the capture.
+    source: where peak_gbps came from (kernels.ceilings), named in the text."""
     rows = roofline[(roofline["bound"] == "memory") & (roofline["kernel_ns"] > 0)] if not roofline.empty else roofline
     if rows.empty or captured_steps <= 0:
         return []
@@ -85,7 +87,7 @@ def bandwidth_finding(roofline: pd.DataFrame, captured_steps: int, peak_gbps: fl
     parts = ", ".join(f"{r.op_category} {_pct(r.pct_of_peak_bw)}" for r in rows.itertuples(index=False))
     text = (f"decode is memory-bound: its kernels ({', '.join(rows['op_category'])}) move {per_step / 1e9:.2f} GB "
             f"per step at {gbps:,.0f} GB/s while they run, {_pct(gbps / peak_gbps)} of the {peak_gbps:,.0f} GB/s "
-            f"memory roof ({parts})")
+            f"memory roof{f' ({source.kind})' if source else ''} ({parts})")
     if outside_step_ns:
         text += (f"; over the whole {outside_step_ns / 1e6:.2f} ms step outside the capture, "
                  f"{_pct(per_step / outside_step_ns / peak_gbps)} of it")

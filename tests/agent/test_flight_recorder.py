@@ -76,7 +76,14 @@ def runs():
         run.probe.close()
 
 
-def test_windows_are_sampled_analysed_and_folded_into_kernel_series(tmp_path, runs) -> None:
+def test_windows_are_sampled_analysed_and_folded_into_kernel_series(tmp_path, runs, monkeypatch) -> None:
+    # This host's CPU ceilings as `bench ceilings --device cpu` caches them (values of our choosing).
+    from infersight.kernels.ceiling_cache import CeilingMeasurement, host_cpu_name, torch_version, write_cache
+
+    measured = CeilingMeasurement(host_cpu_name(), "float32", torch_version() or "none", "this-host",
+                                  "2026-12-01T00:00:00Z", "perf_counter", 7.5, 1 << 28, 0.04, 2048, 5, 2)
+    monkeypatch.setenv("INFERSIGHT_CEILINGS", str(tmp_path / "ceilings.json"))
+    write_cache(measured)
     run = drive(start(tmp_path, RecorderConfig(budget=0.45, initial_cost_s=0.002, directory=str(tmp_path / "rec"),
                                                **QUIET)), requests=4, tokens=150)
     runs.append(run)
@@ -97,9 +104,13 @@ def test_windows_are_sampled_analysed_and_folded_into_kernel_series(tmp_path, ru
     assert run.value(C.KERNEL_TIME.sample, category="GEMM", phase="decode") > 0
     assert 0 < run.value(C.KERNEL_IDLE.sample, phase="decode") < run.value(C.KERNEL_STEP_WINDOW.sample, phase="decode")
     assert run.value(C.KERNEL_ACTIVITIES.sample, phase="decode") > 10 * decode_steps  # many ops per step
-    # The roofline of the sampled steps, against the CPU ceiling it names.
+    # The roofline of the sampled steps, against this CPU's measured ceilings, named with their source.
     assert run.value(C.KERNEL_FLOPS.sample, category="GEMM") > 0 < run.value(C.KERNEL_ROOF_TIME.sample, category="GEMM")
-    assert run.value(C.KERNEL_PEAK_FLOPS.name, ceiling="CPU (nominal)") == 1e12
+    assert run.value(C.KERNEL_PEAK_FLOPS.name, ceiling=measured.device, source="measured") == measured.gemm_tflops * 1e12
+    assert run.value(C.KERNEL_PEAK_BYTES.name, ceiling=measured.device, source="measured") == measured.copy_gbps * 1e9
+    assert run.value(C.KERNEL_ROOF_FRACTION.name, category="GEMM") > 0
+    said = windows[-1]["ceilings"]
+    assert said["gbps_source"]["kind"] == "measured" and "this-host" in said["gbps_source"]["detail"]
     # Every window's cost was measured from the step records; the counters add them up.
     costs = [w["cost"]["cost_s"] for w in windows]
     assert run.value(C.RECORDER_COST.sample, kind="window") == pytest.approx(sum(costs))

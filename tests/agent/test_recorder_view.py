@@ -60,9 +60,11 @@ def test_gauges_show_the_ceilings_only_once_a_window_was_measured_against_them()
     assert [(spec.name, rows) for spec, rows in plain] == [
         (C.RECORDER_BUDGET.name, [([], 0.01)]), (C.RECORDER_COST_RATIO.name, [([], 0.0)]),
         (C.RECORDER_INTERVAL.name, [([], 2.0)]), (C.KERNEL_ROOF_FRACTION.name, [(["gemm"], 0.25)])]
-    peaks = gauge_rows(budget, {}, DeviceCeilings("cpu", 2.0, 30.0))[-2:]
-    assert [(spec.name, rows) for spec, rows in peaks] == [(C.KERNEL_PEAK_FLOPS.name, [(["cpu"], 2e12)]),
-                                                          (C.KERNEL_PEAK_BYTES.name, [(["cpu"], 30e9)])]
+    peaks = gauge_rows(budget, {}, DeviceCeilings("cpu", 2.0, 30.0))[-2:]  # numbers given by hand: "given"
+    assert [(spec.name, rows) for spec, rows in peaks] == [(C.KERNEL_PEAK_FLOPS.name, [(["cpu", "given"], 2e12)]),
+                                                          (C.KERNEL_PEAK_BYTES.name, [(["cpu", "given"], 30e9)])]
+    sheet = gauge_rows(budget, {}, DeviceCeilings())[-2:]  # the default: the H200's datasheet
+    assert [rows[0][0] for _, rows in sheet] == [["NVIDIA H200", "datasheet"]] * 2
 
 
 def test_the_summary_block_takes_medians_of_window_costs_and_the_last_analysed_windows_shares() -> None:

@@ -41,8 +41,19 @@ def test_prefill_flops_count_the_matmuls_and_the_causal_triangle() -> None:
     assert prefill_flops(LONG, n) == pytest.approx(matmuls + attention, rel=1e-12)
 
 
-def test_long_prefill_runs_in_one_step_past_the_model_length() -> None:
+def test_long_prefill_runs_in_one_step_past_the_model_length(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     from infersight.bench.runtime_prefill import prefill_flops
+    from infersight.kernels.ceiling_cache import CeilingMeasurement, host_cpu_name, torch_version, write_cache
+
+    monkeypatch.setenv("INFERSIGHT_CEILINGS", str(tmp_path / "ceilings.json"))  # this host's CPU: none measured
+    unknown = bench_runtime(model=LONG, batch=1, prompt_len=8, decode_steps=3, repeats=1,  # type: ignore[arg-type]
+                            prefill_len=16).long_prefill
+    assert unknown is not None and unknown.share_of_gemm_ceiling is None
+    assert f"ceiling known for {host_cpu_name()} (float32)" in unknown.gemm_ceiling
+    # as `bench ceilings --device cpu` caches it
+    gemm = CeilingMeasurement(host_cpu_name(), "float32", torch_version() or "none", "this-host",
+                              "2026-12-01T00:00:00Z", "perf_counter", 7.5, 1 << 28, 0.04, 2048, 5, 2)
+    write_cache(gemm)
 
     short = ModelConfig("br-short", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
     result = bench_runtime(model=short, batch=1, prompt_len=8, decode_steps=3, repeats=1, prefill_len=100)  # type: ignore[arg-type]
@@ -53,7 +64,8 @@ def test_long_prefill_runs_in_one_step_past_the_model_length() -> None:
     assert long.modelled_tflop == pytest.approx(flop / 1e12, rel=1e-3)
     # step_ms is rounded to the microsecond: the rate follows it to that precision
     assert long.modelled_tflops == pytest.approx(flop / (long.step_ms / 1e3) / 1e12, rel=2e-3)
-    assert long.share_of_gemm_ceiling == pytest.approx(long.modelled_tflops / 782.0, rel=2e-3)
+    assert long.share_of_gemm_ceiling == pytest.approx(long.modelled_tflops / gemm.gemm_tflops, rel=2e-3)
+    assert long.gemm_ceiling.startswith("0.04 TFLOP/s on CPU") and "measured:" in long.gemm_ceiling
     with pytest.raises(ValueError, match="prefill_len"):
         bench_runtime(model=short, prefill_len=1)  # type: ignore[arg-type]
 

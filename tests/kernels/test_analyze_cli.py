@@ -55,8 +55,10 @@ def test_our_capture_json() -> None:
     assert any(f["text"].startswith("decode is launch-bound") for f in report["findings"])
 
 
-def test_roofline_options_and_text_format(capsys: pytest.CaptureFixture[str]) -> None:
+def test_roofline_options_and_text_format(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
     # In-process: --model imports the runtime (torch), which this test process has loaded anyway.
+    monkeypatch.setenv("INFERSIGHT_CEILINGS", str(tmp_path / "no-measurements.json"))  # the datasheet's ceilings
     args = ["analyze", str(OUR_TRACE), "--model", "tiny-moe", "--batch", "16", "--context", "160"]
     assert main([*args, "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -68,6 +70,47 @@ def test_roofline_options_and_text_format(capsys: pytest.CaptureFixture[str]) ->
     assert "findings:" in out and "forward.decode" in out and "roofline vs NVIDIA H200" in out
     assert main(["analyze", str(OUR_TRACE), "--model", "tiny-moe"]) == 2  # shapes are required
     assert "--batch" in capsys.readouterr().err
+
+
+H200_CAPTURE = Path(__file__).resolve().parent / "data" / "kineto_llama-1b-decode-eager-h200.json.gz"
+
+
+def _roofline_said(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[dict[str, Any], str]:
+    """(the JSON report's ceilings, the text report's roofline header) of the shipped H200 capture."""
+    assert main(["analyze", str(H200_CAPTURE), "--format", "json", *flags]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["roofline"] and {r["phase"] for r in report["roofline"]} == {"captured"}  # its shapes file
+    assert main(["analyze", str(H200_CAPTURE), *flags]) == 0
+    text = capsys.readouterr().out
+    return report["ceilings"], text[text.index("roofline"):text.index("phase    category")]
+
+
+def test_the_roofline_names_its_ceilings_source(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    from infersight.kernels.ceiling_cache import CeilingMeasurement, torch_version, write_cache
+
+    cache = tmp_path / "ceilings.json"
+    monkeypatch.setenv("INFERSIGHT_CEILINGS", str(cache))
+    # No measurement: the capture's device (its deviceProperties say NVIDIA H200) by its datasheet.
+    ceilings, said = _roofline_said(capsys)
+    assert ceilings["name"] == "NVIDIA H200" and ceilings["dtype"] == "bfloat16"  # the shapes file's 2-byte elements
+    assert ceilings["tflops_source"]["kind"] == ceilings["gbps_source"]["kind"] == "datasheet"
+    assert "datasheet: NVIDIA H200" in said and "4.8 TB/s" in said
+    # Measured on an H200 (an entry as `bench ceilings` writes it): named with its host and time.
+    m = CeilingMeasurement("NVIDIA H200", "bfloat16", torch_version() or "none", "gpu-host-7", "2026-12-02T08:00:00Z",
+                           "CUDA events", 4250.0, 2 << 30, 760.0, 8192, 20)
+    write_cache(m, cache)
+    ceilings, said = _roofline_said(capsys)
+    assert (ceilings["peak_gbps"], ceilings["peak_tflops"]) == (m.copy_gbps, m.gemm_tflops)
+    assert ceilings["gbps_source"]["kind"] == "measured" and "measured: device-to-device copy" in said
+    assert "gpu-host-7" in said and m.measured_at in said
+    # Peaks given by hand win, labelled given.
+    ceilings, said = _roofline_said(capsys, "--peak-tflops", "500", "--peak-gbps", "3000")
+    assert (ceilings["peak_tflops"], ceilings["peak_gbps"]) == (500.0, 3000.0)
+    assert "500 TFLOP/s, given: --peak-tflops" in said and "3,000 GB/s, given: --peak-gbps" in said
+    # A device with no measurement and no datasheet: no roof, and the report says so.
+    ceilings, said = _roofline_said(capsys, "--device-name", "NVIDIA L4")
+    assert ceilings["known"] is False and "no compute or memory-bandwidth ceiling known for NVIDIA L4" in said
 
 
 def test_prometheus_text_goes_to_the_gpu_analysis(shared_fixture: Callable[[str], Path]) -> None:

@@ -57,8 +57,8 @@ def test_placement_by_hand() -> None:
     assert list(placed["op_category"]) == ["GEMM", "attention-prefill"]  # no time measured: dropped
 
 
-def test_h200_defaults_and_shape_validation() -> None:
-    assert DeviceCeilings().ridge == pytest.approx(782e12 / 4.27e12)
+def test_ridge_and_shape_validation() -> None:
+    assert DeviceCeilings("hand", 2.0, 50.0).ridge == pytest.approx(2e12 / 50e9)  # FLOP/s over B/s
     with pytest.raises(ValueError):
         StepShape("train", 1, 1, 1)
     with pytest.raises(ValueError):

@@ -55,12 +55,14 @@ def _roofline(d: Dashboard, kit: PanelKit) -> Dashboard:
     d = d.with_row(kit.row("Roofline (modelled work over sampled time)"))
     d = d.with_panel(kit.timeseries("Achieved FLOP/s, by category", [
         Query(C.KERNEL_ROOF_TIME.views["flops_per_second"], "{{category}}"),
-        Query(promql.summed(C.KERNEL_PEAK_FLOPS, by="ceiling"), "peak ({{ceiling}})")], unit="flops", width=THIRD,
-        description=C.KERNEL_FLOPS.help + " Over " + C.KERNEL_ROOF_TIME.help[0].lower() + C.KERNEL_ROOF_TIME.help[1:]))
+        Query(promql.summed(C.KERNEL_PEAK_FLOPS, by="ceiling, source"), "peak ({{ceiling}}, {{source}})")],
+        unit="flops", width=THIRD,
+        description=C.KERNEL_FLOPS.help + " Over " + C.KERNEL_ROOF_TIME.help[0].lower() + C.KERNEL_ROOF_TIME.help[1:]
+        + " " + C.KERNEL_PEAK_FLOPS.help))
     d = d.with_panel(kit.timeseries("Achieved bandwidth, by category", [
         Query(C.KERNEL_ROOF_TIME.views["bytes_per_second"], "{{category}}"),
-        Query(promql.summed(C.KERNEL_PEAK_BYTES, by="ceiling"), "peak ({{ceiling}})")], unit="Bps", width=THIRD,
-        description=C.KERNEL_BYTES.help))
+        Query(promql.summed(C.KERNEL_PEAK_BYTES, by="ceiling, source"), "peak ({{ceiling}}, {{source}})")],
+        unit="Bps", width=THIRD, description=C.KERNEL_BYTES.help + " " + C.KERNEL_PEAK_BYTES.help))
     return d.with_panel(kit.bars("Roofline position: achieved over roof", [
         Query(promql.summed(C.KERNEL_ROOF_FRACTION, by="category"), "{{category}}", instant=True)],
         unit="percentunit", width=THIRD, max_value=1.0, description=C.KERNEL_ROOF_FRACTION.help))

@@ -5,7 +5,7 @@ Its counters live in the agent state like the others; its gauges are rendered by
 infersight.exporters.recorder. Kernel series sum over sampled windows only: read them as shares and
 ratios (time by category over all time, idle over step window), not as absolute rates. Label values
 are bounded: category is kernels.categories.CATEGORIES, phase is correlate.kernel_windows.WINDOW_PHASES,
-reason and outcome are the enums below."""
+reason and outcome are the enums below, source is kernels.ceilings.CEILING_KINDS."""
 from __future__ import annotations
 
 from infersight.exporters.catalogue.spec import MetricSpec, P
@@ -49,12 +49,18 @@ KERNEL_ROOF_TIME = MetricSpec(P + "kernel_roofline_seconds", "counter",
                                      "bytes_per_second": _per(P + "kernel_modelled_bytes_total",
                                                               P + "kernel_roofline_seconds_total", "category")})
 KERNEL_ROOF_FRACTION = MetricSpec(P + "kernel_roofline_fraction", "gauge",
-                                  "Achieved FLOP/s over the roof at the category's arithmetic intensity, in the last "
-                                  "window that modelled it (1.0 = on the roofline).", ("category",), "ratio")
+                                  "Achieved FLOP/s (modelled FLOPs over measured time) over the roof at the "
+                                  "category's arithmetic intensity, in the last window that modelled it (1.0 = on "
+                                  "the roofline). The roof is the kernel_peak_* ceilings; absent when none is known "
+                                  "for the device.", ("category",), "ratio")
 KERNEL_PEAK_FLOPS = MetricSpec(P + "kernel_peak_flops_per_second", "gauge",
-                               "The compute ceiling the roofline uses, by ceiling name.", ("ceiling",))
+                               "The compute ceiling the roofline uses, by device (ceiling) and source: measured "
+                               "(`infersight bench ceilings` on this machine), datasheet or given "
+                               "(--recorder-peak-tflops).", ("ceiling", "source"))
 KERNEL_PEAK_BYTES = MetricSpec(P + "kernel_peak_bytes_per_second", "gauge",
-                               "The memory-bandwidth ceiling the roofline uses, by ceiling name.", ("ceiling",))
+                               "The memory-bandwidth ceiling the roofline uses, by device (ceiling) and source: "
+                               "measured (a device copy by `infersight bench ceilings`), datasheet or given "
+                               "(--recorder-peak-gbps).", ("ceiling", "source"))
 RECORDER_WINDOWS = MetricSpec(P + "recorder_windows", "counter",
                               "Flight-recorder windows, by outcome (analysed, failed: no trace or one that did not "
                               "parse, refused: a capture was in progress).", ("outcome",))
