@@ -1,8 +1,10 @@
 """EnergyAccount: the agent's side of GPU energy accounting (agent.energy_meter does the sums).
 
-Steps go into the meter as their batch rows complete; the sampler's readings measure them; what
-no step used is counted as idle energy. A finished request's row waits until its steps have been
-measured (at most a few sampler intervals, EnergyMeter.ready), then takes its share.
+Steps go into the meter as their batch rows complete (with the PREFILL_CHUNK events that tell
+their prefilling members from their decoding ones); the sampler's readings measure them; what no
+step used is counted as idle energy. A finished request's row waits until its steps have been
+measured (at most a few sampler intervals, EnergyMeter.ready), then takes its share: a modelled
+split of measured energy, with the sampling interval's bound on it.
 """
 from __future__ import annotations
 
@@ -20,8 +22,12 @@ from infersight.gpu.samples import GpuSample
 class EnergyAccount:
     def __init__(self, counters: dict[str, LabelledCounter], gpus: tuple[int, ...], wait_s: float) -> None:
         self.counters = counters
-        # GPU energy over the steps, split by token share; rows wait for it (at most a few sampler intervals).
+        # GPU energy over the steps, split by modelled cost; rows wait for it (at most a few sampler intervals).
         self.meter = EnergyMeter(gpus, wait_s=wait_s)
+
+    def add_prefill_chunks(self, request_events: pd.DataFrame) -> None:
+        """A poll's request events, before its steps: the meter keeps the PREFILL_CHUNK ones."""
+        self.meter.add_prefill_chunks(request_events)
 
     def add_steps(self, steps: pd.DataFrame, batch: pd.DataFrame) -> None:
         """Steps with all their batch rows: measure what the readings so far cover."""
@@ -52,13 +58,14 @@ class EnergyAccount:
         ready = self.meter.ready(ids, [int(fin.get(r, -1)) for r in ids])
         return np.asarray(ready, dtype=np.int64)
 
-    def take(self, request_ids: Sequence[int]) -> tuple[list[float], list[float]]:
-        """(energy_j, gpu_sm_active_s) of each request, taken out of the account (NaN: not measured)."""
+    def take(self, request_ids: Sequence[int]) -> tuple[list[float], list[float], list[float]]:
+        """(energy_j, gpu_sm_active_s, energy_sampling_bound_j) of each request, taken out of the
+        account (NaN: not measured)."""
         if not self.meter.open:  # nothing measured (always so without a GPU): no per-row lookups
             nan = [float("nan")] * len(request_ids)  # type: ignore[arg-type]
-            return nan, list(nan)
+            return nan, list(nan), list(nan)
         measured = [self.meter.take(int(r)) for r in request_ids]
-        return [m[0] for m in measured], [m[1] for m in measured]
+        return [m[0] for m in measured], [m[1] for m in measured], [m[2] for m in measured]
 
     def forget(self, request_ids: list[int]) -> None:
         self.meter.forget(request_ids)

@@ -4,8 +4,12 @@ The GPU sampler reads the total-energy counter (NVML nvmlDeviceGetTotalEnergyCon
 field 156, dcgm-exporter DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION; all in joules once collected) every
 interval, not every step. The meter keeps those readings and, once a reading after a step's end
 has come, measures the step's window on the interpolated counter (correlate.energy) and splits
-it over the step's requests by token share (correlate.cost). Time it has accounted for ends at
-`cursor_ns`; what accrued between steps is idle energy:
+it over the step's requests by their modelled cost (correlate.token_cost: step time fitted on
+prefill, decode and draft tokens over the run's steps so far; token share until that fit can
+tell the kinds apart). A request's joules are therefore a modelled split of measured energy; with
+them goes the most the counter's sampling interval can have moved into or out of them
+(correlate.sampling_bound). Time it has accounted for ends at `cursor_ns`; what accrued between
+steps is idle energy:
 
     first reading ........ step ... gap ... step ......... cursor_ns ..... newest reading
     |<-- requests_uj (in steps) + idle_uj (gaps) == counter(cursor) - counter(first) -->|
@@ -24,12 +28,19 @@ import pandas as pd
 
 from infersight.correlate import cost
 from infersight.correlate import energy as E
+from infersight.correlate import sampling_bound as B
+from infersight.correlate import token_cost as T
 from infersight.gpu.samples import GpuSample
 
 ENERGY_FIELD = "energy_joules"
 SM_FIELD = "sm_active_ratio"
-#: Bounds on what waits for readings (steps) or for its request to finish (open shares).
+POWER_FIELD = "power_watts"
+#: What every per-request joule figure is, in the summary, the API and the docs.
+BASIS = "modelled split of measured energy"
+#: Bounds on what waits for readings (steps), for its step (prefill chunks) or for its request to
+#: finish (open shares).
 MAX_PENDING_STEPS = 20_000
+MAX_PENDING_CHUNKS = 100_000
 MAX_OPEN_REQUESTS = 50_000
 #: With no step waiting, idle time is accounted up to this long before now: a step that already ran
 #: may not have been read from its ring yet, and its window must not have been counted as idle.
@@ -67,6 +78,7 @@ class EnergyMeter:
         self.sm = self.energy.copy()  # ns of SM activity
         self._newest: dict[tuple[str, int], int] = {}  # (field, gpu) -> newest reading taken in
         self._sm_last: dict[int, tuple[int, int]] = {}  # gpu -> (ts_ns, value) the SM integral stands at
+        self.power_hi: dict[int, float] = {}  # gpu -> the most power seen (uJ per ns): interval means, gauge
         self.from_ns: int | None = None
         self.from_uj = 0  # the counter, summed over the GPUs, at from_ns
         self.cursor_ns: int | None = None
@@ -77,9 +89,18 @@ class EnergyMeter:
         self.rows_timed_out = 0
         # Steps (and their batch rows) not yet covered by a reading. Plain frames, not EventFrames:
         # building one makes every stream's empty frame, which costs more than this whole meter's poll.
-        self.pending_steps = _int_frame("step_id", "start_ns", "end_ns")
+        self.pending_steps = _int_frame("step_id", "start_ns", "end_ns", "batch_size",
+                                        *T.STEP_KIND_COLUMNS.values())
         self.pending_batch = _int_frame("step_id", "request_id", "num_tokens")
-        self.open: dict[int, list[float]] = {}  # request id -> [energy uJ, SM-active ns] so far (NaN: none)
+        self.chunks = _int_frame("request_id", "ts_ns")  # PREFILL_CHUNK events of steps not yet measured
+        # The step-time model's running normal equations, and the fit the last steps were split by.
+        self._xtx, self._xty, self._fit_steps = np.zeros((4, 4)), np.zeros(4), 0
+        self.costs = T.TokenCosts()
+        self.steps_by_model = 0  # steps split by modelled cost
+        self.steps_by_tokens = 0  # steps split by token share (no usable fit yet, or members not told apart)
+        self.bound_open = B.merge_shares(pd.DataFrame())  # sampling-bound shares of intervals still open
+        self.bound_taken_uj = 0.0  # the sampling bounds of the requests taken, summed
+        self.open: dict[int, list[float]] = {}  # request id -> [energy uJ, SM-active ns, bound uJ] (NaN: none)
         self._held: dict[int, int] = {}  # request id -> when its row was first held (monotonic ns)
         self.closed = False
 
@@ -93,7 +114,12 @@ class EnergyMeter:
         """Take in the readings not seen before (whole-GPU energy and SM activity only)."""
         new: dict[str, list[tuple[int, int, float]]] = {ENERGY_FIELD: [], SM_FIELD: []}
         for s in samples:
-            if s.field not in new or s.instance or (self.wanted and s.gpu not in self.wanted):
+            if s.instance or (self.wanted and s.gpu not in self.wanted):
+                continue
+            if s.field == POWER_FIELD:  # the gauge widens the power range of the sampling bound
+                self.power_hi[s.gpu] = max(self.power_hi.get(s.gpu, 0.0), s.value * 1e-3)
+                continue
+            if s.field not in new:
                 continue
             key = (s.field, s.gpu)
             if s.ts_ns > self._newest.get(key, -1):
@@ -108,6 +134,7 @@ class EnergyMeter:
                 self.gpus = tuple(sorted(rows["gpu"].unique().tolist()))
             rows = rows[rows["gpu"].isin(self.gpus)]
             self.energy = pd.concat([self.energy, rows], ignore_index=True)
+            self._note_power()
             if self.cursor_ns is None and set(self.energy["gpu"]) >= set(self.gpus):
                 # Every GPU has a reading from here on: the account starts.
                 self.from_ns = self.cursor_ns = int(self.energy.groupby("gpu")["ts_ns"].min().max())
@@ -119,6 +146,15 @@ class EnergyMeter:
             for gpu, ts, value in integral.groupby("gpu").tail(1)[["gpu", "ts_ns", "value"]].itertuples(index=False):
                 self._sm_last[int(gpu)] = (int(ts), int(value))
             self.sm = pd.concat([self.sm, integral], ignore_index=True)
+
+    def _note_power(self) -> None:
+        """The highest mean power of any interval between two energy readings, per GPU (uJ per ns)."""
+        for gpu, g in self.energy.groupby("gpu", sort=False):
+            g = g.sort_values("ts_ns", kind="stable")
+            dt = np.diff(g["ts_ns"].to_numpy(np.int64))
+            dv = np.diff(np.maximum.accumulate(g["value"].to_numpy(np.int64)))
+            if (dt > 0).any():
+                self.power_hi[int(gpu)] = max(self.power_hi.get(int(gpu), 0.0), float((dv[dt > 0] / dt[dt > 0]).max()))
 
     def _covered_ns(self, field: str) -> int:
         """Up to when every GPU has a reading of the field (-1: some GPU has none)."""
@@ -137,6 +173,16 @@ class EnergyMeter:
             steps = steps.iloc[-MAX_PENDING_STEPS:].reset_index(drop=True)
             batch = batch[batch["step_id"].isin(steps["step_id"])].reset_index(drop=True)
         self.pending_steps, self.pending_batch = steps, batch
+
+    def add_prefill_chunks(self, request_events: pd.DataFrame) -> None:
+        """Keep the PREFILL_CHUNK events (the engine writes them before their step's record): they
+        tell a step's prefilling members from its decoding ones (token_cost.member_tokens)."""
+        if not self.active or request_events.empty:
+            return
+        ev = request_events[request_events["event"].to_numpy() == "PREFILL_CHUNK"]
+        if not ev.empty:
+            self.chunks = pd.concat([self.chunks, ev[["request_id", "ts_ns"]].astype("int64")],
+                                    ignore_index=True).iloc[-MAX_PENDING_CHUNKS:]
 
     def attribute(self) -> int:
         """Measure the queued steps that a reading now covers; returns the idle uJ newly accounted
@@ -162,13 +208,15 @@ class EnergyMeter:
         done = self.pending_batch["step_id"].isin(ready["step_id"])
         batch = self.pending_batch[done].reset_index(drop=True)
         per_step = measured.set_index("step_id")
-        energy_uj = cost.split_by_tokens(batch, per_step["energy_uj"])
-        sm_ns = cost.split_by_tokens(batch, per_step["gpu_sm_active_ns"])
+        weight = self._weights(ready, batch)
+        energy_uj = cost.split_in_proportion(batch, weight, per_step["energy_uj"])
+        sm_ns = cost.split_in_proportion(batch, weight, per_step["gpu_sm_active_ns"])
         for rid, e, s in zip(batch["request_id"].tolist(), energy_uj.tolist(), sm_ns.tolist()):
-            acc = self.open.setdefault(int(rid), [0.0, float("nan")])
+            acc = self.open.setdefault(int(rid), [0.0, float("nan"), 0.0])
             acc[0] += e
             if s == s:  # not NaN
                 acc[1] = s if acc[1] != acc[1] else acc[1] + s
+        self._add_bounds(windows, batch, weight, to_ns)
         shared = int(np.nansum(energy_uj))
         idle += int(windows["value"].sum()) - shared  # steps that ran nobody
         self.requests_uj += shared
@@ -177,10 +225,43 @@ class EnergyMeter:
         self.cursor_ns = to_ns
         self.pending_steps = steps[~steps["step_id"].isin(ready["step_id"])].reset_index(drop=True)
         self.pending_batch = self.pending_batch[~done].reset_index(drop=True)
+        oldest = min(to_ns, int(self.pending_steps["start_ns"].min()) if not self.pending_steps.empty else to_ns)
+        self.chunks = self.chunks[self.chunks["ts_ns"].to_numpy(np.int64) >= oldest].reset_index(drop=True)
         self.energy, self.sm = _last_at_or_before(self.energy, to_ns), _last_at_or_before(self.sm, to_ns)
         while len(self.open) > MAX_OPEN_REQUESTS:  # requests that never finish
-            del self.open[next(iter(self.open))]
+            self.forget([next(iter(self.open))])
         return idle
+
+    def _weights(self, ready: pd.DataFrame, batch: pd.DataFrame) -> np.ndarray:
+        """Each batch row's weight in its step (token_cost.member_weights), the step-time model first
+        refitted with the ready steps added to the run's sums."""
+        xtx, xty, n = T.normal_equations(ready)
+        self._xtx, self._xty, self._fit_steps = self._xtx + xtx, self._xty + xty, self._fit_steps + n
+        self.costs = T.fit_token_costs(self._xtx, self._xty, self._fit_steps)
+        members = T.member_tokens(ready, batch, self.chunks)
+        modelled = int(members.drop_duplicates("step_id")["resolved"].sum()) if self.costs.usable else 0
+        self.steps_by_model += modelled
+        self.steps_by_tokens += int(members["step_id"].nunique()) - modelled
+        return T.member_weights(members, self.costs)
+
+    def _add_bounds(self, windows: pd.DataFrame, batch: pd.DataFrame, weight: np.ndarray, to_ns: int) -> None:
+        """Each member's share of its step's window, into the sampling-bound shares; intervals that
+        end by to_ns are complete (no later step falls in them) and become each request's bound."""
+        total = pd.Series(weight).groupby(batch["step_id"].to_numpy()).transform("sum").to_numpy(np.float64)
+        w = batch[["step_id", "request_id"]].assign(share=np.divide(weight, total, out=np.zeros(len(total)),
+                                                                    where=total > 0))
+        w = w.merge(windows[["step_id", "start_ns", "end_ns"]], on="step_id")
+        shares = B.merge_shares(pd.concat([self.bound_open, B.interval_shares(w, self.energy)], ignore_index=True))
+        complete = (shares["t0_ns"] + shares["dt_ns"]).to_numpy(np.int64) <= to_ns
+        for rid, bound in zip(shares.loc[complete, "request_id"].tolist(), self._bounds(shares[complete]).tolist()):
+            if rid in self.open:
+                self.open[rid][2] += bound
+        self.bound_open = shares[~complete].reset_index(drop=True)
+
+    def _bounds(self, shares: pd.DataFrame) -> np.ndarray:
+        """sampling_bound.interval_bounds with the GPU's power between 0 W and the most seen so far."""
+        hi = shares["gpu"].map(self.power_hi).fillna(0.0).to_numpy(np.float64)
+        return B.interval_bounds(shares, 0.0, hi)
 
     def _idle_until(self, ts_ns: int) -> int:
         """Count [cursor, ts_ns] as idle (no step ran in it); returns the uJ added."""
@@ -216,17 +297,26 @@ class EnergyMeter:
     def holding(self) -> bool:
         return bool(self._held)
 
-    def take(self, request_id: int) -> tuple[float, float]:
-        """(energy_j, gpu_sm_active_s) of a finished request; NaN where nothing was measured."""
+    def take(self, request_id: int) -> tuple[float, float, float]:
+        """(energy_j, gpu_sm_active_s, energy_sampling_bound_j) of a finished request; NaN where
+        nothing was measured. Its part of an interval still open counts as it stands: it has finished."""
         acc = self.open.pop(int(request_id), None)
         if acc is None:
-            return float("nan"), float("nan")
-        return acc[0] / 1e6, acc[1] / 1e9
+            return float("nan"), float("nan"), float("nan")
+        mine = self.bound_open["request_id"].to_numpy(np.int64) == int(request_id)
+        if mine.any():
+            acc[2] += float(self._bounds(self.bound_open[mine]).sum())
+            self.bound_open = self.bound_open[~mine].reset_index(drop=True)
+        self.bound_taken_uj += acc[2]
+        return acc[0] / 1e6, acc[1] / 1e9, acc[2] / 1e6
 
     def forget(self, request_ids: Iterable[int]) -> None:
-        for rid in request_ids:
-            self.open.pop(int(rid), None)
-            self._held.pop(int(rid), None)
+        ids = [int(r) for r in request_ids]
+        for rid in ids:
+            self.open.pop(rid, None)
+            self._held.pop(rid, None)
+        if ids and not self.bound_open.empty:
+            self.bound_open = self.bound_open[~self.bound_open["request_id"].isin(ids)].reset_index(drop=True)
 
     def close(self) -> int:
         """No more readings: measure what is covered, count the tail up to the newest reading as
@@ -245,14 +335,25 @@ class EnergyMeter:
                     + (f" ({gpu_status})" if gpu_status else "") + "; energy_j is null for every request"}
         # Read off the counter itself, not summed from the parts: the two agree exactly (conservation).
         delta_uj = int(E.counter_at(self.energy, np.array([self.cursor_ns]))[0]) - self.from_uj
-        status = (f"measured: the total-energy counter of GPU(s) {', '.join(map(str, self.gpus))}, read at the "
-                  "sampler's interval and interpolated linearly at each step's start and end; each step's energy "
-                  "is split over its requests by token share, energy between steps is idle_j")
-        headline = (f"{self.requests_uj / 1e6:.1f} J in requests' steps, {self.idle_uj / 1e6:.1f} J idle between "
-                    f"steps, over {(self.cursor_ns - self.from_ns) / 1e9:.1f} s (GPU energy counter)")
-        return {"measured": True, "headline": headline, "status": status, "gpus": list(self.gpus),
+        gpus = ", ".join(map(str, self.gpus))
+        watts = ", ".join(f"{self.power_hi.get(g, 0.0) * 1e3:.0f} W" for g in self.gpus)
+        split = self.steps_by_model + self.steps_by_tokens
+        status = (f"energy_j is a {BASIS}. Measured: the total-energy counter of GPU(s) {gpus}, read at the "
+                  "sampler's interval and interpolated linearly at each step's start and end; the steps' energy "
+                  "plus idle_j (between steps) is the counter's rise exactly. Modelled: each step's energy is "
+                  "split over its requests by their modelled cost (split_model: step time fitted on prefill, "
+                  f"decode and draft tokens; {self.steps_by_model} of {split} steps split so, the rest by token "
+                  "share). energy_sampling_bound_j: the most the interpolation between readings can have moved "
+                  f"into or out of a request, were the GPU's power anywhere between 0 W and the most seen ({watts})")
+        headline = (f"{self.requests_uj / 1e6:.1f} J in requests' steps ({BASIS}), {self.idle_uj / 1e6:.1f} J idle "
+                    f"between steps, over {(self.cursor_ns - self.from_ns) / 1e9:.1f} s (GPU energy counter)")
+        return {"measured": True, "basis": BASIS, "headline": headline, "status": status, "gpus": list(self.gpus),
                 "window_s": (self.cursor_ns - self.from_ns) / 1e9,
                 "counter_delta_j": delta_uj / 1e6,
                 "requests_j": self.requests_uj / 1e6, "idle_j": self.idle_uj / 1e6,
+                "split_model": self.costs.describe(), "steps_split_by_model": self.steps_by_model,
+                "steps_split_by_token_share": self.steps_by_tokens,
+                "sampling_bound_j_of_requests_taken": self.bound_taken_uj / 1e6,
+                "power_hi_w": {int(g): self.power_hi.get(g, 0.0) * 1e3 for g in self.gpus},
                 "steps_measured": self.steps_measured, "steps_unmeasured": self.steps_dropped,
                 "rows_released_before_measured": self.rows_timed_out}

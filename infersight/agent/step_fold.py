@@ -56,6 +56,8 @@ class StepFold:
             tokens = self.counters[C.STEP_TOKENS.name]
             for kind, col in (("prefill", "prefill_tokens"), ("decode", "decode_tokens"), ("spec", "spec_tokens")):
                 tokens.inc((kind,), int(steps[col].sum()))
+        # Before any step of this poll: the chunk events that tell a step's prefilling members apart.
+        self.energy.add_prefill_chunks(frames.request_events)
         # Cost needs each step with all its batch rows; a read can split them, so hold the rest.
         pend = self.pending.concat(EventFrames(steps=steps, batch=frames.batch))
         # Batch rows per step id, by numpy (a pandas groupby + reindex costs ms on every poll).

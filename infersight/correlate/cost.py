@@ -26,10 +26,10 @@ def _empty(columns: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
 
 
-def _weights(batch: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(weight, denominator) per batch row: its tokens over its step's tokens; a step whose members
-    fed no tokens (not emitted by the engine today) is split evenly."""
-    tokens = batch["num_tokens"].to_numpy(np.int64)
+def _weights(batch: pd.DataFrame, weight: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(weight, denominator) per batch row: its weight (default: the tokens it fed) over its step's
+    total; a step whose members all weigh 0 (not emitted by the engine today) is split evenly."""
+    tokens = batch["num_tokens"].to_numpy(np.int64) if weight is None else np.asarray(weight, np.int64)
     group, order, starts = _groups(batch["step_id"].to_numpy(np.int64))
     total = np.add.reduceat(tokens[order], starts)[group] if len(tokens) else tokens
     weight = np.where(total > 0, tokens, 1)
@@ -71,13 +71,19 @@ def split_by_tokens(batch: pd.DataFrame, per_step: pd.Series) -> np.ndarray:
     """Each batch row's part of its step's integer amount (`per_step`: indexed by step_id), by token
     share and largest remainder, so every step's parts sum exactly to its amount. float64 holding
     integers; NaN for rows whose step is absent from per_step or NaN there."""
+    return split_in_proportion(batch, None, per_step)
+
+
+def split_in_proportion(batch: pd.DataFrame, weight: np.ndarray | None, per_step: pd.Series) -> np.ndarray:
+    """split_by_tokens with each row's int64 `weight` in place of its token count (None: tokens);
+    e.g. correlate.token_cost.member_weights, a member's modelled share of its step's cost."""
     if batch.empty:
         return np.empty(0)
     step_id = batch["step_id"].to_numpy(np.int64)
     amount = per_step[~per_step.index.duplicated()].reindex(step_id).to_numpy(np.float64)
     known = ~np.isnan(amount)
-    weight, denom = _weights(batch)
-    parts = _largest_remainder(step_id, weight, denom, np.where(known, amount, 0).astype(np.int64))
+    w, denom = _weights(batch, weight)
+    parts = _largest_remainder(step_id, w, denom, np.where(known, amount, 0).astype(np.int64))
     return np.where(known, parts.astype(np.float64), np.nan)
 
 

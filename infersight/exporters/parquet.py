@@ -18,12 +18,27 @@ if TYPE_CHECKING:
 _TYPES = {"request_id": pa.int64(), "trace_id": pa.string(), "task": pa.string(), "prompt_tokens": pa.int64(),
           "cached_tokens": pa.int64(), "output_tokens": pa.int64(), "finish_reason": pa.string(),
           "num_preemptions": pa.int64(), "slow_cause": pa.string()}
-SCHEMA = pa.schema([(name, _TYPES.get(name, pa.float64())) for name in REQUEST_FIELDS])
+#: Column docs kept in the file (field metadata "doc"), for the figures that are not plain measurements.
+COLUMN_DOCS = {
+    "engine_seconds": "modelled: the request's token share of its engine steps' wall-clock time (host work included)",
+    "energy_j": "modelled split of measured energy: the GPU total-energy counter over each engine step (measured, "
+                "interpolated between the sampler's readings), split over the step's requests by modelled cost "
+                "(step time fitted on prefill, decode and draft tokens; infersight.correlate.token_cost). Null "
+                "without a GPU energy counter",
+    "energy_sampling_bound_j": "the most the energy counter's sampling interval can have moved into or out of "
+                               "energy_j (power anywhere between 0 W and the most seen; "
+                               "infersight.correlate.sampling_bound); the split model's own error is not in it",
+    "gpu_sm_active_s": "modelled split of measured SM activity x step time, split as energy_j is",
+}
+SCHEMA = pa.schema([pa.field(name, _TYPES.get(name, pa.float64()),
+                             metadata={"doc": COLUMN_DOCS[name]} if name in COLUMN_DOCS else None)
+                    for name in REQUEST_FIELDS])
 
 
 class ParquetSink:
     """Columns: REQUEST_FIELDS (seconds as float64). e2e_s = queue_s + prefill_s + preemption_stall_s
-    + decode_s + network_s for every row."""
+    + decode_s + network_s for every row. Modelled columns carry their doc (COLUMN_DOCS) in the
+    schema's field metadata."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

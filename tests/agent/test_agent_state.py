@@ -247,7 +247,9 @@ def test_slowest_api(run, api) -> None:
     assert resp.status_code == 200
     got = resp.json()["requests"]
     assert [r["e2e_s"] for r in got] == sorted((r["e2e_s"] for r in _rows(agent)), reverse=True)[:3]
-    assert all(set(r) == set(report.REQUEST_FIELDS) | {"slow_detail"} for r in got)  # the cause in numbers
+    # the cause in numbers; energy_basis says what energy_j is (null here: no GPU)
+    assert all(set(r) == set(report.REQUEST_FIELDS) | {"slow_detail", "energy_basis"} for r in got)
+    assert all(r["energy_basis"] is None for r in got)
     everything = httpx.get(f"{api}/api/v1/requests").json()["requests"]  # default 10: all six
     assert len(everything) == len(_rows(agent))
 

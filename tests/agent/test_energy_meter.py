@@ -1,6 +1,7 @@
 """EnergyMeter fed by the real NvmlCollector over a fake pynvml, with hand-built steps: each
-request's joules against a naive reference (exact fractions, shares by hand), conservation exact
-in microjoules, rows held until their energy is in, and nothing at all on a CPU-only host."""
+request's joules against a naive reference (exact fractions, shares by hand: token share while the
+step-time fit is not usable, modelled cost once it is), conservation exact in microjoules, rows
+held until their energy is in, and nothing at all on a CPU-only host."""
 from __future__ import annotations
 
 import math
@@ -37,8 +38,10 @@ class Clock:
 
 
 def frames(steps: list) -> tuple[pd.DataFrame, pd.DataFrame]:
-    s = pd.DataFrame([(i, a, b, len(m)) for i, a, b, m in steps],
-                     columns=["step_id", "start_ns", "end_ns", "batch_size"])
+    """Step and batch frames; every member counted as prefill (token share: kinds do not matter)."""
+    s = pd.DataFrame([(i, a, b, len(m), sum(n for _, n in m), 0, 0) for i, a, b, m in steps],
+                     columns=["step_id", "start_ns", "end_ns", "batch_size", "prefill_tokens", "decode_tokens",
+                              "spec_tokens"])
     b = pd.DataFrame([(i, r, n) for i, _, _, m in steps for r, n in m], columns=["step_id", "request_id", "num_tokens"])
     return s, b.astype("int64")
 
@@ -92,7 +95,7 @@ def poll(gpu: tuple[FakeGpuState, Clock, GpuSampler], k: int, meter: EnergyMeter
     meter.add_samples(sampler.recent())
 
 
-def test_each_request_gets_the_naive_joules_and_the_account_conserves_exactly(gpu) -> None:
+def test_before_a_usable_fit_each_request_gets_its_token_share_and_the_account_conserves_exactly(gpu) -> None:
     clock = gpu[1]
     meter = EnergyMeter(clock=clock)
     steps, batch = frames(STEPS)
@@ -122,11 +125,13 @@ def test_each_request_gets_the_naive_joules_and_the_account_conserves_exactly(gp
     assert meter.requests_uj + meter.idle_uj == delta == sum(got.values()) + idle
     summary = meter.describe()
     assert summary["counter_delta_j"] == delta / 1e6 and summary["steps_measured"] == 4
-    energy_j, _ = meter.take(3)
+    energy_j, _, _ = meter.take(3)
     assert energy_j == expected[3] / 1e6 and 3 not in meter.open
     # The tail after the last step is idle at close: the account then spans every reading.
     meter.close()
     assert meter.requests_uj + meter.idle_uj == (POLLS[-1][1] - POLLS[0][1]) * 1000
+    # Three steps with requests are too few to fit step time on: each went by token share, and says so.
+    assert not meter.costs.usable and meter.steps_by_model == 0 and meter.steps_by_tokens == 3
 
 
 def test_sm_active_seconds_follow_the_gpm_windows(gpu) -> None:
@@ -150,8 +155,7 @@ def test_a_cpu_host_measures_nothing_and_holds_no_row() -> None:
     meter.add_steps(steps, batch)
     assert not meter.active and meter.attribute() == 0 and meter.pending_steps.empty
     assert meter.ready([1, 2], [5, 6]) == [1, 2]
-    energy_j, sm_s = meter.take(1)
-    assert math.isnan(energy_j) and math.isnan(sm_s)
+    assert all(math.isnan(x) for x in meter.take(1))
     assert meter.describe()["measured"] is False
 
 
@@ -163,3 +167,93 @@ def test_rows_stop_waiting_when_readings_stop(gpu) -> None:
     assert meter.ready([9], [POLLS[0][0] + 1]) == []  # finished after the account: held
     clock.ns = POLLS[0][0] + 6000 * MS  # no reading for 6 s: the sampler is stuck or gone
     assert meter.ready([9], [POLLS[0][0] + 1]) == [9]
+
+
+#: Step time that is exactly C0 + prefill x TP + decode x TD (ns): the fit must find these, and the
+#: split of each step must follow TP x a member's prefill tokens + TD x its decode tokens.
+C0, TP, TD = 2 * MS, 100_000, 1 * MS
+#: (step_id, start, [(request, prefill tokens, decode tokens)]); the end follows from the model. Steps
+#: 2, 4 and 6 mix a prefill chunk with decodes: their chunk events tell the members apart.
+MODEL_STEPS = [(1, 10 * MS, [(1, 20, 0)]), (2, 15 * MS, [(2, 10, 0), (1, 0, 1)]), (3, 20 * MS, [(1, 0, 1), (2, 0, 1)]),
+               (4, 25 * MS, [(3, 30, 0), (1, 0, 1), (2, 0, 1)]), (5, 33 * MS, [(1, 0, 1), (2, 0, 1), (3, 0, 1)]),
+               (6, 39 * MS, [(4, 5, 0), (1, 0, 1), (2, 0, 1), (3, 0, 1)]),
+               (7, 45 * MS, [(1, 0, 1), (2, 0, 1), (3, 0, 1), (4, 0, 1)]),
+               (8, 52 * MS, [(2, 0, 1), (3, 0, 1), (4, 0, 1)]), (9, 58 * MS, [(3, 0, 1), (4, 0, 1)]),
+               (10, 63 * MS, [(4, 0, 1)])]
+#: Readings (ms, mJ): uneven power, and none at any step boundary.
+MODEL_POLLS = [(9, 500_000), (23, 500_007), (37, 500_019), (51, 500_020), (70, 500_041)]
+
+
+def model_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    steps, batch, chunks = [], [], []
+    for sid, start, members in MODEL_STEPS:
+        p, d = sum(m[1] for m in members), sum(m[2] for m in members)
+        steps.append((sid, start, start + C0 + TP * p + TD * d, len(members), p, d, 0))
+        batch += [(sid, r, pt + dt) for r, pt, dt in members]
+        chunks += [("PREFILL_CHUNK", r, start) for r, pt, _ in members if pt]
+    return (pd.DataFrame(steps, columns=["step_id", "start_ns", "end_ns", "batch_size", "prefill_tokens",
+                                         "decode_tokens", "spec_tokens"]),
+            pd.DataFrame(batch, columns=["step_id", "request_id", "num_tokens"]),
+            pd.DataFrame(chunks, columns=["event", "request_id", "ts_ns"]))
+
+
+def model_counter_uj(t: int) -> Fraction:
+    for (t0, e0), (t1, e1) in zip(MODEL_POLLS, MODEL_POLLS[1:]):
+        if t0 * MS <= t <= t1 * MS:
+            return e0 * 1000 + Fraction((e1 - e0) * 1000) * (t - t0 * MS) / ((t1 - t0) * MS)
+    raise AssertionError(t)
+
+
+def modelled_reference() -> dict[int, int]:
+    """Each step's energy (exact interpolation) split by cost from the true C0, TP, TD, as fractions
+    of 2**-20 (the documented resolution of a weight), then largest remainder by hand."""
+    out: dict[int, int] = {}
+    for sid, start, members in MODEL_STEPS:
+        end = start + C0 + TP * sum(m[1] for m in members) + TD * sum(m[2] for m in members)
+        amount = round(model_counter_uj(end)) - round(model_counter_uj(start))
+        cost = [Fraction(TP * pt + TD * dt) for _, pt, dt in members]
+        weights = [round(c / sum(cost) * 2**20) for c in cost]
+        for r, uj in naive_shares(amount, [(m[0], w) for m, w in zip(members, weights)]).items():
+            out[r] = out.get(r, 0) + uj
+    return out
+
+
+def model_meter(gpu, with_chunks: bool = True) -> EnergyMeter:
+    state, clock, sampler = gpu
+    meter = EnergyMeter(clock=clock)
+    steps, batch, chunks = model_frames()
+    for k, (t, mj) in enumerate(MODEL_POLLS):
+        clock.ns, state.energy_mj = t * MS, mj
+        sampler.poll_once()
+        meter.add_samples(sampler.recent())
+        if k == 0:
+            meter.add_prefill_chunks(chunks if with_chunks else chunks.iloc[:0])
+            meter.add_steps(steps, batch)
+    meter.attribute()  # all ten steps at once: the fit they are split by is the one over all of them
+    return meter
+
+
+def test_once_the_fit_is_usable_each_step_is_split_by_modelled_cost(gpu) -> None:
+    gpu[1].ns = 0
+    meter = model_meter(gpu)
+    costs = meter.costs
+    assert costs.usable and costs.steps == 10
+    assert (costs.intercept_ns, costs.prefill_ns, costs.decode_ns) == pytest.approx((C0, TP, TD), rel=1e-6)
+    assert meter.steps_by_model == 10 and meter.steps_by_tokens == 0
+    expected = modelled_reference()
+    assert {r: meter.open[r][0] for r in expected} == expected
+    # Token share would have given request 1 (a long prompt, 6 decodes) a different figure: the check bites.
+    assert expected[1] != sum(naive_shares(round(model_counter_uj(s + C0 + TP * sum(m[1] for m in ms)
+                                                                   + TD * sum(m[2] for m in ms)))
+                                           - round(model_counter_uj(s)), [(m[0], m[1] + m[2]) for m in ms]).get(1, 0)
+                              for _, s, ms in MODEL_STEPS)
+    described = meter.describe()
+    assert described["basis"] == "modelled split of measured energy"
+    assert described["split_model"]["decode_us_per_token"] == pytest.approx(TD / 1e3, rel=1e-6)
+
+
+def test_a_mixed_step_without_its_chunk_event_goes_by_token_share(gpu) -> None:
+    gpu[1].ns = 0
+    meter = model_meter(gpu, with_chunks=False)
+    # Steps 2, 4 and 6 mix kinds; without chunk events their members cannot be told apart.
+    assert meter.steps_by_model == 7 and meter.steps_by_tokens == 3

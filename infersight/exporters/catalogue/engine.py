@@ -48,8 +48,10 @@ ENGINE_SECONDS = MetricSpec(P + "request_engine_seconds", "counter",
                             "Engine step time (wall clock: forward, sampling and host work; not GPU time) of "
                             "finished requests, each step split by token share, by task.", ("task",), "seconds")
 ENERGY = MetricSpec(P + "energy_joules", "counter",
-                    "GPU energy of finished requests, by task: the GPU's total-energy counter over each engine "
-                    "step, split by token share. Fed only where a GPU energy counter is read.", ("task",), "joules",
+                    "GPU energy of finished requests, by task: a modelled split of measured energy (the GPU's "
+                    "total-energy counter over each engine step, split over its requests by modelled cost: step "
+                    "time fitted on prefill, decode and draft tokens). Fed only where a GPU energy counter is read.",
+                    ("task",), "joules",
                     views={"per_output_token": f"sum by (task) (rate({P}energy_joules_total[$__rate_interval])) / "
                            f"clamp_min(sum by (task) (rate({P}generation_tokens_total[$__rate_interval])), 1e-9)"})
 ENERGY_IDLE = MetricSpec(P + "energy_idle_joules", "counter",
