@@ -43,6 +43,11 @@ def serve(config: ServeConfig, engine_config: EngineConfig, probe_config: ProbeC
     sidecar = None
     try:
         engine = Engine(engine_config, probe)
+        # Every decode graph before the first request, as vLLM captures at start-up: a lazy capture
+        # would land on some request's step (nothing on the CPU or with --enforce-eager).
+        captured = engine.capture_decode_graphs()
+        if captured:
+            log.info("captured %d CUDA graphs for decode steps", captured)
         loop = EngineLoop(engine, ProbeWriter(probe, config.max_text_bytes), config.max_pending)
         if agent is not None:
             sidecar = AgentProcess(probe.ring_name, config.model_name, agent)
