@@ -7,9 +7,10 @@ import random
 import socket
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn
 
-import torch
+if TYPE_CHECKING:
+    import pytest
 
 _names = itertools.count()
 
@@ -18,12 +19,38 @@ _names = itertools.count()
 def one_torch_thread() -> Iterator[None]:
     """Engines in tests share two cores with agents, servers and Phoenix: oversubscribed torch
     threads crawl. A context manager rather than a fixture so module-scoped fixtures can use it."""
+    import torch  # here, not at the top: tests/conftest.py imports testkit for every test
+
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.set_num_threads(old)
+
+
+def services_required() -> bool:
+    """True under CI (``CI=true``, as CI systems and .ci/run set it): a test's missing service is then
+    a failure. A skip would leave the run green without testing what it claims to test."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def require_service(name: str, reason: str) -> NoReturn:
+    """The one way a test gives up on a missing service (Prometheus, Chromium, Phoenix, vLLM): a
+    failure under CI (services_required()), a skip elsewhere, saying why either way."""
+    import pytest  # as in wait_for_process: pytest only where a test calls it
+
+    if services_required():
+        pytest.fail(f"{name} is required under CI=true and is not available: {reason}", pytrace=False)
+    pytest.skip(f"needs {name}: {reason}")
+
+
+def needs_service(name: str, present: bool, reason: str) -> "pytest.MarkDecorator":
+    """A mark (for a test or a module's pytestmark) that sends a test without its service through
+    require_service at setup (tests/conftest.py does it); like skipif, which can only skip."""
+    import pytest
+
+    return pytest.mark.service(name=name, present=present, reason=reason)
 
 
 def unique_ring(tag: str) -> str:

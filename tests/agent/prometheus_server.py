@@ -12,14 +12,15 @@ from typing import Any, Iterator
 import httpx
 import pytest
 from agent_workload import free_port, make_engine, run_workload, unique_ring
+from testkit import needs_service
 
 from infersight.agent.config import AgentConfig
 from infersight.agent.recorder_config import RecorderConfig
 from infersight.agent.service import Agent
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-requires_prometheus = pytest.mark.skipif(
-    not Path(PROMETHEUS).exists(), reason="needs a Prometheus server binary (/usr/bin/prometheus; `make services`)")
+requires_prometheus = needs_service("Prometheus", Path(PROMETHEUS).exists(),
+                                    "no Prometheus server binary (/usr/bin/prometheus; `make services` installs it)")
 
 
 #: The flight recorder as a run of a few hundred steps needs it for every kernel series to have data:

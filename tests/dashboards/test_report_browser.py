@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib import image as mpimg
+from testkit import needs_service
 
 from infersight.dashboards.report import write_report
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason="needs Chromium (/usr/bin/chromium; `make services` installs it)")
+pytestmark = needs_service("Chromium", Path(CHROMIUM).exists(), "no /usr/bin/chromium (`make services` installs it)")
 #: Flags for a quiet, offline, throwaway browser: no sandbox (we may be root in a container), no
 #: GPU, no network side-traffic, no first-run UI, and a fresh profile per run.
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -26,11 +26,12 @@ from infersight.exporters.prometheus import build_registry
 # The workload helpers live beside the agent tests (no packages under tests/).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from agent_workload import free_port, make_engine, run_workload, unique_ring  # noqa: E402
+from testkit import needs_service  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-needs_promtool = pytest.mark.skipif(not Path(PROMTOOL).exists(),
-                                    reason="needs promtool (/usr/bin/promtool, from Debian's prometheus; `make services`)")
+needs_promtool = needs_service("promtool", Path(PROMTOOL).exists(),
+                               "no /usr/bin/promtool (Debian's prometheus package; `make services` installs it)")
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 MODEL_NAME = "tiny-test-model"
 #: The catalogue's vllm_name entries the compat view does not serve, and why.

