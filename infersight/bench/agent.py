@@ -2,7 +2,11 @@
 
 - ingest: a synthetic but engine-shaped event stream (requests through their whole life, steps
   with batch rows, KV transitions, MoE counts, verifications) is written to a ring, then the
-  agent's poll (read + decode + fold into state) is timed on one core.
+  agent's poll (read + decode + fold into state) is timed on one core. Two counts, both measured:
+  records (the per-record rows the agent folds: the ring consumer's count of what it handed out, a
+  batched slot counted once per entry it unbatches to, probes.record_batches) and slots (the ring's
+  own unit, what `infersight_probe_events_total` counts; since ring layout 3 a slot can hold many
+  records, so slots/s understates the work done). The goal (2 M/s on one core) is in records/s.
 - latency: a step record is written, and /metrics is fetched until it shows it; p99 over trials.
 - rss: the peak resident memory (VmHWM) of a separate `infersight agent` process after that load.
 """
@@ -16,6 +20,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
@@ -27,19 +32,35 @@ from infersight.runtime.stats import StepStats
 
 @dataclass
 class AgentBenchResult:
-    """ingest_seconds / events_per_second: wall clock of the one poll; ingest_cpu_seconds /
-    cpu_events_per_second: its CPU time (process_time: user + system), the figure to compare on a
-    loaded machine, where the wall clock also counts other processes' turns on the core."""
+    """All measured. records / slots: what the one timed poll took in (see the module docstring);
+    ingest_seconds: its wall clock; ingest_cpu_seconds: its CPU time (process_time: user + system),
+    the figure to compare on a loaded machine, where the wall clock also counts other processes'
+    turns on the core. *_per_second: the count over the one or the other. dropped_slots: slots
+    the ring dropped during the latency phase (the ring counts drops in slots)."""
 
-    events: int
+    records: int
+    slots: int
     ingest_seconds: float
-    events_per_second: float
     ingest_cpu_seconds: float
-    cpu_events_per_second: float
+    records_per_second: float
+    cpu_records_per_second: float
+    slots_per_second: float
+    cpu_slots_per_second: float
     metrics_latency_p50_s: float
     metrics_latency_p99_s: float
     peak_rss_mb: float
-    dropped: int
+    dropped_slots: int
+
+
+@dataclass(frozen=True)
+class IngestPoll:
+    """One agent poll over a pre-filled ring: records and slots it took in (AgentBenchResult), and
+    its wall and CPU seconds."""
+
+    records: int
+    slots: int
+    seconds: float
+    cpu_seconds: float
 
 
 def synthetic_workload(probe: ProbeObserver, n_requests: int, tokens_per_request: int, pause_s: float = 0.0,
@@ -83,25 +104,34 @@ def _vm_hwm_mb(pid: int) -> float:
     return float("nan")
 
 
-def _ingest_rate(n_requests: int, tokens_per_request: int) -> tuple[int, float, float]:
-    """Events, wall seconds and CPU seconds for one agent poll over a pre-filled ring, in this
-    process (one core)."""
+def ingest_poll(n_requests: int, tokens_per_request: int,
+                write: Callable[[ProbeObserver], object] | None = None) -> IngestPoll:
+    """One agent poll over a ring pre-filled by `write` (default: synthetic_workload of n_requests
+    x tokens_per_request), timed in this process (pin it to one core). The counts are the ring
+    consumer's, taken around the poll: records it handed out, slots it consumed."""
     name = f"infersight-benchagent-{time.monotonic_ns()}"
     probe = ProbeObserver(ProbeConfig(ring_name=name, ring_capacity=1 << 22, nvtx=False))
     agent = Agent(AgentConfig(rings=[name], port=0))
-    agent.poll_once()
-    synthetic_workload(probe, n_requests, tokens_per_request)
-    produced = probe.ring.stats()["produced"]
-    t0, c0 = time.perf_counter(), time.process_time()
-    agent.poll_once()
-    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-    agent.close()
-    probe.close()
-    return produced, seconds, cpu_seconds
+    try:
+        agent.poll_once()
+        consumer = agent.rings.attached[name].consumer
+        if write is None:
+            synthetic_workload(probe, n_requests, tokens_per_request)
+        else:
+            write(probe)
+        records0, slots0 = consumer.records_read, consumer.stats()["consumed"]
+        t0, c0 = time.perf_counter(), time.process_time()
+        agent.poll_once()
+        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+        return IngestPoll(consumer.records_read - records0, consumer.stats()["consumed"] - slots0, seconds,
+                          cpu_seconds)
+    finally:
+        agent.close()
+        probe.close()
 
 
 def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: int = 30) -> AgentBenchResult:
-    events, seconds, cpu_seconds = _ingest_rate(n_requests, tokens_per_request)
+    poll = ingest_poll(n_requests, tokens_per_request)
     # Latency and memory of the agent as users run it: a separate `infersight agent` process.
     name = f"infersight-benchagent-{time.monotonic_ns()}"
     probe = ProbeObserver(ProbeConfig(ring_name=name, nvtx=False))  # the default ring size
@@ -148,9 +178,11 @@ def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: in
         dropped = probe.ring.stats()["dropped"]
         probe.close()
     lat = sorted(latencies)
-    return AgentBenchResult(events, round(seconds, 4), round(events / seconds, 1), round(cpu_seconds, 4),
-                            round(events / cpu_seconds, 1), round(statistics.median(lat), 4),
-                            round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 4), round(rss, 1), dropped)
+    wall, cpu = poll.seconds, poll.cpu_seconds
+    return AgentBenchResult(poll.records, poll.slots, round(wall, 4), round(cpu, 4), round(poll.records / wall, 1),
+                            round(poll.records / cpu, 1), round(poll.slots / wall, 1), round(poll.slots / cpu, 1),
+                            round(statistics.median(lat), 4), round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 4),
+                            round(rss, 1), dropped)
 
 
 def _steps_total(url: str) -> float:

@@ -101,11 +101,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     model_args(ov)
     ov.add_argument("--steps", type=int, default=200)
     ov.set_defaults(func=_overhead)
-    ing = bench_sub.add_parser("ingest", help="producer -> ring -> consumer events/s with drop accounting")
+    ing = bench_sub.add_parser("ingest", help="producer -> ring -> consumer records/s (one record a slot), "
+                              "with drop accounting")
     ing.add_argument("--records", type=int, default=1_000_000)
     ing.add_argument("--capacity", type=int, default=1 << 16)
     ing.set_defaults(func=_ingest)
-    ag = bench_sub.add_parser("agent", help="agent ingest events/s, event-to-/metrics latency, peak RSS")
+    ag = bench_sub.add_parser("agent", help="agent ingest records/s and ring slots/s (one poll, wall and CPU time), "
+                             "event-to-/metrics latency, peak RSS")
     ag.add_argument("--requests", type=int, default=2048)
     ag.add_argument("--tokens", type=int, default=32, help="decode steps per request")
     ag.set_defaults(func=_agent)

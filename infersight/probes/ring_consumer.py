@@ -74,6 +74,9 @@ class RingConsumer(RingView):
         self._r, self._nxt, self._consumed, self._corrupt, self._seen, self._pending = (
             self._cc[i] for i in (READ_POS, NEXT_SEQ, CONSUMED, CORRUPT, DROPPED_SEEN, PENDING_BAD))
         self.delivered_before = self._consumed  # by earlier readers of this ring
+        #: Records `read` has returned, each batched slot counted once per entry it expands to (the ring's
+        #: own counters count slots: a TOKENS_BATCH or MEMBERS_BATCH slot is one event there, many records here).
+        self.records_read = 0
         self.writer_gone = False
         self._progress = (self._pc[PRODUCED], time.monotonic())  # (produced, when it last moved)
         self._next_liveness_check = 0.0
@@ -167,6 +170,7 @@ class RingConsumer(RingView):
             if self._expand is not None and out:
                 out, refused = self._expand(out, positions)
                 good -= refused
+            self.records_read += sum(len(rec) for rec in out.values())
             self._consumed += good
             self._corrupt += n - good  # unknown kind, wrong length, unusable seq or refused by expand
             self._r = r = r + n

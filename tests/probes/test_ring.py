@@ -419,4 +419,7 @@ def test_bench_ingest_accounts_for_every_event() -> None:
     # Only the overflow phase drops: its last 5000 events go in bursts of 512
     # into an empty 256-slot ring, so each burst loses everything past 256.
     bursts = [512] * (5000 // 512) + [5000 % 512]
-    assert res["dropped"] == sum(max(0, b - 256) for b in bursts) and res["events_per_second"] > 0
+    dropped = sum(max(0, b - 256) for b in bursts)
+    assert res["dropped"] == dropped and res["records_per_second"] > 0
+    # One record a slot: the consumer handed out every record that was not dropped, and no more.
+    assert res["records_read"] == 20000 - dropped and res["slots_per_second"] == res["records_per_second"]
