@@ -8,8 +8,8 @@ A step's wall-clock time is modelled, over the steps of the same run, as
 fitted by least squares with every coefficient >= 0 (`fit_token_costs`, on the running sums of
 `normal_equations`). The intercept is fitted so that it does not inflate the per-token times; it is
 what a step costs whoever is in it (launches, host work, weight reads), and it is spread over the
-step's members with the rest, in proportion to their token cost. A member's modelled cost, and so
-its weight, is
+step's members with the rest, in proportion to their token cost (`member_weights` can also split
+it equally, each member's Shapley share). A member's modelled cost, and so its weight, is
 
     prefill_ns * its prefill tokens + decode_ns * its decode tokens + spec_ns * its spec tokens
 
@@ -130,17 +130,26 @@ def member_tokens(steps: pd.DataFrame, batch: pd.DataFrame, chunks: pd.DataFrame
 WEIGHT_BITS = 20
 
 
-def member_weights(members: pd.DataFrame, costs: TokenCosts) -> np.ndarray:
+def member_weights(members: pd.DataFrame, costs: TokenCosts, intercept: str = "proportional") -> np.ndarray:
     """int64 weight of each member within its step: its modelled cost (module docstring) as a
     fraction of the step's, in units of 2**-WEIGHT_BITS; a member of an unresolved step, of a step
     whose modelled cost is 0, or any member while `costs` is not usable, weighs its token count
-    instead (token share)."""
+    instead (token share).
+
+    intercept: "proportional" (the agent's rule) spreads a step's fixed cost with its token cost;
+    "equal" adds intercept / batch size to every member (each member's Shapley share of a cost that
+    is paid once whoever is in the step). benchmarks/energy_split_check.py compares the two."""
+    if intercept not in ("proportional", "equal"):
+        raise ValueError(f"intercept is proportional or equal, got {intercept!r}")
     if members.empty:
         return np.empty(0, np.int64)
     step = members["step_id"].to_numpy(np.int64)
     cost = (costs.prefill_ns * members["prefill"].to_numpy(np.float64)
             + costs.decode_ns * members["decode"].to_numpy(np.float64)
             + costs.spec_ns * members["spec"].to_numpy(np.float64))
+    if intercept == "equal":
+        size = members.groupby("step_id", sort=False)["step_id"].transform("size").to_numpy(np.float64)
+        cost = cost + costs.intercept_ns / size
     total = pd.Series(cost).groupby(step).transform("sum").to_numpy(np.float64)
     modelled = np.rint(np.divide(cost, total, out=np.zeros_like(cost), where=total > 0) * (1 << WEIGHT_BITS))
     by_model = members["resolved"].to_numpy(bool) & costs.usable & (total > 0)

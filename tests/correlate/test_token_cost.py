@@ -81,6 +81,10 @@ def test_weights_are_modelled_cost_shares_by_hand() -> None:
     cost = [Fraction(20_000 * 100), Fraction(400_000), Fraction(400_000 + 2 * 100_000)]  # the intercept in none
     expected = [round(c / sum(cost) * 2**WEIGHT_BITS) for c in cost] + [1, 1]  # step 2: unresolved, token share
     assert member_weights(members, costs).tolist() == expected
+    # The intercept split equally instead: each member's Shapley share of the step's fixed cost.
+    equal = [c + Fraction(3_000_000, 3) for c in cost]
+    assert member_weights(members, costs, "equal").tolist() == [
+        round(c / sum(equal) * 2**WEIGHT_BITS) for c in equal] + [1, 1]
     # Per-token times all 0 (every step's time in its intercept): token share.
     assert member_weights(members, TokenCosts(intercept_ns=5e6, usable=True)).tolist() == [100, 1, 3, 1, 1]
     # An unusable fit: token share everywhere.
