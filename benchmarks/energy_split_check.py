@@ -2,8 +2,8 @@
 
 Run on the GPU machine (CI has no GPU; the CPU check is tests/agent/test_energy_known_answer.py):
 
-    python3 benchmarks/energy_split_check.py [--model llama-1b-shape] [--dtype bfloat16] [--phase-s 30]
-        [--interval-s 1.0] [--concurrency 16] [--long-prompt 1024] [--long-output 256]
+    python3 benchmarks/energy_split_check.py [--out FILE.json] [--model llama-1b-shape] [--dtype bfloat16]
+        [--phase-s 30] [--interval-s 1.0] [--concurrency 16] [--long-prompt 1024] [--long-output 256]
 
 The engine (warmed up unobserved first, as the demo does) serves two classes of requests with the
 agent beside it in this process (polling on its own thread, its sampler reading NVML every
@@ -25,9 +25,9 @@ the alternative to the agent's proportional rule). additivity: the mixed
 phase's energy in steps over what the alone figures predict for its requests; far from 1 means the
 classes interact (batching), and no split can match both alone figures then.
 
-Prints `key: value` lines, then a short table last; writes everything to $OUT/energy_split_check.json
-and the agent's files to $OUT/energy_split_run/. Exit status: 0 goal met, 1 missed, 2 no CUDA / NVML.
---cpu-dry-run runs the same phases on the CPU against a fake counter of constant power (tests/gpu's
+Prints `key: value` lines, then a short table last; writes everything to --out (default
+$OUT/energy_split_check.json) and the agent's files to energy_split_run/ beside it. Exit status: 0
+goal met, 1 missed, 2 no CUDA / NVML. --cpu-dry-run runs the same phases on the CPU against a fake counter of constant power (tests/gpu's
 fake NVML): it checks the script, its numbers mean nothing.
 """
 from __future__ import annotations
@@ -118,8 +118,7 @@ def run(args: argparse.Namespace, counter_mj: Callable[[], int], gpu_collector: 
     from infersight.probes.observer import ProbeObserver
     from infersight.runtime import Engine, EngineConfig, EngineObserver
 
-    out = Path(os.environ.get("OUT", "out"))
-    run_dir = out / "energy_split_run"
+    run_dir = args.out.parent / "energy_split_run"
     run_dir.mkdir(parents=True, exist_ok=True)
     ring = f"infersight-energy-split-{os.getpid()}"
     probe = ProbeObserver(ProbeConfig(ring_name=ring, task_labels=list(CLASSES), nvtx=False))
@@ -255,8 +254,13 @@ def main() -> int:
     ap.add_argument("--long-prompt", type=int, default=1024, help="prompt tokens of the long_prompt class")
     ap.add_argument("--long-output", type=int, default=256, help="output tokens of the long_output class")
     ap.add_argument("--max-batched-tokens", type=int, default=512)
+    ap.add_argument("--device", default="cuda", choices=["cuda"], help="the engine's device (a GPU)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the JSON results (default $OUT/energy_split_check.json); the agent's files go beside it")
     ap.add_argument("--cpu-dry-run", action="store_true", help="check the script on the CPU (numbers meaningless)")
     args = ap.parse_args()
+    args.out = args.out or Path(os.environ.get("OUT", "out")) / "energy_split_check.json"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     print(f"command: {' '.join(sys.argv)}")
     if args.cpu_dry_run:
         args.device = "cpu"
@@ -272,7 +276,6 @@ def main() -> int:
         if not torch.cuda.is_available():
             print("no CUDA device: this check runs on the GPU machine")
             return 2
-        args.device = "cuda"
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)  # the engine's GPU; the agent reads GPU 0 alone too
         print(f"device: {torch.cuda.get_device_name(0)}")
@@ -280,8 +283,7 @@ def main() -> int:
             result = run(args, lambda: int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)))
         finally:
             pynvml.nvmlShutdown()
-    (Path(os.environ.get("OUT", "out")) / "energy_split_check.json").write_text(json.dumps(result, indent=2,
-                                                                                           default=str))
+    args.out.write_text(json.dumps(result, indent=2, default=str))
     print_result(result)
     return 0 if result["goal_met"] else 1
 
