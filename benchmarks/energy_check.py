@@ -13,7 +13,10 @@ its last one. Then it compares
 
     sum of every request's energy_j  +  the agent's idle joules    with    the independent delta
 
-and prints the ratio (goal: within 1%). It also prints joules per request and per output token
+and prints the ratio (goal: within 1%). Inside the agent's window the two sides agree by
+construction (idle is what the steps leave of the counter's rise): the ratio checks the agent's
+readings and window against this script's own reads, not how the joules are split between
+requests; benchmarks/energy_split_check.py checks the split. It also prints joules per request and per output token
 by task, and which queries of the generated dashboards have their series in the agent's
 exposition on this host, the GPU-fed panels first (goal: all of them). With $OUT set the
 numbers go to $OUT/energy_check.json. --counter-resolution only measures how often the NVML
