@@ -2,7 +2,9 @@
 
 Prefill: a batch of prompts fed through one step each (max_tokens=1, prefix cache off).
 Decode: a batch of requests already past prefill; the median wall time of whole engine steps
-(schedule, inputs, forward, sampling: what a user waits for), each between device syncs.
+(schedule, inputs, forward, sampling: what a user waits for), each between device syncs (with async
+scheduling, back to back). The same steps are also timed as one block (bench.decode_block:
+decode_block, the wall clock of all of them over their number, against the median).
 With CUDA graphs on, compare_eager runs the first half of the decode steps as graphs and the
 second half eagerly, on the same engine and requests (the graphs are switched off). Blocks, not
 alternating steps: a slow eager step leaves the GPU idle long enough to lower its clocks, which
@@ -29,6 +31,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from infersight.bench.decode_block import DecodeBlockClock, DecodeBlockTiming
 from infersight.bench.runtime_prefill import LongPrefillResult, bench_long_prefill
 from infersight.bench.timing import replay_ms, sync, timed_step
 from infersight.runtime import Engine, EngineConfig, SamplingParams
@@ -65,6 +68,7 @@ class RuntimeBenchResult:
     temperature: float = 0.0
     decode_gemv: bool = False          # batch-1 projections through runtime.triton_gemv (fused forward only)
     launched_ahead_share: float | None = None  # async: the timed steps launched before the one before was read
+    decode_block: DecodeBlockTiming | None = None  # decode_step_ms's steps timed as one block (bench.decode_block)
 
 
 def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | None = None) -> float:
@@ -160,11 +164,14 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     # Each mode's first two steps warm up (a graph capture, kernel compiles); the rest are timed.
     step_times: dict[bool, list[tuple[float, int]]] = {True: [], False: []}
     ahead: list[bool] = []
+    # The headline mode's timed steps (graphs when on), also timed as one block.
+    block = DecodeBlockClock(device, 2, decode_steps // 2 if compare else decode_steps)
     for i in range(decode_steps):
         use_graph = graphs is not None and not (compare and i >= decode_steps // 2)
         engine.target.graphs = graphs if use_graph else None
         # Synchronous steps end with their tokens read: the syncs only fence them. An async engine's
         # step is one turn of its loop, the next already queued: timed back to back, unfenced.
+        block.enter(i)
         if not engine.config.async_scheduling:
             sync(device)
         t0 = time.perf_counter()
@@ -174,6 +181,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
         if i >= 2 and not (compare and decode_steps // 2 <= i < decode_steps // 2 + 2):
             step_times[use_graph].append((time.perf_counter() - t0, stats.num_decode_tokens))
             ahead.append(stats.launched_ahead)
+        block.leave(i)
     engine.target.graphs = graphs
     replay_ms = replay_alone_ms(graphs) if graphs is not None and graphs.graphs else None
     drain()
@@ -189,6 +197,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
                                 cuda_graphs="on" if graphs is not None else str(engine.target.graph_blocker),
                                 compile_layers=compile_layers, fused_forward=engine.target.fused is not None)
     result.graph_replay_ms = replay_ms
+    result.decode_block = block.timing([dt for dt, _ in main])
     result.async_scheduling = bool(engine.config.async_scheduling)
     result.temperature = temperature
     result.decode_gemv = engine.target.fused is not None and engine.target.fused.gemv is not None
