@@ -186,7 +186,8 @@ def _predicted(s: dict[str, Any]) -> str:
     if s.get("predicted_speedup") is None:
         return f"speedup not predicted ({s.get('basis', '')})"
     low, high = s["speedup_interval"]
-    return (f"predicted speedup {s['predicted_speedup']:.2f}x ({low:.2f}-{high:.2f}x), estimated from "
+    span = f" ({low:.2f}-{high:.2f}x)" if low is not None and high is not None else " (no interval yet)"
+    return (f"predicted speedup {s['predicted_speedup']:.2f}x{span}, estimated from "
             f"{s['samples']['probe_steps']} plain probe steps")
 
 
