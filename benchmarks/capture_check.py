@@ -33,6 +33,7 @@ import subprocess
 import sys
 
 from infersight.agent.capture import default_token_file
+from infersight.kernels.report import ceilings_lines
 from infersight.kernels.roofline import steps_work
 from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
 from infersight.probes.config import ProbeConfig
@@ -211,6 +212,7 @@ def main() -> None:
     roof = [r for r in analysis.get("roofline", []) if r["phase"] == "captured"]
     if roof:
         print("roofline of the captured steps (modelled from the shapes file):")
+        print("\n".join(ceilings_lines(analysis["ceilings"])))  # the bound is against these (measured / datasheet)
         for r in roof:
             print(f"  {r['op_category']:<18} {r['flops'] / 1e12:9.3f} TFLOP {r['bytes'] / 1e9:9.3f} GB "
                   f"{r['kernel_ns'] / 1e6:9.2f} ms  {r['achieved_gbps']:8.0f} GB/s  {r['achieved_tflops']:7.1f} TFLOP/s  {r['bound']}")

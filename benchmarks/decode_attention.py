@@ -24,10 +24,15 @@ from dataclasses import asdict
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from infersight.kernels.ceiling_lookup import lookup_ceilings  # noqa: E402
 from infersight.runtime.attention import paged_decode_attention  # noqa: E402
 from infersight.runtime.triton_decode import DecodeTuning, triton_paged_decode_attention  # noqa: E402
 
-COPY_BW = 4.27e12  # device-to-device copy, bytes read + written (GPU.md)
+#: The %copy columns' ceiling: this GPU's copy bandwidth (bytes read + written) as `infersight bench
+#: ceilings` measured and cached it, else its datasheet's; the table names which.
+CEILING = (lookup_ceilings(torch.cuda.get_device_name(), "bfloat16", given_as=None)
+           if torch.cuda.is_available() else None)
+COPY_BW = CEILING.ceilings.peak_gbps * 1e9 if CEILING is not None and CEILING.ceilings else float("nan")
 # (name, batch, context, kv heads, query heads per kv head, head dim)
 SHAPES = [("llama-1b b32 ctx512", 32, 512, 8, 4, 64), ("llama-1b b1 ctx4096", 1, 4096, 8, 4, 64),
           ("llama-1b b32 ctx4096", 32, 4096, 8, 4, 64), ("mixtral b16 ctx512", 16, 512, 8, 4, 128),
@@ -146,8 +151,9 @@ def main() -> int:
     out = os.environ.get("OUT", ".")
     with open(os.path.join(out, "decode_attention.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows,
-                   "sweep": sweep}, f, indent=1)
-    print(f"\n{'shape':24} " + " ".join(f"{k + ' GB/s':>13} {'%copy':>6} {'us':>8}" for k in kernels))
+                   "sweep": sweep, "copy_ceiling": CEILING.bandwidth_said() if CEILING else None}, f, indent=1)
+    print(f"\n%copy: of {CEILING.bandwidth_said() if CEILING else 'no ceiling'}")
+    print(f"{'shape':24} " + " ".join(f"{k + ' GB/s':>13} {'%copy':>6} {'us':>8}" for k in kernels))
     for r in rows:
         print(f"{r['shape']:24} " + " ".join(
             f"{r[k + '_GBps']:13.0f} {100 * r[k + '_GBps'] * 1e9 / COPY_BW:6.1f} {r[k + '_us']:8.1f}" for k in kernels)

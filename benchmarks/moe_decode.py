@@ -7,8 +7,9 @@ the batch touches.
 Each timed unit runs `layers` distinct MoE layers (each 2.8 GB of experts, far past the L2) one
 after another; eager with CUDA events, and for the sync-free paths also as a CUDA graph (the loop
 cannot be captured: it reads counts on the host). Median of many repeats. Roofline: bytes of the
-experts routed to at least one token (plus the router) / 4.27 TB/s. Prints a table last; writes
-JSON to $OUT/moe_decode.json.
+experts routed to at least one token (plus the router) / the GPU's copy bandwidth (measured by
+`infersight bench ceilings` when cached, else the datasheet's: printed with the table). Prints a
+table last; writes JSON to $OUT/moe_decode.json.
 """
 from __future__ import annotations
 
@@ -21,11 +22,16 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from infersight.kernels.ceiling_lookup import lookup_ceilings  # noqa: E402
 from infersight.runtime.model_config import MODEL_CONFIGS  # noqa: E402
 from infersight.runtime.moe import MoEFFN, route  # noqa: E402
 from infersight.runtime.ranges import RangeMarker, layer_range_names  # noqa: E402
 
-COPY_BW = 4.27e12
+#: The roofline's ceiling: this GPU's copy bandwidth (bytes read + written) as `infersight bench
+#: ceilings` measured and cached it, else its datasheet's; the table names which.
+CEILING = (lookup_ceilings(torch.cuda.get_device_name(), "bfloat16", given_as=None)
+           if torch.cuda.is_available() else None)
+COPY_BW = CEILING.ceilings.peak_gbps * 1e9 if CEILING is not None and CEILING.ceilings else float("nan")
 
 
 def timed(fn, repeats: int) -> float:
@@ -98,11 +104,12 @@ def main() -> int:
             print(path, json.dumps(res), flush=True)
     summary = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "batch": args.batch,
                "layers": args.layers, "experts_touched_per_layer": touched / args.layers,
-               "roofline_ms_per_layer": roof_bytes / COPY_BW * 1e3 / args.layers, "paths": results}
+               "roofline_ms_per_layer": roof_bytes / COPY_BW * 1e3 / args.layers, "paths": results,
+               "copy_ceiling": CEILING.bandwidth_said() if CEILING else None}
     with open(os.path.join(os.environ.get("OUT", "."), f"moe_decode_b{args.batch}.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(f"\nmixtral-shape MoE layer, batch {args.batch}: {touched / args.layers:.1f} experts touched, "
-          f"roofline {summary['roofline_ms_per_layer']:.3f} ms/layer")
+          f"roofline {summary['roofline_ms_per_layer']:.3f} ms/layer at {summary['copy_ceiling']}")
     print(f"{'path':8} {'eager ms':>9} {'graph ms':>9} {'% roof':>7} {'rel diff':>9}")
     for path, r in results.items():
         if "error" in r:

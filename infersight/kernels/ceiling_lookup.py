@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from infersight.kernels.ceiling_cache import best_measurement, default_cache_path, read_cache, torch_version
-from infersight.kernels.ceilings import CeilingSource, DeviceCeilings, datasheet_for
+from infersight.kernels.ceilings import CeilingSource, DeviceCeilings, datasheet_for, rate_text
 
 #: How the CLI's `analyze` names the flags a given ceiling came from.
 ANALYZE_FLAGS = ("--peak-tflops", "--peak-gbps")
@@ -45,12 +45,13 @@ class CeilingLookup:
     def bandwidth_said(self) -> str:
         """"4,800 GB/s, datasheet: ..." (the memory peak and its source), or why there is none."""
         c = self.ceilings
-        return f"{c.peak_gbps:,.0f} GB/s on {c.name}, {c.gbps_source.label()}" if c and c.gbps_source else self.missing
+        return (f"{rate_text(c.peak_gbps)} GB/s on {c.name}, {c.gbps_source.label()}" if c and c.gbps_source
+                else self.missing)
 
     def compute_said(self) -> str:
         """"989 TFLOP/s, datasheet: ..." (the compute peak and its source), or why there is none."""
         c = self.ceilings
-        return (f"{c.peak_tflops:,.4g} TFLOP/s on {c.name}, {c.tflops_source.label()}" if c and c.tflops_source
+        return (f"{rate_text(c.peak_tflops)} TFLOP/s on {c.name}, {c.tflops_source.label()}" if c and c.tflops_source
                 else self.missing)
 
 

@@ -116,12 +116,18 @@ class DeviceCeilings:
     def describe(self) -> str:
         """One line for people: the device, each peak and where it came from."""
         assert self.tflops_source is not None and self.gbps_source is not None  # filled by __post_init__
-        return (f"{self.name}: {self.peak_tflops:,.4g} TFLOP/s ({self.tflops_source.label()}), "
-                f"{self.peak_gbps:,.0f} GB/s ({self.gbps_source.label()})")
+        return (f"{self.name}: {rate_text(self.peak_tflops)} TFLOP/s ({self.tflops_source.label()}), "
+                f"{rate_text(self.peak_gbps)} GB/s ({self.gbps_source.label()})")
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able: name, peak_tflops, peak_gbps, tflops_source / gbps_source {kind, detail}, known."""
         return {**asdict(self), "known": True}
+
+
+def rate_text(value: float) -> str:
+    """A peak for people: whole numbers with thousands separators, 3 significant digits below 100
+    (a CPU's 0.0241 TFLOP/s must not print as 0)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def dtype_name_for_bytes(dtype_bytes: int) -> str:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from infersight.kernels.ceilings import DeviceCeilings
+from infersight.kernels.ceilings import DeviceCeilings, rate_text
 
 #: A phase is launch-bound when this share of its windows is idle between kernels (high / medium).
 LAUNCH_BOUND_HIGH, LAUNCH_BOUND_MEDIUM = 0.5, 0.3
@@ -108,7 +108,7 @@ def _ceiling_said(ceilings: DeviceCeilings | None, memory: bool) -> str:
     if ceilings is None:
         return ""
     source = ceilings.gbps_source if memory else ceilings.tflops_source
-    value = f"{ceilings.peak_gbps:,.0f} GB/s" if memory else f"{ceilings.peak_tflops:,.4g} TFLOP/s"
+    value = f"{rate_text(ceilings.peak_gbps)} GB/s" if memory else f"{rate_text(ceilings.peak_tflops)} TFLOP/s"
     return f" ({value}, {source.kind if source else 'given'})"
 
 

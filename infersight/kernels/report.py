@@ -23,7 +23,7 @@ from infersight.kernels import findings as rules
 from infersight.kernels.attribution import kernel_time_by_range
 from infersight.kernels.categories import classify
 from infersight.kernels.ceiling_lookup import CeilingLookup, CeilingQuery
-from infersight.kernels.ceilings import dtype_name_for_bytes
+from infersight.kernels.ceilings import dtype_name_for_bytes, rate_text
 from infersight.kernels.frames import KernelTrace
 from infersight.kernels.roofline import (
     DeviceCeilings, StepShape, measured_dram_bytes, roofline_for_phase, roofline_for_steps, with_measured_bytes,
@@ -147,8 +147,8 @@ def ceilings_lines(c: dict[str, Any]) -> list[str]:
     if not c.get("known", True):
         return [f"roofline (modelled work over measured kernel time): {c['note']}"]
     lines = [f"roofline vs {c['name']} (modelled work over measured kernel time):"]
-    for value, unit, source in ((f"{c['peak_tflops']:,.4g}", "TFLOP/s", c.get("tflops_source")),
-                                (f"{c['peak_gbps']:,.0f}", "GB/s", c.get("gbps_source"))):
+    for value, unit, source in ((rate_text(c["peak_tflops"]), "TFLOP/s", c.get("tflops_source")),
+                                (rate_text(c["peak_gbps"]), "GB/s", c.get("gbps_source"))):
         said = f"{source['kind']}: {source['detail']}" if source else "source not recorded"
         lines.append(f"  {value} {unit}, {said}")
     return lines

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,12 +41,21 @@ def substitute(expr: str) -> str:
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory) -> Iterator[str]:
     """A Prometheus URL once it holds scrapes taken after the workload's last event (two scrapes
-    after it, so every series has the two samples rate() needs)."""
-    with scraped_workload(tmp_path_factory.mktemp("prometheus"), "dash", JOB, settle_s=2.0,
-                          recorder=DEMO_RECORDER) as run:
-        done = _query(run.url, f"sum({C.REQUESTS.sample})")
-        assert done and float(done[0]["value"][1]) == len(run.work.prompts)
-        yield run.url
+    after it, so every series has the two samples rate() needs). This CPU's roofline ceilings are
+    measured first, as a user would (`infersight bench ceilings`, small sizes, into a cache of the
+    test's own; in a child process, whose torch threads then leave the agent's scrapes alone):
+    without them the roofline panels rightly stay empty (no ceiling known)."""
+    tmp = tmp_path_factory.mktemp("prometheus")
+    cache = tmp / "ceilings.json"
+    subprocess.run([sys.executable, "-m", "infersight", "bench", "ceilings", "--device", "cpu", "--copy-mib", "16",
+                    "--gemm-n", "256", "--repeats", "2", "--cache", str(cache), "--json"], check=True,
+                   capture_output=True, timeout=300)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("INFERSIGHT_CEILINGS", str(cache))
+        with scraped_workload(tmp, "dash", JOB, settle_s=2.0, recorder=DEMO_RECORDER) as run:
+            done = _query(run.url, f"sum({C.REQUESTS.sample})")
+            assert done and float(done[0]["value"][1]) == len(run.work.prompts)
+            yield run.url
 
 
 @pytest.fixture(scope="module")
