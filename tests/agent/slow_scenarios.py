@@ -29,7 +29,7 @@ from infersight.runtime.weights import shipped_weights
 from infersight.workload import WorkloadConfig, build_workload
 
 TINY = ModelConfig("slow-t", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=512)
-LONG = ModelConfig("slow-long", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=1024)
+LONG = ModelConfig("slow-long", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=2048)
 WIDE = ModelConfig("slow-wide", d_model=256, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=512, max_seq_len=1024)
 #: The SLO of the SLO scenarios, as a multiple of their normal requests' median.
 SLO_FACTOR = 2.0
@@ -67,18 +67,20 @@ def _judge_over_slo(d: Driver, normal: list[int], metric: str, value: Callable[[
 
 
 def long_prompt() -> Outcome:
-    """Five prompts of 1,000 tokens, each alone, prefilled 16 a step (63 steps where a normal request
-    takes 2), under the agent's default rule."""
-    d = Driver(EngineConfig(model=LONG, block_size=16, num_kv_blocks=128, max_num_batched_tokens=16), every=64)
+    """Five prompts of 2,000 tokens among 496 short requests, each alone, prefilled 16 a step (129 steps
+    with their 4 tokens out, where a normal request in its group of 20 is done in 5 to 10), under the
+    agent's default rule."""
+    d = Driver(EngineConfig(model=LONG, block_size=16, num_kv_blocks=136, max_num_batched_tokens=16), every=64)
     normal = []
     for k in range(1, 6):
         # 100 requests before the first, 99 between the next ones: victim k is request 100k, the
-        # (100k+1)-th to finish (each group runs until idle). When it finishes, the window holds
-        # 100k+1 requests or fewer, the budget (ceil(1% of the window)) becomes k+1 where the older
-        # flags could take at most k, and the p99 sits below the k slowest: it is flagged, however
-        # many normal requests the host's jitter had flagged before it.
-        normal += d.normal(100 if k == 1 else 99, max_tokens=8, at_once=20)
-        victim = d.add(tokens(1000, first=37 * k), 8, victim_of="long_prompt")
+        # (100k+1)-th to finish (each group runs until idle). As it finishes, the window passes 100k
+        # requests: the budget (ceil(1% of the window)) becomes k+1, where the older flags, capped by
+        # the budget of their time, hold at most k; and the p99 lies below the k largest e2e. So it
+        # is flagged however many normal requests the host's jitter flagged before it, as long as no
+        # normal request was stalled past it (it takes about 20x their median).
+        normal += d.normal(100 if k == 1 else 99, max_tokens=4, at_once=20)
+        victim = d.add(tokens(2000, first=37 * k), 4, victim_of="long_prompt")
         assert victim == 100 * k
         d.run()
     return replace(d.judge(), slowdown=_slowdowns(d, normal, _e2e_s(d))[1])
