@@ -30,14 +30,15 @@ class KvFold:
         if events.empty:
             return
         counter = self.counters[C.KV_EVENTS.name]
-        for event, n in kv.transition_counts(events).items():
+        transitions = kv.transition_counts(events)
+        for event, n in transitions.items():
             if n:
                 counter.inc((event,), n)
-        recomputed = kv.recomputed_blocks(events)
+        recomputed = transitions["recomputed"]  # kv.recomputed_blocks(events), counted once
         if recomputed:
             self.counters[C.KV_RECOMPUTED_TOKENS.name].inc((), recomputed * block_size)
-        reloads = events[events["event"] == "reloaded"]
-        if not reloads.empty:
+        if transitions["reloaded"]:
+            reloads = events[events["event"] == "reloaded"]
             self.reload_events = pd.concat([self.reload_events, reloads], ignore_index=True)
         # Ages that end in this batch may have started in an earlier one: measure over carry + new.
         window = pd.concat([self.carry, events], ignore_index=True) if not self.carry.empty else events
@@ -55,10 +56,12 @@ class KvFold:
         """Each block's open events in window: its last allocated / reloaded / cached event (one of
         each) after its last close (evicted or freed), in window order. Plain numpy: this runs every
         poll, and a groupby costs ms."""
-        event = window["event"]
+        # Each row's event as a small code, then tables over the few names (one string pass, not one a name).
+        codes, names = pd.factorize(window["event"])  # a missing event: -1, the tables' last entry (neither)
+        names = names.tolist()
         block = window["block_id"].to_numpy(np.int64)
         ts = window["ts_ns"].to_numpy(np.int64)
-        closes = event.isin(CLOSE_EVENTS).to_numpy(bool)
+        closes = np.array([name in CLOSE_EVENTS for name in names] + [False])[codes]
         closed, inverse = np.unique(block[closes], return_inverse=True)
         last_close = np.full(len(closed), np.iinfo(np.int64).min, np.int64)
         np.maximum.at(last_close, inverse.reshape(-1), ts[closes])
@@ -66,7 +69,7 @@ class KvFold:
         has_close = (closed[at] == block) if len(closed) else np.zeros(len(block), bool)
         # Compared as floats, as the frame's mapped (NaN-able) close times were.
         after = ts.astype(np.float64) > np.where(has_close, last_close[at] if len(closed) else 0, -1).astype(np.float64)
-        kind = np.select([(event == name).to_numpy(bool) for name in OPEN_EVENTS], [1, 2, 3], 0)
+        kind = np.array([OPEN_EVENTS.index(name) + 1 if name in OPEN_EVENTS else 0 for name in names] + [0])[codes]
         rows = np.flatnonzero(after & (kind > 0))
         # The last row of each (block, event) pair, kept in window order (groupby(...).tail(1)).
         order = np.lexsort((rows, kind[rows], block[rows]))

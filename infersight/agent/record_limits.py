@@ -38,8 +38,17 @@ TASK_LABEL_LIMIT = "task_label_over_limit"
 REASONS = (MOE_LAYER, MOE_EXPERTS, MOE_OFFSET, REQUEST_EVENT, KV_EVENT, TEXT_CHUNK, SPEC_COUNTS, EP_RANK,
            TASK_LABEL_ID, TASK_LABEL_LIMIT)
 
-_REQUEST_EVENTS = np.array(sorted(int(e) for e in RequestEvent))
-_KV_EVENTS = np.array(sorted(int(e) for e in KVBlockEvent))
+def _known(codes: list[int]) -> np.ndarray:
+    """A table over every u8 code: True for these. One take per record (an isin compares each
+    record with every known code)."""
+    table = np.zeros(256, bool)
+    table[codes] = True
+    return table
+
+
+#: REQUEST and KV_BLOCK event fields are u8 (probes.records): every value indexes the table.
+_REQUEST_EVENTS = _known([int(e) for e in RequestEvent])
+_KV_EVENTS = _known([int(e) for e in KVBlockEvent])
 _TEXT_FIELDS = np.array(sorted(int(f) for f in TextField))
 
 
@@ -77,9 +86,9 @@ def _bad_masks(kind: int, rec: np.ndarray, limits: RecordLimits) -> list[tuple[s
                 (MOE_EXPERTS, n_experts > limits.max_moe_experts),
                 (MOE_OFFSET, rec["expert_offset"] >= n_experts)]
     if kind == RecordKind.REQUEST:
-        return [(REQUEST_EVENT, ~np.isin(rec["event"], _REQUEST_EVENTS))]
+        return [(REQUEST_EVENT, ~_REQUEST_EVENTS[rec["event"]])]
     if kind == RecordKind.KV_BLOCK:
-        return [(KV_EVENT, ~np.isin(rec["event"], _KV_EVENTS))]
+        return [(KV_EVENT, ~_KV_EVENTS[rec["event"]])]
     if kind == RecordKind.REQUEST_TEXT:
         nbytes, offset, total = (rec[c].astype(np.int64) for c in ("nbytes", "offset", "total"))
         return [(TEXT_CHUNK, ~np.isin(rec["field"], _TEXT_FIELDS) | (nbytes > TEXT_CHUNK_BYTES)

@@ -157,8 +157,12 @@ class Agent:
         if now - self._gpu_summary_at < 1.0:
             return
         self._gpu_summary_at = now
-        phases = phase_breakdown(samples_frame(self.gpu.recent()), self.state.recent_steps_frame())
-        self.state.set_gpu_summary(self.gpu.status_line(), phases.to_dict("records"))
+        readings = self.gpu.recent()
+        # No readings (no GPU, or none yet): no phase has a sample, and phase_breakdown would say
+        # so from two empty frames it costs ms to build.
+        phases = (phase_breakdown(samples_frame(readings), self.state.recent_steps_frame()).to_dict("records")
+                  if readings else [])
+        self.state.set_gpu_summary(self.gpu.status_line(), phases)
 
     def start_http(self) -> None:
         self.gpu.start()

@@ -113,6 +113,12 @@ def _take_names(names: np.ndarray, codes: np.ndarray) -> pd.Series | np.ndarray:
     return taken.to_pandas(types_mapper={pa.large_string(): _STR_DTYPE}.get)
 
 
+#: CategoricalDtype by its categories: building one (its str Index) costs ~0.2 ms, and every poll
+#: makes a few with the same few names. Bounded: started over past _MAX_DTYPES distinct sets.
+_DTYPES: dict[tuple[str, ...], pd.CategoricalDtype] = {}
+_MAX_DTYPES = 1024
+
+
 def _categorical(table: np.ndarray, codes: np.ndarray) -> pd.Categorical:
     """table[codes] (table: names indexed by code) as a Categorical whose categories are the names
     that occur, sorted: it sorts, groups and factorizes as the strings would, and filtering or
@@ -122,7 +128,13 @@ def _categorical(table: np.ndarray, codes: np.ndarray) -> pd.Categorical:
     categories, inverse = np.unique(names.astype(str), return_inverse=True)  # names sorted; equal names merged
     recode = np.zeros(len(table), np.int64)
     recode[used] = inverse.reshape(-1)
-    return pd.Categorical.from_codes(recode[codes], categories=categories.tolist(), validate=False)
+    key = tuple(categories.tolist())
+    dtype = _DTYPES.get(key)
+    if dtype is None:
+        if len(_DTYPES) >= _MAX_DTYPES:
+            _DTYPES.clear()
+        dtype = _DTYPES[key] = pd.CategoricalDtype(list(key))  # unordered, as from_codes(categories=...) makes it
+    return pd.Categorical.from_codes(recode[codes], dtype=dtype, validate=False)
 
 
 def concat_frames(parts: list[pd.DataFrame]) -> pd.DataFrame:
@@ -141,11 +153,32 @@ def concat_frames(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def trace_hex(hi: np.ndarray, lo: np.ndarray, request_id: np.ndarray) -> pd.Series:
-    """32-hex-digit trace ids, formatted once per request (a request has one trace id and many events)."""
-    codes, uniques = pd.factorize(np.asarray(request_id))
+def _first_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(code of each row's id, numbered in order of first appearance; the row where each code first
+    appears), as pd.factorize numbers them. Dense ids (an engine's request ids count up) go through a
+    table indexed by id, not a hash of every row."""
+    n = len(ids)
+    if n and ids.dtype.kind in "iu":
+        low, high = int(ids.min()), int(ids.max())
+        if high - low < max(4 * n, 4096):
+            offset = (ids - ids.dtype.type(low)).astype(np.int64)  # in the ids' own type first: no overflow
+            rows = np.arange(n)
+            first_of_id = np.empty(high - low + 1, np.int64)
+            first_of_id[offset[::-1]] = rows[::-1]  # the last write wins: each id's first row
+            first_row = first_of_id[offset]
+            first = np.flatnonzero(first_row == rows)  # first appearances, in row order: codes 0, 1, ...
+            code_of_row = np.empty(n, np.int64)
+            code_of_row[first] = np.arange(len(first))
+            return code_of_row[first_row], first
+    codes, uniques = pd.factorize(np.asarray(ids))
     first = np.empty(len(uniques), dtype=np.int64)
     first[codes[::-1]] = np.arange(len(codes))[::-1]
+    return codes, first
+
+
+def trace_hex(hi: np.ndarray, lo: np.ndarray, request_id: np.ndarray) -> pd.Series:
+    """32-hex-digit trace ids, formatted once per request (a request has one trace id and many events)."""
+    codes, first = _first_rows(np.asarray(request_id))
     hi, lo = hi[first].tolist(), lo[first].tolist()
     names = np.array([f"{h:016x}{l:016x}" for h, l in zip(hi, lo)], dtype=object)
     # object, not str: trace ids are carried through every filter of the events (an object take
@@ -235,8 +268,9 @@ def moe_frame(rec: np.ndarray) -> pd.DataFrame:
     k = np.clip(rec["n_experts"].astype(np.int64) - offset, 0, counts.shape[1])  # valid experts per record
     rows = np.repeat(np.arange(len(rec)), k)
     within = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)  # 0..k-1 in each record
-    return _frame({"step_id": rec["step_id"][rows].astype(np.int64), "layer": rec["layer"][rows].astype(np.int64),
-                         "expert": offset[rows] + within, "tokens": counts[rows, within].astype(np.int64)})
+    # Fields converted per record, then repeated: a gather from the records' strided fields costs more.
+    return _frame({"step_id": rec["step_id"].astype(np.int64)[rows], "layer": rec["layer"].astype(np.int64)[rows],
+                   "expert": offset[rows] + within, "tokens": counts[rows, within].astype(np.int64)})
 
 
 def spec_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:

@@ -74,7 +74,7 @@ class BatchedKinds:
     def _members(self, rec: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         used, valid = _entries(rec, self.members_per_record)
         out = np.empty(int(used.sum()), self.member_dtype)
-        out["step_id"] = np.broadcast_to(rec["step_id"][:, None], used.shape)[used]
+        out["step_id"] = np.repeat(rec["step_id"], used.sum(axis=1))  # each record's entries are its first ones
         out["request_id"], out["num_tokens"] = rec["request_id"][used], rec["num_tokens"][used]
         return out, _keys(pos, used), int(len(rec) - valid.sum())
 

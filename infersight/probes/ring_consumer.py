@@ -144,14 +144,15 @@ class RingConsumer(RingView):
         out: dict[int, np.ndarray] = {}
         good = 0
         if n:
-            idx = np.arange(r % cap, r % cap + n)
-            if r % cap + n > cap:
-                idx %= cap
-            hdr = _take(self._slot_hdr, idx)  # a copy; the slots stay ours until read_pos moves
+            # The slots stay ours until read_pos moves: read in place. One run of slots (the usual
+            # case) is read through views of it; a run that wraps is gathered, in order, first.
+            start = r % cap
+            rows = None if start + n <= cap else np.arange(start, start + n) % cap
+            hdr = self._slot_hdr[start:start + n] if rows is None else _take(self._slot_hdr, rows)
             ok = self._check_seqs(hdr["seq"], dropped)
-            # One compare per kind present (a few u16 passes; a stable sort of the kinds costs more):
-            # each kind's slots in sequence order.
-            kinds = hdr["kind"]
+            # One compare per kind present (a few u16 passes over one contiguous copy of the kinds;
+            # a stable sort of the kinds costs more): each kind's slots in sequence order.
+            kinds = np.ascontiguousarray(hdr["kind"])
             present = np.bincount(kinds)
             positions: dict[int, np.ndarray] = {}
             for kind, view in self._payload.items():
@@ -164,7 +165,7 @@ class RingConsumer(RingView):
                 if not sel.all():
                     pos = pos[sel]
                 if len(pos):  # in sequence order: the sort was stable
-                    out[kind] = _take(view, idx[pos])
+                    out[kind] = _take(view[start:start + n], pos) if rows is None else _take(view, rows[pos])
                     positions[kind] = pos
                     good += len(pos)
             if self._expand is not None and out:
