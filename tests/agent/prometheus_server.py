@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +38,18 @@ class ScrapedRun:
     agent: Agent
     probe: Any
     log: Path
+
+
+def measured_cpu_ceilings(tmp: Path) -> Path:
+    """This CPU's roofline ceilings measured as a user would (`infersight bench ceilings`, small sizes)
+    into a cache of the test's own, to point INFERSIGHT_CEILINGS at: without a ceiling known, the
+    roofline metrics rightly stay absent. In a child process, whose torch threads then leave the
+    agent's scrapes alone."""
+    cache = tmp / "ceilings.json"
+    subprocess.run([sys.executable, "-m", "infersight", "bench", "ceilings", "--device", "cpu", "--copy-mib", "16",
+                    "--gemm-n", "256", "--repeats", "2", "--cache", str(cache), "--json"], check=True,
+                   capture_output=True, timeout=300)
+    return cache
 
 
 def start_prometheus(tmp: Path, target_port: int, job: str) -> tuple[subprocess.Popen, str, Path]:

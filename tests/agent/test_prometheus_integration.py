@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 from agent_workload import MAX_TOKENS
-from prometheus_server import DEMO_RECORDER, requires_prometheus, scraped_workload
+from prometheus_server import DEMO_RECORDER, measured_cpu_ceilings, requires_prometheus, scraped_workload
 
 from infersight.agent import report
 from infersight.exporters import catalogue as C
@@ -55,13 +55,17 @@ class Prom:
 
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
-    """(Prom, workload, agent, probe) once Prometheus holds a scrape taken after the last event."""
-    with scraped_workload(tmp_path_factory.mktemp("prometheus"), "prom", JOB, recorder=DEMO_RECORDER) as run:
-        prom = Prom(run.url)
-        got = prom.query(f'sum(infersight_requests_total{{job="{JOB}"}})')
-        assert got and float(got[0]["value"][1]) == len(run.work.prompts)
-        assert prom.value(f'up{{job="{JOB}"}}') == 1.0
-        yield prom, run.work, run.agent, run.probe
+    """(Prom, workload, agent, probe) once Prometheus holds a scrape taken after the last event, this
+    CPU's roofline ceilings measured first (as the dashboard test does)."""
+    tmp = tmp_path_factory.mktemp("prometheus")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("INFERSIGHT_CEILINGS", str(measured_cpu_ceilings(tmp)))
+        with scraped_workload(tmp, "prom", JOB, recorder=DEMO_RECORDER) as run:
+            prom = Prom(run.url)
+            got = prom.query(f'sum(infersight_requests_total{{job="{JOB}"}})')
+            assert got and float(got[0]["value"][1]) == len(run.work.prompts)
+            assert prom.value(f'up{{job="{JOB}"}}') == 1.0
+            yield prom, run.work, run.agent, run.probe
 
 
 def test_every_catalogue_metric_is_in_prometheus(scraped) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +14,9 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-from prometheus_server import DEMO_RECORDER, query as _query, requires_prometheus, scraped_workload  # noqa: E402
+from prometheus_server import (  # noqa: E402
+    DEMO_RECORDER, measured_cpu_ceilings, query as _query, requires_prometheus, scraped_workload,
+)
 
 from infersight.dashboards.grafana import engine, gpu, kernels, overview, write_dashboards  # noqa: E402
 from infersight.exporters import catalogue as C  # noqa: E402
@@ -46,12 +47,8 @@ def prometheus(tmp_path_factory) -> Iterator[str]:
     test's own; in a child process, whose torch threads then leave the agent's scrapes alone):
     without them the roofline panels rightly stay empty (no ceiling known)."""
     tmp = tmp_path_factory.mktemp("prometheus")
-    cache = tmp / "ceilings.json"
-    subprocess.run([sys.executable, "-m", "infersight", "bench", "ceilings", "--device", "cpu", "--copy-mib", "16",
-                    "--gemm-n", "256", "--repeats", "2", "--cache", str(cache), "--json"], check=True,
-                   capture_output=True, timeout=300)
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("INFERSIGHT_CEILINGS", str(cache))
+        env.setenv("INFERSIGHT_CEILINGS", str(measured_cpu_ceilings(tmp)))
         with scraped_workload(tmp, "dash", JOB, settle_s=2.0, recorder=DEMO_RECORDER) as run:
             done = _query(run.url, f"sum({C.REQUESTS.sample})")
             assert done and float(done[0]["value"][1]) == len(run.work.prompts)
