@@ -6,7 +6,9 @@
 #                 against the demo's predictions on CUDA; meanwhile, on CPU cores 8-15, the
 #                 calibration runs of spec_speedup.MODEL_ERROR (benchmarks/spec_calibration.py)
 #   ceilings      `bench ceilings` on CUDA (bf16, then float32), then `analyze` naming the ceiling
-#   energy        benchmarks/energy_split_check.py: request classes alone, then mixed (NVML energy)
+#   speculation_check  `bench speculation` on CUDA at another seed: the CUDA model error checked
+#   energy        benchmarks/energy_split_check.py: request classes alone, then mixed (NVML energy),
+#                 the counter read every 1 s and every 0.1 s
 source "$(dirname "$0")/gpu_env.sh"
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
@@ -40,19 +42,34 @@ EOF
 }
 
 ceilings() {
+  export INFERSIGHT_CEILINGS="$OUT/ceilings.json"
   stamp "bench ceilings"
   timeout 120 python3 -m infersight bench ceilings --device cuda --dtype bfloat16 --json | tee "$OUT/ceilings_bf16.json"
   timeout 120 python3 -m infersight bench ceilings --device cuda --dtype float32 --json | tee "$OUT/ceilings_f32.json"
+  stamp "analyze against the measured ceilings"
+  python3 -m infersight analyze tests/kernels/data/kineto_llama-1b-decode-graphs-h200.json.gz | sed -n '/^roofline/,/^findings/p'
+  stamp "bench runtime: roofline share against the measured copy bandwidth"
+  timeout 300 python3 -m infersight bench runtime --model llama-1b-shape --device cuda --dtype bfloat16 --batch 1 \
+    --prompt-len 512 --prefill-len 8192 --json | tee "$OUT/runtime_ceiling.json"
 }
 
 energy() {
-  stamp "energy split"
+  stamp "energy split, NVML every 1 s"
   timeout 400 python3 benchmarks/energy_split_check.py --device cuda --out "$OUT/energy_split.json"
+  stamp "energy split, NVML every 0.1 s"
+  timeout 400 python3 benchmarks/energy_split_check.py --device cuda --interval-s 0.1 --out "$OUT/energy_split_0.1.json"
+}
+
+speculation_check() {
+  stamp "bench speculation on CUDA, seed 1 (not the calibration's), batch 16"
+  timeout 300 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch 16 --requests 128 \
+    --seed 1 > "$OUT/spec_bench_seed1_b16.json"
+  tail -n 1 "$OUT/spec_bench_seed1_b16.json"
 }
 
 for suite in "$@"; do
   case "$suite" in
-    speculation|ceilings|energy) "$suite" 2>&1 | tee "$OUT/$suite.log" ;;
-    *) echo "unknown suite: $suite (speculation, ceilings, energy)"; exit 2 ;;
+    speculation|speculation_check|ceilings|energy) "$suite" 2>&1 | tee "$OUT/$suite.log" ;;
+    *) echo "unknown suite: $suite (speculation, speculation_check, ceilings, energy)"; exit 2 ;;
   esac
 done
