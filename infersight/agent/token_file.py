@@ -83,11 +83,14 @@ def read_token(path: Path) -> str:
     except OSError as exc:
         why = "a symbolic link" if os.path.islink(path) else exc.strerror
         raise TokenFileError(f"refusing the token file {path}: {why}") from None
+    # The type is checked on the descriptor before any file object wraps it: os.open succeeds on a
+    # directory, and os.fdopen of that descriptor raises IsADirectoryError (a traceback, not a refusal).
+    why = _why_untrusted(os.fstat(fd), "file", 0o077)
+    if why is not None:
+        os.close(fd)
+        raise TokenFileError(f"refusing the token file {path}: {why}; it must be this user's, mode 0600 "
+                             f"(remove it and the agent writes a new one)")
     with os.fdopen(fd, "rb") as f:
-        why = _why_untrusted(os.fstat(fd), "file", 0o077)
-        if why is not None:
-            raise TokenFileError(f"refusing the token file {path}: {why}; it must be this user's, mode 0600 "
-                                 f"(remove it and the agent writes a new one)")
         raw = f.read(MAX_TOKEN_BYTES + 1)
     token = raw.decode("ascii", errors="replace").strip()
     if not token or len(raw) > MAX_TOKEN_BYTES or not token.isprintable() or " " in token:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -16,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
 
     host, port = parse_listen(args.agent)
     token_file = Path(args.token_file) if args.token_file else default_token_file(port)
-    if not token_file.is_file():
+    if not os.path.lexists(token_file):  # any other shape (directory, link, FIFO) is refused by read_token
         raise ValueError(f"no token file at {token_file}; pass --token-file (the agent writes it at start)")
     token = read_token(token_file)  # this user's and 0600, or a one-line refusal
     base = f"http://{host}:{port}"

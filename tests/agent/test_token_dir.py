@@ -176,3 +176,25 @@ def test_captures_are_written_0600_in_a_0700_directory(tmp_path: Path) -> None:
     finally:
         capture.close()
         control.close()
+
+
+def test_a_directory_at_the_token_path_is_one_line_refusal(env: Path) -> None:
+    """os.open succeeds on a directory; the refusal must come from the type check, not from a
+    traceback when the descriptor is wrapped (issue 33 item 5). Agent and client, through the CLI."""
+    from testkit import free_port
+
+    port = free_port()
+    path = env / "home" / ".local" / "state" / "infersight" / f"agent-{port}.token"
+    path.mkdir(parents=True, mode=0o700)
+    path.parent.chmod(0o700)
+    for args in (("agent", "--ring", "infersight-test-token-unused", "--listen", f"127.0.0.1:{port}",
+                  "--duration", "0.5", "--gpu-source", "none"),
+                 ("capture", "--steps", "2", "--agent", f"127.0.0.1:{port}"),
+                 ("capture", "--steps", "2", "--agent", f"127.0.0.1:{port}", "--token-file", str(path))):
+        res = _agent(env, *args)
+        errors = [line for line in res.stderr.splitlines() if line.startswith("infersight: error:")]
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert errors == [f"infersight: error: refusing the token file {path}: not a file; it must be this "
+                          f"user's, mode 0600 (remove it and the agent writes a new one)"], res.stderr
+    with pytest.raises(TokenFileError, match="not a file"):
+        read_token(path)
