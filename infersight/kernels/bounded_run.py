@@ -34,7 +34,8 @@ _OK, _ERROR, _BUG = b"o", b"e", b"b"
 @dataclass(frozen=True)
 class RunLimits:
     """time_limit_s: wall seconds for the analysis (None: no limit). memory_bytes: address space the
-    child may add to what it has at the fork (None: no ceiling)."""
+    child may add to what it has at the fork (None: no ceiling), never past the process's own
+    RLIMIT_AS (see address_space_cap)."""
 
     time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     memory_bytes: int | None = None
@@ -62,10 +63,22 @@ def _address_space() -> int:
         return int(f.read().split()[0]) * resource.getpagesize()
 
 
+def address_space_cap(mapped: int, memory_bytes: int, current: tuple[int, int]) -> int:
+    """The child's RLIMIT_AS: what it has mapped plus `memory_bytes`, clamped to the limit the process
+    runs under already (`current` = getrlimit's (soft, hard)). Raising the hard limit is refused
+    without CAP_SYS_RESOURCE ("not allowed to raise maximum limit"), and a `ulimit -v` the user set
+    is theirs to keep: the child never gets more than its parent had."""
+    cap = mapped + memory_bytes
+    for limit in current:  # the soft limit is <= the hard one; either may be RLIM_INFINITY
+        if limit != resource.RLIM_INFINITY:
+            cap = min(cap, limit)
+    return cap
+
+
 def _child(work: Callable[[], str], limits: RunLimits, fd: int) -> None:
     try:
         if limits.memory_bytes is not None and os.path.exists("/proc/self/statm"):
-            cap = _address_space() + limits.memory_bytes
+            cap = address_space_cap(_address_space(), limits.memory_bytes, resource.getrlimit(resource.RLIMIT_AS))
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         message = _OK + _quietly(work).encode("utf-8", "surrogateescape")
     except MemoryError:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
 import signal
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -15,6 +18,10 @@ import pytest
 from infersight.kernels.bounded_run import RunLimits, run_bounded
 from infersight.kernels.errors import TraceError
 from infersight.kernels.input_files import check_regular_file, gunzip_bounded, read_regular_file
+
+REPO = Path(__file__).resolve().parents[2]
+TRACE = Path(__file__).resolve().parent / "data" / "kineto_tiny-moe.json.gz"
+HARD_AS = 3 << 30  # a `ulimit -v` far below this machine's memory, well above what the analysis needs
 
 
 def test_non_regular_paths_are_refused_by_kind(tmp_path: Path) -> None:
@@ -82,3 +89,38 @@ def test_run_bounded_prints_no_warning(capfd: pytest.CaptureFixture[str]) -> Non
     assert run_bounded(noisy, RunLimits(), "f") == "1"
     out, err = capfd.readouterr()
     assert out == "" and err == ""
+
+
+def _lowered(limit: int) -> None:
+    """preexec_fn: the child process runs under a hard RLIMIT_AS it cannot raise (as `ulimit -v`)."""
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def test_run_bounded_clamps_to_a_lowered_hard_limit() -> None:
+    """Under a hard address-space limit the child gets exactly that limit (asking for more is
+    refused: "not allowed to raise maximum limit"), and an allocation past it is still the one-line
+    out-of-memory error."""
+    script = (
+        "import resource\n"
+        "from infersight.kernels.bounded_run import RunLimits, run_bounded\n"
+        "from infersight.kernels.errors import TraceError\n"
+        "limits = RunLimits(time_limit_s=60, memory_bytes=1 << 40)\n"
+        "print(run_bounded(lambda: repr(resource.getrlimit(resource.RLIMIT_AS)), limits, 'f'))\n"
+        f"try: run_bounded(lambda: str(len(bytearray({HARD_AS}))), limits, 'f')\n"
+        "except TraceError as exc: print(exc)\n")
+    res = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         preexec_fn=lambda: _lowered(HARD_AS))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [repr((HARD_AS, HARD_AS)), "f: out of memory while analysing it (the file "
+                                       "asks for more than the memory limit)"]
+
+
+def test_analyze_runs_under_a_lowered_hard_limit() -> None:
+    """`infersight analyze` under `ulimit -v`: the same report as without it, exit 0."""
+    def analyze(limit: int | None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "infersight", "analyze", str(TRACE)], cwd=REPO,
+                              capture_output=True, text=True, timeout=120,
+                              preexec_fn=None if limit is None else lambda: _lowered(limit))
+    free, lowered = analyze(None), analyze(HARD_AS)
+    assert lowered.returncode == 0 and lowered.stderr == "", lowered.stderr
+    assert free.returncode == 0 and lowered.stdout == free.stdout and "GPU time" in free.stdout
