@@ -153,32 +153,11 @@ def concat_frames(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def _first_rows(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(code of each row's id, numbered in order of first appearance; the row where each code first
-    appears), as pd.factorize numbers them. Dense ids (an engine's request ids count up) go through a
-    table indexed by id, not a hash of every row."""
-    n = len(ids)
-    if n and ids.dtype.kind in "iu":
-        low, high = int(ids.min()), int(ids.max())
-        if high - low < max(4 * n, 4096):
-            offset = (ids - ids.dtype.type(low)).astype(np.int64)  # in the ids' own type first: no overflow
-            rows = np.arange(n)
-            first_of_id = np.empty(high - low + 1, np.int64)
-            first_of_id[offset[::-1]] = rows[::-1]  # the last write wins: each id's first row
-            first_row = first_of_id[offset]
-            first = np.flatnonzero(first_row == rows)  # first appearances, in row order: codes 0, 1, ...
-            code_of_row = np.empty(n, np.int64)
-            code_of_row[first] = np.arange(len(first))
-            return code_of_row[first_row], first
-    codes, uniques = pd.factorize(np.asarray(ids))
-    first = np.empty(len(uniques), dtype=np.int64)
-    first[codes[::-1]] = np.arange(len(codes))[::-1]
-    return codes, first
-
-
 def trace_hex(hi: np.ndarray, lo: np.ndarray, request_id: np.ndarray) -> pd.Series:
     """32-hex-digit trace ids, formatted once per request (a request has one trace id and many events)."""
-    codes, first = _first_rows(np.asarray(request_id))
+    codes, uniques = pd.factorize(np.asarray(request_id))
+    first = np.empty(len(uniques), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
     hi, lo = hi[first].tolist(), lo[first].tolist()
     names = np.array([f"{h:016x}{l:016x}" for h, l in zip(hi, lo)], dtype=object)
     # object, not str: trace ids are carried through every filter of the events (an object take
