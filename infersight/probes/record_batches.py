@@ -57,26 +57,30 @@ class BatchedKinds:
             rec = out.pop(batched, None)
             if rec is None:
                 continue
-            rows, keys, bad = unbatch(rec, positions[batched])
+            rows, used, bad = unbatch(rec)
             refused += bad
-            if len(rows) or plain in out:
-                out[plain] = _merge(out.get(plain), positions.get(plain), rows, keys)
+            if plain in out and len(out[plain]):  # ring order among both: each entry's key is needed
+                out[plain] = _merge(out[plain], positions[plain], rows, _keys(positions[batched], used))
+            elif len(rows) or plain in out:
+                out[plain] = rows
         return out, refused
 
-    def _tokens(self, rec: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    def _tokens(self, rec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """(the entries as REQUEST records, the mask of entries in use, the records refused)."""
         used, valid = _entries(rec, self.tokens_per_record)
         out = np.zeros(int(used.sum()), self.request_dtype)
         for name in ("ts_ns", "request_id", "trace_hi", "trace_lo", "value0", "task_id"):
             out[name] = rec[name][used]
         out["event"] = self.tokens_event
-        return out, _keys(pos, used), int(len(rec) - valid.sum())
+        return out, used, int(len(rec) - valid.sum())
 
-    def _members(self, rec: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    def _members(self, rec: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """(the entries as BATCH_MEMBER records, the mask of entries in use, the records refused)."""
         used, valid = _entries(rec, self.members_per_record)
         out = np.empty(int(used.sum()), self.member_dtype)
         out["step_id"] = np.repeat(rec["step_id"], used.sum(axis=1))  # each record's entries are its first ones
         out["request_id"], out["num_tokens"] = rec["request_id"][used], rec["num_tokens"][used]
-        return out, _keys(pos, used), int(len(rec) - valid.sum())
+        return out, used, int(len(rec) - valid.sum())
 
 
 def _entries(rec: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,13 +95,10 @@ def _keys(pos: np.ndarray, used: np.ndarray) -> np.ndarray:
     return (pos.astype(np.int64)[:, None] * _WIDTH + np.arange(used.shape[1]))[used]
 
 
-def _merge(plain: np.ndarray | None, plain_pos: np.ndarray | None, unbatched: np.ndarray,
-           keys: np.ndarray) -> np.ndarray:
+def _merge(plain: np.ndarray, plain_pos: np.ndarray, unbatched: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """The per-record kind's records and the unbatched ones, in ring order (both already are): each
     plain record goes after the unbatched rows with a smaller key (a search, not a sort), the rows
     moved as opaque bytes (numpy copies a structured item field by field)."""
-    if plain is None or not len(plain):
-        return unbatched
     at = np.arange(len(plain)) + np.searchsorted(keys, plain_pos.astype(np.int64) * _WIDTH)
     out = np.empty(len(plain) + len(unbatched), plain.dtype)
     raw = np.dtype((np.void, plain.dtype.itemsize))
