@@ -21,8 +21,9 @@ from infersight.agent.capture import (
 )
 from infersight.agent.capture_analysis import analyze_capture
 from infersight.agent.config import AgentConfig, ConfigError
-from infersight.agent.ingest import RingSet
+from infersight.agent.ingest import AttachedRing, RingSet
 from infersight.agent.listen_socket import PortInUseError, bind_listener
+from infersight.agent.poll_guard import PollGuard
 from infersight.agent.record_limits import RecordLimits
 from infersight.agent.server import build_app, listener_options
 from infersight.agent.state import AgentState
@@ -67,6 +68,8 @@ class Agent:
         log.info("GPU telemetry: %s", self.gpu.status_line())
         self.registry = build_registry(self.state, self.gpu)
         self.registry.register(DiscoveryCollector(self.rings.discovery))  # rings held by another agent
+        self.poll_guard = PollGuard()  # a source that raises in a poll is counted, not the agent's end
+        self.registry.register(self.poll_guard.collector())
         # -- an engine's own /metrics (opt-in: --vllm-url): served under our names where no ring provides them
         self.vllm_metrics = None
         if config.vllm_url:
@@ -81,6 +84,7 @@ class Agent:
             self.registry.register(MergedCollector(own, self.vllm_metrics.latest))
             self.registry.register(self.vllm_metrics.collector())
         self._gpu_summary_at = 0.0
+        self._rings_read_s = time.monotonic()  # when the rings were last read (set again at each read)
         self._gpu_written_ns = -1  # GPU readings up to here are in events/gpu.parquet
         self.captures = CaptureController(config.capture_min_interval_s, CaptureRules(
             config.auto_capture_ttft_p99_s, config.auto_capture_kv_usage, config.auto_capture_preemptions,
@@ -176,9 +180,27 @@ class Agent:
             self.vllm_metrics.start()
 
     def poll_once(self) -> int:
-        """Read every ring once and fold the events in; returns how many rings had data."""
+        """Read every source once and fold what it had in; returns how many rings had data. A source
+        whose step raises is confined (agent.poll_guard): counted, logged once per kind, and the poll
+        goes on with the next source."""
+        guard = self.poll_guard
         # GPU readings first: the steps read below are measured against them (and none is missed
         # for arriving before the account's first reading).
+        guard.run("gpu", self._poll_gpu)
+        batches = guard.run("rings", self._read_rings) or []
+        for ring, frames in batches:  # each ring on its own: one ring's bad batch leaves the others theirs
+            guard.run("rings", self._ingest_ring, ring, frames)
+        if self.tracing is not None:
+            guard.run("tracing", self._poll_tracing, bool(batches))
+        if self.vllm_kv is not None:
+            guard.run("vllm_kv_events", self._poll_vllm_kv)
+        guard.run("captures", self._captures_poll)
+        guard.run("gpu", self._gpu_summary)
+        guard.run("rings", self._ring_stats)
+        guard.run("parquet", self._write_rows)
+        return len(batches)
+
+    def _poll_gpu(self) -> None:
         readings = self.gpu.recent()
         self.state.add_gpu_samples(readings)
         if self.frame_sink is not None:  # events/gpu.parquet, for the report's GPU figure
@@ -186,37 +208,44 @@ class Agent:
             if new:
                 self.frame_sink.write_table("gpu", samples_frame(new))
                 self._gpu_written_ns = max(r.ts_ns for r in new)
+
+    def _read_rings(self) -> list[tuple[AttachedRing, EventFrames]]:
         self.rings.refresh()
         self._rings_read_s = time.monotonic()  # the flight recorder judges vLLM's idleness at the read
         batches = self.rings.read()
         self.state.count_rejected(self.rings.screen.take_rejected())
-        for ring, frames in batches:
-            self.state.ingest(frames)
-            if self.recorder is not None:
-                self.recorder.add_steps(frames.steps)
-            if self.frame_sink is not None:
-                self.frame_sink.write(frames)
-            if self.tracing is not None:
-                self.tracing.ingest(frames, ring.index, ring.consumer.anchor)
-            ring.consumer.commit()  # delivered: were we killed now, a successor would not count it lost
-        if self.tracing is not None and not batches:
-            self.tracing.process()  # rows still waiting for their steps time out even when idle
+        return batches
+
+    def _ingest_ring(self, ring: AttachedRing, frames: EventFrames) -> None:
+        self.state.ingest(frames)
+        if self.recorder is not None:
+            self.recorder.add_steps(frames.steps)
+        if self.frame_sink is not None:
+            self.frame_sink.write(frames)
         if self.tracing is not None:
-            self.state.source_stats["otlp_export"] = self.tracing.export_stats()
-        if self.vllm_kv is not None:
-            self.state.source_stats["vllm_kv_events"] = self.vllm_kv.stats()
-            kv_frames = EventFrames(kv_events=self.vllm_kv.poll(deliver=self._fold_kv))
-            if not kv_frames.kv_events.empty and self.frame_sink is not None:
-                self.frame_sink.write(kv_frames)
-        self._captures_poll()
-        self._gpu_summary()
+            self.tracing.ingest(frames, ring.index, ring.consumer.anchor)
+        ring.consumer.commit()  # delivered: were we killed now, a successor would not count it lost
+
+    def _poll_tracing(self, had_batches: bool) -> None:
+        if not had_batches:
+            self.tracing.process()  # rows still waiting for their steps time out even when idle
+        self.state.source_stats["otlp_export"] = self.tracing.export_stats()
+
+    def _poll_vllm_kv(self) -> None:
+        self.state.source_stats["vllm_kv_events"] = self.vllm_kv.stats()
+        kv_frames = EventFrames(kv_events=self.vllm_kv.poll(deliver=self._fold_kv))
+        if not kv_frames.kv_events.empty and self.frame_sink is not None:
+            self.frame_sink.write(kv_frames)
+
+    def _ring_stats(self) -> None:
         anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
         self.state.set_ring_stats(self.rings.stats(), anchor)
+
+    def _write_rows(self) -> None:
         if self.sink is not None:
             self.sink.write(self.state.take_new_rows())
         else:
             self.state.drop_new_rows()  # rows kept for the Parquet sink: none, so they must not pile up
-        return len(batches)
 
     def _fold_kv(self, rows: pd.DataFrame) -> None:
         """Inside the subscriber's poll: its batch counts and these folds become visible together."""

@@ -22,6 +22,10 @@ buffered with seq >= start_seq, then the end marker [b"", b"", -1 as 8 signed by
 
 Bounds are checked before anything is allocated for them: frame count, topic, sequence width and
 payload size here, list lengths in the schema (msgspec checks a length before decoding elements).
+Nesting is bounded by the schema where it is typed (a value of the wrong kind fails at its first byte,
+however deep it goes on); where it is not (an unknown field, an event held raw), msgspec skips the
+value by recursion, within the interpreter's recursion limit: past it, the RecursionError it raises
+is the message's drop (Malformed "payload"), like every other exception from decoding one message.
 """
 from __future__ import annotations
 
@@ -151,21 +155,24 @@ def decode_payload(seq: int, payload: bytes) -> KVBatch:
         raw = _BATCH.decode(payload)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError too
         raise Malformed("payload", str(exc)[:160], seq) from None
+    except Exception as exc:  # noqa: BLE001 -- RecursionError (nested past the limit), or a decoder bug
+        raise Malformed("payload", f"{type(exc).__name__}: {str(exc)[:120]}", seq) from None
     if not (math.isfinite(raw.ts) and abs(raw.ts) <= MAX_TS_S):  # rows carry ts as int64 ns
         raise Malformed("payload", f"timestamp {raw.ts!r}", seq)
     batch = KVBatch(seq, raw.ts, raw.data_parallel_rank or 0, [])
     for item in raw.events:
         try:
             batch.events.append(_EVENT.decode(item))
-        except msgspec.DecodeError as exc:
+        except Exception as exc:  # noqa: BLE001 -- DecodeError; RecursionError or a bug: the event's drop too
             reason = "event_fields"
             try:
                 if _TAG.decode(item).type not in EVENT_TYPES:
                     reason = "unknown_event"
-            except msgspec.DecodeError:
+            except Exception:  # noqa: BLE001,S110 -- no readable tag: counted as event_fields
                 pass
             batch.dropped[reason] = batch.dropped.get(reason, 0) + 1
-            batch.errors.setdefault(reason, str(exc)[:160])
+            detail = str(exc) if isinstance(exc, msgspec.DecodeError) else f"{type(exc).__name__}: {exc}"
+            batch.errors.setdefault(reason, detail[:160])
     return batch
 
 

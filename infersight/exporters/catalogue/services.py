@@ -46,9 +46,15 @@ PROBE_RINGS_HELD = MetricSpec(P + "probe_rings_held_elsewhere", "gauge",
 PROBE_RING_ATTACH_SKIPPED = MetricSpec(P + "probe_ring_attach_skipped", "counter",
                                        "Times discovery found a ring held by another agent and passed it over "
                                        "(each held ring is checked again every retry interval; logged once).")
-#: Served by the agent beside CATALOGUE, each by its own collector (http_connections, exporters.discovery).
+AGENT_POLL_FAILURES = MetricSpec(P + "agent_poll_failures", "counter",
+                                 "Steps of the agent's poll that raised, by source (gpu, rings, tracing, "
+                                 "vllm_kv_events, captures, parquet): that source's step was given up for that "
+                                 "poll and the agent went on; the first of each kind is logged with its traceback.",
+                                 ("source",))
+#: Served by the agent beside CATALOGUE, each by its own collector (http_connections, exporters.discovery,
+#: agent.poll_guard).
 AGENT_SERVICE_METRICS: tuple[MetricSpec, ...] = (HTTP_CONNECTIONS_REFUSED, HTTP_CONNECTIONS_OPEN, PROBE_RINGS_HELD,
-                                                 PROBE_RING_ATTACH_SKIPPED)
+                                                 PROBE_RING_ATTACH_SKIPPED, AGENT_POLL_FAILURES)
 
 TRACING_METRICS: tuple[MetricSpec, ...] = (OTLP_SPANS_EXPORTED, OTLP_SPANS_DROPPED, TRACING_BUFFER_EVICTED)
 SERVE_METRICS: tuple[MetricSpec, ...] = (SERVER_TRACEPARENT_INVALID, SERVER_REJECTED, SERVER_REQUESTS_FAILED,
