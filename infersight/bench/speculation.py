@@ -155,8 +155,11 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         if device.startswith("cuda"):  # what a plain CUDA engine runs by default: async scheduling
             engines["plain-async"] = _engine(model, None, gamma, 0, device, batch, dtype=dtype, async_scheduling=True)
         records = _Records(consumer)
-        # Warm-up, not measured: first-use costs (allocations, kernel compiles) of every shape.
-        warm = [r for t in tasks for r in [w for w in workload if w.task == t][:batch]]
+        # Warm-up, not measured: first-use costs (allocations, kernel compiles) of every shape. On CUDA
+        # the whole workload once: Triton compiles a kernel per verify shape met, and a first round
+        # warmed on `batch` requests per task ran up to 3x slower on the speculative side (2026-12-03).
+        warm = workload if device.startswith("cuda") else [
+            r for t in tasks for r in [w for w in workload if w.task == t][:batch]]
         _measure(engines, warm, tasks, batch, 1, records.read)
         records.parts.clear()  # the task labels it announced are kept
         measured_runs = _measure(engines, workload, tasks, batch, rounds, records.read)
