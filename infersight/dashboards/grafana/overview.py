@@ -58,7 +58,7 @@ def build(kit: PanelKit) -> Dashboard:
         Query(promql.increase(C.SLOW, by="cause"), "{{cause}}", instant=True)], width=HALF))
 
     d = d.with_row(kit.row("Probes"))
-    d = d.with_panel(kit.timeseries("Probe events", [
+    d = d.with_panel(kit.timeseries("Probe ring slots", [
         Query(C.PROBE_EVENTS.rate(by="ring"), "produced {{ring}}"),
         Query(C.PROBE_DROPPED.rate(by="ring"), "dropped {{ring}}"),
         Query(C.PROBE_CORRUPT.rate(by="ring"), "corrupt {{ring}}")], unit="short", width=FULL,

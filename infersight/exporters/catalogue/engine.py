@@ -111,10 +111,14 @@ SPEC_PREDICTED_SPEEDUP = MetricSpec(P + "spec_predicted_speedup", "gauge",
 SPEC_ACCEPT_RATE = MetricSpec(P + "spec_accept_rate", "gauge", "Acceptance rate alpha so far, by task.", ("task",),
                               unit="ratio")
 # -- the probes themselves ------------------------------------------------------------------
-PROBE_EVENTS = MetricSpec(P + "probe_events", "counter", "Probe events produced by the engine.", ("ring",))
+# The ring's own accounting counts slots ("events"): a slot holds one record, or several of a step's
+# TOKENS or batch members (probes.record_batches), so records outnumber these.
+PROBE_EVENTS = MetricSpec(P + "probe_events", "counter",
+                          "Probe ring slots produced by the engine (a slot holds one record, or a step's TOKENS or "
+                          "batch members many to a slot: records outnumber slots).", ("ring",))
 PROBE_DROPPED = MetricSpec(P + "probe_events_dropped", "counter",
-                           "Probe events the engine dropped because the ring was full.", ("ring",))
-PROBE_CORRUPT = MetricSpec(P + "probe_events_corrupt", "counter", "Probe records skipped as corrupt.", ("ring",))
+                           "Probe ring slots the engine dropped because the ring was full.", ("ring",))
+PROBE_CORRUPT = MetricSpec(P + "probe_events_corrupt", "counter", "Probe ring slots skipped as corrupt.", ("ring",))
 PROBE_REJECTED = MetricSpec(P + "probe_records_rejected", "counter",
                             "Probe records the agent read but refused, by reason: a field out of range, an MoE layer "
                             "or expert count over the agent's limits, a task label over --max-task-labels (its "
