@@ -6,8 +6,10 @@ protocol, so a careless or hostile client costs its answer and a count, never th
               headers: byte bound (h11), a
               deadline from the first byte        body read with a deadline -> 408,
               (slow headers -> 408, closed);      counted -> 413; gzip/deflate decoded
-                                                  within max_body_bytes (a bomb -> 413,
-                                                  other codings -> 415); JSON nesting -> 400;
+                                                  within max_body_bytes and the work
+                                                  bounds (a bomb, a member flood -> 413,
+                                                  other codings -> 415); JSON nesting -> 400
+                                                  (large or encoded bodies: in a thread);
               malformed -> 400/431 JSON           errors the app answers in plain text
                                                   (404, 405, 500) re-sent as JSON;
                                                   an exception -> 500 JSON
@@ -30,10 +32,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import anyio.to_thread
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from infersight.http_connections import ConnectionGate
-from infersight.http_inflate import EncodingRefused, decode_body, is_identity
+from infersight.http_inflate import DEFAULT_BOUNDS, EncodingRefused, InflateBounds, decode_body, is_identity
 from infersight.http_protocol import ErrorRender, GuardedH11Protocol, phrase as _phrase, simple_error_body
 
 __all__ = ["HttpLimits", "LimitedApp", "LimitExceeded", "ErrorRender", "RejectHook", "GuardedH11Protocol",
@@ -53,6 +56,9 @@ _SKIP_DEPTH_TYPES = ("application/x-protobuf", "application/protobuf", "applicat
 #: Scope key: time.monotonic_ns() when the request reached LimitedApp, before its body was read (the
 #: app's handler starts only after, so a server timing the request from its arrival reads this).
 RECEIVED_NS = "infersight.received_ns"
+#: Plain bodies up to this size are scanned in the event loop (well under a millisecond); larger or
+#: encoded ones in a worker thread.
+_INLINE_SCAN_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class HttpLimits:
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
     max_connections: int = 256  # open at once; one more is answered 503 and closed (http_connections)
+    inflate: InflateBounds = DEFAULT_BOUNDS  # the work a gzip/deflate body may cost (http_inflate)
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_header_bytes", "max_json_depth", "max_connections"):
@@ -180,13 +187,25 @@ class LimitedApp:
         if media in _SKIP_DEPTH_TYPES:  # protobuf: the app decodes it (and its encoding) with its own bounds
             return body
         encoding = _header(headers, b"content-encoding")
-        if not is_identity(encoding):  # scanned decoded, and handed on decoded: the app parses what was scanned
-            try:
-                body = decode_body(body, encoding, lim.max_body_bytes)
-            except EncodingRefused as exc:
-                raise LimitExceeded(exc.status, exc.message, exc.reason) from None
+        if is_identity(encoding) and len(body) <= _INLINE_SCAN_BYTES:
+            return self._checked(body, encoding)
+        # Decoding and scanning a large or encoded body is milliseconds of CPU at best: in a worker
+        # thread, so the event loop goes on answering other requests meanwhile (zlib and the scan's
+        # C parts release the GIL; the Python parts share it at the interpreter's switch interval).
+        body = await anyio.to_thread.run_sync(self._checked, body, encoding)
+        if not is_identity(encoding):  # handed on decoded: the app parses what was scanned
             scope["headers"] = [(k, v) for k, v in headers if k.lower() not in (b"content-encoding", b"content-length")]
             scope["headers"].append((b"content-length", str(len(body)).encode()))
+        return body
+
+    def _checked(self, body: bytes, encoding: str) -> bytes:
+        """The body decoded (within the size and work bounds) and its JSON nesting scanned; thread-safe."""
+        lim = self.limits
+        if not is_identity(encoding):  # scanned decoded: a gzip'd body would hide its brackets
+            try:
+                body = decode_body(body, encoding, lim.max_body_bytes, lim.inflate)
+            except EncodingRefused as exc:
+                raise LimitExceeded(exc.status, exc.message, exc.reason) from None
         if json_nesting_exceeds(body, lim.max_json_depth):
             raise LimitExceeded(400, f"request body nests JSON deeper than {lim.max_json_depth} levels",
                                 "json_too_deep")

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator
 
+import anyio.to_thread
 import uvicorn
 from google.protobuf import json_format
 from opentelemetry.sdk.trace import ReadableSpan
@@ -166,8 +167,9 @@ class OtlpReceiver:
                 self.reject("http", "unsupported_media_type", request.headers.get("content-type", "(none)"))
                 return _http_error(415, "use application/x-protobuf or application/json", D.PROTOBUF)
             body = await _read_limited(request, self.max_body_bytes)
-            try:
-                decoded = self.export(body, media, "http", request.headers.get("content-encoding", ""))
+            try:  # inflating and decoding a body is CPU work: in a worker thread, off the event loop
+                decoded = await anyio.to_thread.run_sync(self.export, body, media, "http",
+                                                         request.headers.get("content-encoding", ""))
             except D.BodyTooLarge as exc:
                 return _http_error(413, str(exc), media)
             except D.OtlpDecodeError as exc:

@@ -6,20 +6,32 @@ another exception, hang or allocation storm. Checked against references that are
 test: Python's gzip.decompress / zlib.decompress for what the body decodes to (the app must get
 exactly that, and only when it fits the bound), and a naive character-by-character bracket count
 for the nesting (nothing deeper than the limit reaches the app).
+
+A second, structure-aware set builds bodies at the work bounds (http_inflate.InflateBounds, tightened
+here so small bodies reach them): gzip bodies of 0 to 60 members (the cap is 16), empty, small or
+inflating 20 to 400 times, zero-padded, some cut short, corrupted or followed by junk; deflate streams
+that inflate past the ratio, followed by padding or a second stream. A body is refused 413 exactly
+when a naive member count (one zlib decompressor per member, as RFC 1952 defines them) or its ratio
+says so, and is otherwise held to the rules above.
 """
 from __future__ import annotations
 
 import asyncio
 import gzip
 import json
+import random
 import zlib
 from typing import Any, Callable
 
 from fuzzkit import INTERESTING, case_count, describe, fuzz, mutations
+from infersight.http_inflate import InflateBounds
 from infersight.http_limits import HttpLimits, LimitedApp
 
 SEED = 4242
 LIMITS = HttpLimits(max_body_bytes=4096, max_json_depth=8)
+#: Work bounds small bodies reach (the defaults start at 1,024 members and a 64 KiB ratio floor).
+TIGHT = HttpLimits(max_body_bytes=4096, max_json_depth=8,
+                   inflate=InflateBounds(max_members=16, max_ratio=20, ratio_floor_bytes=512))
 DOCS = [json.dumps(d).encode() for d in (
     {"prompt": "def f(x):", "max_tokens": 8, "stop": ["\n\n"], "n": [[[[1]]]]},
     {"messages": [{"role": "user", "content": "a [ { \" \\ b"}], "x": [[[[[[["seven"]]]]]]]},
@@ -75,7 +87,20 @@ def naive_depth(body: bytes) -> tuple[int, bool]:
     return deepest, in_string
 
 
-async def through_door(body: bytes, encoding: str) -> tuple[int, bytes | None, bytes]:
+def reference_members(body: bytes, encoding: str) -> int:
+    """How many gzip members a decodable body holds, one zlib decompressor each (a deflate body: 1)."""
+    if encoding == "deflate":
+        return 1
+    count, rest = 0, body
+    while rest:
+        inflater = zlib.decompressobj(wbits=31)
+        inflater.decompress(rest)
+        count += 1
+        rest = inflater.unused_data.lstrip(b"\0")
+    return count
+
+
+async def through_door(body: bytes, encoding: str, limits: HttpLimits = LIMITS) -> tuple[int, bytes | None, bytes]:
     """(status, the body the app received or None, the response body)."""
     got: dict[str, Any] = {}
 
@@ -96,26 +121,35 @@ async def through_door(body: bytes, encoding: str) -> tuple[int, bytes | None, b
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await LimitedApp(app, LIMITS)(scope, receive, send)
+    await LimitedApp(app, limits)(scope, receive, send)
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     return status, got.get("body"), b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
-def check(encoding: str) -> Callable[[bytes], None]:
+def check(encoding: str, limits: HttpLimits = LIMITS) -> Callable[[bytes], None]:
+    bounds = limits.inflate
+
     def decode(body: bytes) -> None:
-        status, received, answer = asyncio.run(through_door(body, encoding))
+        status, received, answer = asyncio.run(through_door(body, encoding, limits))
         try:
             plain: bytes | None = reference_decode(body, encoding)
         except ReferenceError_:
             plain = None
-        if received is not None:  # accepted: exactly the reference's bytes, within both bounds
+        # Too costly: over the member cap, or inflating past the ratio beyond its floor (the door feeds
+        # zlib 16 KiB at a time; these bodies are smaller, so it has seen all of it at every check).
+        costly = plain is not None and (reference_members(body, encoding) > bounds.max_members or (
+            len(plain) > bounds.ratio_floor_bytes and len(plain) > bounds.max_ratio * len(body)))
+        if received is not None:  # accepted: exactly the reference's bytes, within every bound
             assert status == 200 and plain is not None and received == plain, (status, len(received))
-            assert len(received) <= LIMITS.max_body_bytes and naive_depth(received)[0] <= LIMITS.max_json_depth
+            assert len(received) <= limits.max_body_bytes and naive_depth(received)[0] <= limits.max_json_depth
+            assert not costly
             return
         assert status in (400, 413, 415), status
         assert set(json.loads(answer)) == {"error"}
-        if len(body) > LIMITS.max_body_bytes or (plain is not None and len(plain) > LIMITS.max_body_bytes):
+        if len(body) > limits.max_body_bytes or (plain is not None and len(plain) > limits.max_body_bytes):
             assert status == 413, status
+        elif costly:
+            assert status == 413 and ("gzip members" in answer.decode() or "times its encoded size" in answer.decode())
         elif plain is None:
             assert status in (400, 413), status  # broken stream (413 if it ran past the bound first)
         elif any(rule in json.loads(answer)["error"] for rule in STRICTER):
@@ -123,7 +157,7 @@ def check(encoding: str) -> Callable[[bytes], None]:
         else:  # decodable and small enough: refused only for its nesting
             deepest, open_string = naive_depth(plain)
             assert status == 400 and json.loads(answer)["error"].startswith("request body nests JSON deeper")
-            assert deepest > LIMITS.max_json_depth or open_string, (deepest, open_string)
+            assert deepest > limits.max_json_depth or open_string, (deepest, open_string)
 
     return decode
 
@@ -144,6 +178,49 @@ def test_fuzz_gzip_json_bodies() -> None:
 
 def test_fuzz_deflate_json_bodies() -> None:
     failures = fuzz(check("deflate"), cases(zlib.compress, SEED + 2), allowed=())
+    assert not failures, describe(failures)
+
+
+_CONTENTS = (lambda r: b"", lambda r: b"[%d]" % r.randrange(1000), lambda r: b"[" * r.randrange(1, 12),
+             lambda r: b" " * r.choice((100, 511, 512, 513, 2000, 4000, 50_000)))
+
+
+def member_case(rng: random.Random) -> bytes:
+    """A gzip body at the work bounds: members of every kind, padding, and sometimes damage at the end."""
+    parts = []
+    for _ in range(rng.choice((0, 1, 2, 15, 16, 17, 40, rng.randrange(60)))):
+        member = gzip.compress(rng.choice(_CONTENTS)(rng), mtime=0, compresslevel=rng.choice((1, 6, 9)))
+        parts.append(member + b"\0" * rng.choice((0, 0, 1, 7)))
+    body = bytearray(b"".join(parts))
+    damage = rng.randrange(6)
+    if damage == 0 and body:
+        del body[-rng.randrange(1, min(len(body), 12) + 1):]  # cut short
+    elif damage == 1 and body:
+        body[rng.randrange(len(body))] ^= 1 << rng.randrange(8)  # one bit flipped
+    elif damage == 2:
+        body += rng.choice((b"junk", b"\x1f\x8b", b"\x1f\x8b\x08\x00"))  # trailing bytes, a member begun
+    return bytes(body)
+
+
+def deflate_case(rng: random.Random) -> bytes:
+    body = zlib.compress(rng.choice(_CONTENTS)(rng), rng.choice((1, 6, 9)))
+    extra = rng.randrange(4)
+    if extra == 0:
+        body += b"\0" * rng.randrange(1, 8)  # padding: gzip's allowance, not deflate's
+    elif extra == 1:
+        body += zlib.compress(b"[1]")  # a second stream
+    return body
+
+
+def test_fuzz_gzip_bodies_at_the_work_bounds() -> None:
+    rng = random.Random(SEED + 4)
+    failures = fuzz(check("gzip", TIGHT), [member_case(rng) for _ in range(case_count())], allowed=())
+    assert not failures, describe(failures)
+
+
+def test_fuzz_deflate_bodies_at_the_work_bounds() -> None:
+    rng = random.Random(SEED + 5)
+    failures = fuzz(check("deflate", TIGHT), [deflate_case(rng) for _ in range(case_count())], allowed=())
     assert not failures, describe(failures)
 
 
