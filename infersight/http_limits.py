@@ -11,8 +11,10 @@ protocol, so a careless or hostile client costs its answer and a count, never th
                                                   other codings -> 415); JSON nesting -> 400
                                                   (large or encoded bodies: in a thread);
               malformed -> 400/431 JSON           errors the app answers in plain text
-                                                  (404, 405, 500) re-sent as JSON;
-                                                  an exception -> 500 JSON
+              Upgrade ignored: plain HTTP         (404, 405, 500) re-sent as JSON;
+                                                  an exception -> 500 JSON; a WebSocket
+                                                  scope -> JSON 404 (routes_app: no
+                                                  trailing-slash redirects)
 
 The protocol is in http_protocol.py (re-exported here), the connection bound in http_connections.py,
 the bounded decoding of gzip/deflate bodies in http_inflate.py.
@@ -30,9 +32,11 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from infersight.http_connections import ConnectionGate
@@ -40,7 +44,7 @@ from infersight.http_inflate import DEFAULT_BOUNDS, EncodingRefused, InflateBoun
 from infersight.http_protocol import ErrorRender, GuardedH11Protocol, phrase as _phrase, simple_error_body
 
 __all__ = ["HttpLimits", "LimitedApp", "LimitExceeded", "ErrorRender", "RejectHook", "GuardedH11Protocol",
-           "simple_error_body", "grpc_status_error_body", "json_nesting_exceeds", "RECEIVED_NS"]
+           "simple_error_body", "grpc_status_error_body", "json_nesting_exceeds", "routes_app", "RECEIVED_NS"]
 
 log = logging.getLogger("infersight.http")
 
@@ -91,7 +95,7 @@ class HttpLimits:
         gate = gate if gate is not None else ConnectionGate(self.max_connections)
         protocol = functools.partial(GuardedH11Protocol, header_timeout_s=self.header_timeout_s,
                                      render=render or simple_error_body, gate=gate)
-        return {"http": protocol, "h11_max_incomplete_event_size": self.max_header_bytes,
+        return {"http": protocol, "ws": "none", "h11_max_incomplete_event_size": self.max_header_bytes,
                 "timeout_keep_alive": self.keep_alive_s}
 
 
@@ -102,6 +106,16 @@ _GRPC_CODES = {400: 3, 404: 5, 405: 12, 408: 4, 413: 8, 415: 3, 431: 8, 500: 13,
 def grpc_status_error_body(status: int, message: str, reason: str) -> dict[str, Any]:
     """{"code": google.rpc.Code, "message": ...}: a google.rpc.Status in JSON (the OTLP receiver's)."""
     return {"code": _GRPC_CODES.get(status, 2), "message": message}
+
+
+def routes_app(routes: Sequence[BaseRoute]) -> Starlette:
+    """A Starlette app of `routes` that never redirects. Starlette's router answers a path with a
+    trailing slash too many (or too few) with a 307 to an absolute URL built from the request's Host
+    header, which the client chooses (`Host: evil.example` came back as `Location: http://evil.example/`);
+    here such a path is a 404 like any other unknown one (JSON, through LimitedApp)."""
+    app = Starlette(routes=list(routes))
+    app.router.redirect_slashes = False  # Starlette() takes no such argument; its Router does
+    return app
 
 
 def json_nesting_exceeds(body: bytes, max_depth: int) -> bool:
@@ -139,6 +153,9 @@ class LimitedApp:
         self.app, self.limits, self.render, self.on_reject = app, limits, render, on_reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._refuse_websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -169,6 +186,21 @@ class LimitedApp:
                 await self._answer(send, 500, _phrase(500), "internal_error")
             elif not guard.finished:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _refuse_websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """No infersight app serves WebSocket (uvicorn_options turns it off; this holds under a server
+        that does not): a JSON 404 through ASGI's denial response where the server offers it, else a close."""
+        await receive()  # websocket.connect
+        message = "WebSocket is not served here"
+        if self.on_reject is not None:
+            self.on_reject("websocket_refused", message)
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008, "reason": message})
+            return
+        data = json.dumps(self.render(404, message, "websocket_refused")).encode()
+        await send({"type": "websocket.http.response.start", "status": 404, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "websocket.http.response.body", "body": data})
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
         lim = self.limits

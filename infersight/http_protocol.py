@@ -1,6 +1,13 @@
-"""uvicorn's h11 protocol, guarded: a header-read deadline, a bound on open connections, and JSON
-bodies on the errors it answers itself (400, 408, 431, 503). Built by HttpLimits.uvicorn_options
-(infersight.http_limits), which the servers pass to uvicorn.Config.
+"""uvicorn's h11 protocol, guarded: a header-read deadline, a bound on open connections, JSON
+bodies on the errors it answers itself (400, 408, 431, 503), and HTTP/1.1 only. Built by
+HttpLimits.uvicorn_options (infersight.http_limits), which the servers pass to uvicorn.Config.
+
+No infersight server speaks WebSocket (or h2c), so an Upgrade header is ignored, as RFC 9110 §7.8 lets
+a server do: the request is answered as plain HTTP, through the app and its JSON errors. uvicorn
+would otherwise hand a WebSocket upgrade to its WebSocket protocol, which answered 403 with an empty
+text/plain body and took the connection past this protocol's connection_lost, so the gate's slot
+was never given back (each upgrade held one of --max-connections for good); any other Upgrade value
+cost two warning lines per request.
 
 uvicorn has no header-read timeout: its keep-alive timer is cancelled by every byte received, so a
 client that sends its headers a byte at a time is held forever. GuardedH11Protocol starts one
@@ -95,6 +102,9 @@ class GuardedH11Protocol(H11Protocol):
             self._admitted = False
             self.gate.release()  # type: ignore[union-attr]
         super().connection_lost(exc)
+
+    def _should_upgrade(self) -> bool:  # uvicorn's hook: never switch protocols, and say nothing
+        return False
 
     def _arm(self) -> None:
         self._disarm()

@@ -22,7 +22,6 @@ from typing import Any, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -32,7 +31,7 @@ from infersight.agent import report
 from infersight.agent.capture import CaptureRecord, CaptureRefused
 from infersight.agent.state import AgentState
 from infersight.http_connections import ConnectionGate
-from infersight.http_limits import HttpLimits, LimitedApp, simple_error_body
+from infersight.http_limits import HttpLimits, LimitedApp, routes_app, simple_error_body
 
 #: The agent's bodies are capture requests of a few bytes.
 AGENT_LIMITS = HttpLimits(max_body_bytes=64 << 10, max_json_depth=16)
@@ -128,7 +127,7 @@ def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurf
         records = agent.capture_records if agent is not None else []
         return JSONResponse({"captures": [asdict(r) for r in records]})
 
-    app = Starlette(routes=[
+    app = routes_app([
         Route("/metrics", metrics), Route("/api/v1/summary", summary), Route("/api/v1/requests", requests_),
         Route("/api/v1/diagnosis", diagnosis), Route("/health", health),
         Route("/api/v1/capture", capture, methods=["POST"]), Route("/api/v1/captures", captures)])

@@ -25,14 +25,13 @@ import time
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from infersight.http_connections import ConnectionGate
-from infersight.http_limits import RECEIVED_NS, LimitedApp
+from infersight.http_limits import RECEIVED_NS, LimitedApp, routes_app
 from infersight.probes.records import TextField
 from infersight.serve import protocol as P
 from infersight.serve.api_error import openai_error_body
@@ -180,7 +179,7 @@ def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app = Starlette(routes=[
+    app = routes_app([
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/models", models), Route("/health", health), Route("/metrics", metrics)])

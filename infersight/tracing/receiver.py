@@ -30,14 +30,13 @@ from google.protobuf import json_format
 from opentelemetry.sdk.trace import ReadableSpan
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from infersight.exporters import catalogue as C
 from infersight.http_connections import ConnectionGate
-from infersight.http_limits import HttpLimits, LimitedApp, grpc_status_error_body
+from infersight.http_limits import HttpLimits, LimitedApp, grpc_status_error_body, routes_app
 from infersight.tracing import otlp_decode as D
 from infersight.tracing.receiver_address import ReceiverConfigError, bind_http, parse_hostport
 from infersight.tracing.receiver_grpc import GRPC_SERVICE, GrpcListener
@@ -179,7 +178,7 @@ class OtlpReceiver:
                 return Response(json_format.MessageToJson(response, indent=None), media_type=D.JSON)
             return Response(response.SerializeToString(), media_type=D.PROTOBUF)
 
-        app = Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+        app = routes_app([Route("/v1/traces", traces, methods=["POST"])])
         return LimitedApp(app, self.http_limits(), grpc_status_error_body,
                           lambda reason, message: self.reject("http", LIMIT_REASONS.get(reason, "malformed"), message))
 
