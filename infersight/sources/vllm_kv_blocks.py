@@ -17,9 +17,22 @@ number of hashes vLLM holds. There is no ALLOCATED, so no `lifetime` interval: v
 when a block was handed out.
 
 Blocks have no ids on the wire: each (dp rank, KV cache group, hash) gets a stable synthetic block id,
-kept while the hash is remembered (a bounded table), so a hash cached again gets its old id back.
-Two blocks can hold the same hash at once (two requests computed the same prefix concurrently:
-vLLM stores, and later removes, the hash twice); each copy has its own id.
+kept while the hash is remembered, so a hash cached again gets its old id back. Two blocks can hold
+the same hash at once: vLLM does not de-duplicate its cache (block_pool.py keeps hash -> {block id:
+block}, so that block tables stay append-only), so two requests that computed the same block in the
+same steps store, and later remove, the hash twice. A BlockStored for a hash already cached is
+therefore another copy, with its own id; each BlockRemoved drops one copy (the newest id first).
+
+Bounds, in entries of every kind (a broken or hostile producer can repeat a store without end):
+
+    ids      every id of every copy of every remembered hash, together <= max_remembered_blocks
+             (which bounds the hashes too: each has >= 1 id). Past it the least recently touched
+             hash is forgotten; its copies still cached are counted (dropped["forgotten_cached"]),
+             and a later BlockRemoved of it is an eviction whose store was not seen.
+    copies   live copies of one hash <= max_copies_per_hash. vLLM makes a copy only for blocks
+             computed concurrently, at most its batch's blocks; a store past the bound is dropped
+             with no row and counted (dropped["copies"]), so `cached` can fall short of vLLM's
+             BlockStored count by exactly that number; a removal of such a copy is still an eviction.
 
 Request linkage: BlockStored carries the request's `session_id` (vLLM's X-Session-ID header). When
 it is set, the rows' request_id is `infersight.vllm.ids.join_key(session_id)`, which is the request's
@@ -41,8 +54,14 @@ from infersight.vllm.ids import join_key
 #: Mediums that are the device cache; other tiers (an offloading connector's CPU copies) are not
 #: blocks of the device pool, and are counted as skipped rather than translated.
 DEVICE_MEDIUMS = (None, "GPU")
-#: Hashes remembered (live or removed) for stable ids and recompute detection.
+#: Block ids remembered (every copy of every hash, live or removed) for stable ids and recompute
+#: detection: about 100 bytes each in the ledger (id, list slot, the hash's key and table entry shared).
 DEFAULT_MAX_REMEMBERED = 1 << 18
+#: Live copies of one hash. vLLM copies a hash only for blocks computed in the same steps (see the
+#: module docstring), which its batch bounds (--max-num-seqs, at most 1024 by default).
+DEFAULT_MAX_COPIES = 1024
+#: Why the ledger let go of something: the `reason` label of its dropped counter.
+LEDGER_DROP_REASONS = ("copies", "forgotten_cached")
 
 BlockKey = tuple[int, int, int]  # (dp rank, group idx, hash64)
 
@@ -77,14 +96,20 @@ class KVRows:
 
 
 class KVBlockLedger:
-    """Synthetic block ids per hash, which hashes are cached now, and the translation of batches."""
+    """Synthetic block ids per hash, which hashes are cached now, and the translation of batches.
+    Bounded: at most max_remembered ids (hashes included), at most max_copies live copies of a hash."""
 
-    def __init__(self, max_remembered: int = DEFAULT_MAX_REMEMBERED) -> None:
-        self.max_remembered = max_remembered
+    def __init__(self, max_remembered: int = DEFAULT_MAX_REMEMBERED, max_copies: int = DEFAULT_MAX_COPIES) -> None:
+        if not 1 <= max_copies <= max_remembered:
+            raise ValueError(f"copies per hash must be between 1 and the blocks remembered ({max_remembered}), "
+                             f"got {max_copies}")
+        self.max_remembered, self.max_copies = max_remembered, max_copies
         self.ids: OrderedDict[BlockKey, list[int]] = OrderedDict()  # every id a key's copies have had
+        self.held = 0  # ids in self.ids, all keys together
         self.live: dict[BlockKey, int] = {}  # key -> copies cached now
         self.next_id = 0
         self.skipped_other_medium = 0
+        self.dropped = dict.fromkeys(LEDGER_DROP_REASONS, 0)
 
     @property
     def cached_blocks(self) -> int:
@@ -119,9 +144,13 @@ class KVBlockLedger:
         """Drop every remembered hash (a restarted engine hashes with a new seed)."""
         self.ids.clear()
         self.live.clear()
+        self.held = 0
 
     def _stored(self, key: BlockKey, ts_ns: int, request_id: int, rows: KVRows) -> None:
         copies = self.live.get(key, 0)
+        if copies >= self.max_copies:  # more copies than a batch can compute: not a block, a repeat
+            self.dropped["copies"] += 1
+            return
         ids = self.ids.get(key)
         if ids is None:
             ids = self._remember(key)
@@ -130,7 +159,7 @@ class KVBlockLedger:
             if copies == 0:  # cached before, evicted since, and computed again
                 rows.add(ts_ns, KVBlockEvent.RECOMPUTED, ids[0], request_id, key[2])
         if copies == len(ids):
-            ids.append(self._new_id())
+            self._add_id(ids)
         self.live[key] = copies + 1
         rows.add(ts_ns, KVBlockEvent.CACHED, ids[copies], request_id, key[2])
 
@@ -139,7 +168,7 @@ class KVBlockLedger:
         ids = self.ids.get(key)
         if ids is None:  # its store was never seen (lost, or before we joined): still an eviction
             ids = self._remember(key)
-            ids.append(self._new_id())
+            self._add_id(ids)
         else:
             self.ids.move_to_end(key)
         if copies:
@@ -149,13 +178,23 @@ class KVBlockLedger:
         rows.add(ts_ns, KVBlockEvent.EVICTED, ids[max(copies - 1, 0)], -1, key[2])
 
     def _remember(self, key: BlockKey) -> list[int]:
-        while len(self.ids) >= self.max_remembered:  # oldest first; a forgotten hash gets a new id
-            old, _ = self.ids.popitem(last=False)
-            self.live.pop(old, None)
+        """A new key's (empty) id list, at the recent end, room made for its first id."""
+        self._make_room()
         ids: list[int] = []
         self.ids[key] = ids
         return ids
 
-    def _new_id(self) -> int:
+    def _make_room(self) -> None:
+        """Forget the least recently touched hashes until one more id fits. The key about to take the
+        id is the most recent one and holds at most max_copies <= max_remembered ids, so it is never
+        the one forgotten while the table is over its bound."""
+        while self.held >= self.max_remembered:
+            old, old_ids = self.ids.popitem(last=False)
+            self.held -= len(old_ids)
+            self.dropped["forgotten_cached"] += self.live.pop(old, 0)
+
+    def _add_id(self, ids: list[int]) -> None:
+        self._make_room()
+        ids.append(self.next_id)
+        self.held += 1
         self.next_id += 1
-        return self.next_id - 1

@@ -41,3 +41,4 @@ class VllmKVCollector(Collector):
         yield _counter(C.VLLM_KV_MALFORMED, s["malformed"])
         yield _counter(C.VLLM_KV_RESTARTS, s["restarts"])
         yield GaugeMetricFamily(C.VLLM_KV_CACHED.name, C.VLLM_KV_CACHED.help, value=s["cached_blocks"])
+        yield _counter(C.VLLM_KV_LEDGER_DROPPED, s["ledger_dropped"])

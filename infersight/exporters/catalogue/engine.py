@@ -69,6 +69,12 @@ KV_AGE = MetricSpec(P + "kv_block_age_seconds", "histogram",
                     "reuse_gap (cached to prefix hit).", ("kind",), "seconds", BLOCK_AGE_BUCKETS)
 KV_RECOMPUTED_TOKENS = MetricSpec(P + "kv_recomputed_tokens", "counter",
                                   "Tokens computed again because their cached KV had been evicted (wasted work).")
+KV_TRACKING_DROPPED = MetricSpec(P + "kv_tracking_dropped", "counter",
+                                 "KV rows the agent let go at its bounds, oldest first, by reason: open_events (a "
+                                 "block's open event: it gets no age when it closes), reloads (a reload of a request "
+                                 "in flight: not seen by the slow-request attribution).", ("reason",))
+#: kv_tracking_dropped's reasons (agent.kv_fold.KvLimits).
+KV_DROP_REASONS = ("open_events", "reloads")
 # -- prefix cache -----------------------------------------------------------------------------
 PREFIX_QUERIED = MetricSpec(P + "prefix_cache_queried_tokens", "counter", "Prompt tokens looked up in the prefix cache.",
                             ("task",), vllm_name="vllm:prefix_cache_queries")
@@ -136,7 +142,7 @@ ENGINE_METRICS: tuple[MetricSpec, ...] = (
     REQUESTS, TTFT, ITL, E2E, PHASE, SLOW, PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS, REQUESTS_RUNNING,
     REQUESTS_WAITING, REQUESTS_SWAPPED, STEPS, STEP_DURATION, STEP_TOKENS, ENGINE_SECONDS, ENERGY, ENERGY_IDLE,
     KV_BLOCKS, KV_USAGE,
-    KV_EVENTS, KV_AGE, KV_RECOMPUTED_TOKENS, PREFIX_QUERIED, PREFIX_HIT, PREFIX_REQUESTS, PREFIX_HIT_REQUESTS,
+    KV_EVENTS, KV_AGE, KV_RECOMPUTED_TOKENS, KV_TRACKING_DROPPED, PREFIX_QUERIED, PREFIX_HIT, PREFIX_REQUESTS, PREFIX_HIT_REQUESTS,
     EXPERT_TOKENS, HOT_EXPERT_TOKENS, MOE_IMBALANCE, SPEC_DRAFT, SPEC_ACCEPTED, SPEC_VERIFICATIONS,
     SPEC_POSITION_PROPOSED, SPEC_POSITION_ACCEPTED, SPEC_PREDICTED_SPEEDUP, SPEC_ACCEPT_RATE, PROBE_EVENTS,
     PROBE_DROPPED, PROBE_CORRUPT, PROBE_REJECTED, PROBE_LOST, REQUESTS_ORPHANED,

@@ -109,8 +109,14 @@ VLLM_KV_RESTARTS = MetricSpec(P + "vllm_kv_publisher_restarts", "counter",
                               "Restarts of vLLM's KV event publisher (its sequence numbers began again).")
 VLLM_KV_CACHED = MetricSpec(P + "vllm_kv_cached_blocks", "gauge",
                             "Blocks in vLLM's prefix cache now, as its KV events tell it.")
+VLLM_KV_LEDGER_DROPPED = MetricSpec(P + "vllm_kv_ledger_dropped", "counter",
+                                    "vLLM KV blocks the agent's ledger let go at its bounds, by reason: copies (a "
+                                    "BlockStored past the live copies one hash may have: no cached row), "
+                                    "forgotten_cached (cached copies of a hash forgotten at the remembered-blocks "
+                                    "bound: no longer in vllm_kv_cached_blocks).", ("reason",))
 VLLM_KV_METRICS: tuple[MetricSpec, ...] = (VLLM_KV_EVENTS, VLLM_KV_BATCHES, VLLM_KV_GAPS, VLLM_KV_REPLAYED,
-                                           VLLM_KV_LOST, VLLM_KV_MALFORMED, VLLM_KV_RESTARTS, VLLM_KV_CACHED)
+                                           VLLM_KV_LOST, VLLM_KV_MALFORMED, VLLM_KV_RESTARTS, VLLM_KV_CACHED,
+                                           VLLM_KV_LEDGER_DROPPED)
 
 # -- An engine's own /metrics scraped by the agent (infersight.sources.vllm_metrics, --vllm-url) and its
 # profiler endpoints driven for captures (infersight.sources.vllm_profiler). The scraped values are served
