@@ -37,7 +37,11 @@ class AgentConfig:
     slo_ttft_s: float | None = None
     slo_itl_s: float | None = None
     slo_e2e_s: float | None = None
-    retain_requests: int = 10_000
+    retain_requests: int = 10_000  # prefix-cache groups and capture kernel times kept (counts)
+    # Finished requests' rows kept for the summary, /api/v1/requests and the flight recorder: at most
+    # this many bytes of row data (agent.row_window.frame_bytes), the oldest going first. ~0.5 KB a
+    # row: the default keeps ~16,000 requests.
+    retention_bytes: int = 8 << 20
     # The agent's own caps on what a producer sends (agent.record_limits): distinct task labels over all
     # rings (beyond: "other", counted), MoE layer ids and experts per layer (beyond: the record is refused).
     max_task_labels: int = 64
@@ -136,7 +140,7 @@ class AgentConfig:
         if not 0.01 <= self.poll_interval_s <= 10:
             raise ConfigError(f"poll interval must be between 0.01 and 10 s, got {self.poll_interval_s}")
         for name in ("max_expert_series", "top_hot_pairs", "slow_window", "min_requests_for_p99", "retain_requests",
-                     "max_task_labels", "max_moe_layers", "max_moe_experts"):
+                     "retention_bytes", "max_task_labels", "max_moe_layers", "max_moe_experts"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.slow_quantile < 1.0:

@@ -1,15 +1,18 @@
-"""FinishedRows: the last `maxlen` finished requests' rows, oldest first, as a read-only sequence of dicts.
+"""FinishedRows: the last finished requests' rows, oldest first, bounded in rows and in bytes.
 
-The ledger builds one frame of rows per poll; turning every row into a dict costs ms per poll,
-and most polls nobody reads the rows. So the frames are kept (shallow copies: pandas' copy-on-write
-keeps them as they were when added) and each is turned into dicts, once, when first read.
+The ledger builds one frame of rows per poll. They are kept as frames (agent.row_window: joined
+into chunks, so that a poll's one-row frame does not cost 20x its data) and read as frames by the
+summary, the slow-request API and the flight recorder; dicts are built only for what is asked
+(iteration, indexing), never kept: a dict a row cost ~2 KB, several times the row's data.
 """
 from __future__ import annotations
 
-from collections import deque
 from typing import Iterator
 
 import pandas as pd
+
+from infersight.agent.row_window import RowWindow
+from infersight.correlate.frames import concat_frames
 
 
 def row_dicts(rows: pd.DataFrame) -> list[dict[str, object]]:
@@ -19,40 +22,61 @@ def row_dicts(rows: pd.DataFrame) -> list[dict[str, object]]:
 
 
 class FinishedRows:
-    """A bounded, oldest-first sequence of row dicts (what a deque(maxlen=...) of them would hold)."""
+    """A bounded, oldest-first sequence of request rows: at most `maxlen` rows and `max_bytes`
+    bytes of row data held (None: no byte bound), the oldest going first (row_window)."""
 
-    def __init__(self, maxlen: int) -> None:
+    def __init__(self, maxlen: int, max_bytes: int | None = None) -> None:
         self.maxlen = max(0, int(maxlen))
-        self._chunks: deque[list] = deque()  # [frame, its dicts or None]
-        self._rows = 0  # rows in the chunks
-        self._skip = 0  # rows of the first chunk already pushed out by newer ones
+        self.max_bytes = max_bytes
+        self._window = RowWindow(pd.DataFrame(), self.maxlen, max_bytes)
 
     def extend_frame(self, rows: pd.DataFrame) -> None:
-        """Append the rows of `rows` (kept as a snapshot); the oldest beyond maxlen fall out."""
-        if len(rows) == 0:
-            return
-        self._chunks.append([rows.copy(deep=False), None])
-        self._rows += len(rows)
-        while self._chunks and self._rows - len(self._chunks[0][0]) >= self.maxlen:
-            self._rows -= len(self._chunks.popleft()[0])
-        self._skip = max(0, self._rows - self.maxlen)
+        """Append the rows of `rows` (kept as a snapshot); the oldest beyond the bounds fall out."""
+        self._window.append(rows.copy(deep=False))
 
     def frames(self) -> Iterator[pd.DataFrame]:
-        """The kept rows as frames, oldest first (the first one trimmed to what is kept)."""
-        for i, (frame, _) in enumerate(self._chunks):
-            yield frame.iloc[self._skip:] if i == 0 and self._skip else frame
+        """The kept rows as frames, oldest first."""
+        return self._window.frames()
+
+    def frame(self) -> pd.DataFrame:
+        """The kept rows as one new frame (index 0 .. len - 1; no columns when none are kept). Not
+        cached: a cached copy would double what retention keeps."""
+        parts = list(self._window.frames())
+        return concat_frames(parts) if parts else pd.DataFrame()
+
+    def tail(self, n: int) -> pd.DataFrame:
+        """The last n kept rows as one new frame (joining only the frames that hold them)."""
+        parts: list[pd.DataFrame] = []
+        rows = 0
+        for frame in reversed(list(self._window.frames())):
+            if rows >= n:
+                break
+            parts.append(frame)
+            rows += len(frame)
+        return concat_frames(parts[::-1]).iloc[-n:].reset_index(drop=True) if parts and n > 0 else pd.DataFrame()
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of row data held (row_window.frame_bytes of every frame kept): <= max_bytes."""
+        return self._window.held_bytes
+
+    @property
+    def evicted(self) -> int:
+        """Rows that fell out, by either bound."""
+        return self._window.evicted_rows
 
     def __len__(self) -> int:
-        return self._rows - self._skip
+        return len(self._window)
 
     def __iter__(self) -> Iterator[dict[str, object]]:
-        for i, chunk in enumerate(list(self._chunks)):
-            if chunk[1] is None:
-                chunk[1] = row_dicts(chunk[0])
-            yield from (chunk[1][self._skip:] if i == 0 and self._skip else chunk[1])
+        for frame in list(self._window.frames()):
+            yield from row_dicts(frame)
 
     def __getitem__(self, index: int) -> dict[str, object]:
-        return list(self)[index]
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(index)
+        return row_dicts(self.tail(n - index % n).iloc[:1])[0]
 
     def __bool__(self) -> bool:
         return len(self) > 0

@@ -274,7 +274,7 @@ class FlightRecorder:
         trigger = None
         if self.slos:
             with self.state.lock:
-                finished = pd.DataFrame(list(self.state.finished)[-cfg.slo_window:])
+                finished = self.state.finished.tail(cfg.slo_window)
             if not finished.empty:
                 trigger = slo_breach(finished, self.slos, cfg.slo_quantile, cfg.slo_window, cfg.slo_min_requests)
         if trigger is None and cfg.preemption_storm is not None:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.energy_meter import BASIS as ENERGY_BASIS
+from infersight.agent.finished_rows import row_dicts
 from infersight.agent.state import AgentState
 from infersight.correlate import expert_parallel as ep_analysis
 from infersight.correlate import moe, spec_advice, spec_speedup
@@ -44,7 +45,7 @@ def expert_frame(state: AgentState) -> pd.DataFrame:
 
 def summary(state: AgentState) -> dict[str, Any]:
     with state.lock:
-        rows = pd.DataFrame(list(state.finished))
+        rows = state.finished.frame()  # the kept rows (retention_bytes), as one frame
         kv_events = state.counters[C.KV_EVENTS.name]
         prefix_q = state.counters[C.PREFIX_QUERIED.name].total()
         prefix_h = state.counters[C.PREFIX_HIT.name].total()
@@ -63,8 +64,12 @@ def summary(state: AgentState) -> dict[str, Any]:
         last = dict(state.last_step)
         seen = state.requests_seen
         gpu = {"status": state.gpu_status, "phase_breakdown": list(state.gpu_phases)}
-        finished = state.counters[C.REQUESTS.name].total()  # all finished; `rows` keeps only the last retain_requests
+        finished = state.counters[C.REQUESTS.name].total()  # all finished; `rows`: those retention keeps
         orphaned = state.counters[C.REQUESTS_ORPHANED.name].total()  # finished, but began before we saw them
+        retention = {"budget_bytes": state.config.retention_bytes, "requests": len(state.finished),
+                     "bytes": state.finished.held_bytes, "evicted_requests": state.finished.evicted,
+                     "spec_verifications": len(state.spec.window), "spec_bytes": state.spec.window.held_bytes,
+                     "measured": True}
     col = (lambda c: rows[c].dropna().to_numpy()) if not rows.empty else (lambda c: np.empty(0))
     return _clean({
         "requests": int(finished),
@@ -96,12 +101,18 @@ def summary(state: AgentState) -> dict[str, Any]:
         "sources": dict(state.source_stats),
         "rings": rings,
         "flight_recorder": recorder,
+        # What the agent keeps of finished requests (--retention-mib) and of verifications: bytes of
+        # the rows' data as pandas counts them (deep memory_usage), measured on the kept frames.
+        "retention": retention,
     })
 
 
 def slowest(state: AgentState, n: int) -> list[dict[str, Any]]:
     with state.lock:
-        rows = sorted(state.finished, key=lambda r: -float(r["e2e_s"]))[:n]  # type: ignore[arg-type]
+        kept = state.finished.frame()
+        # Longest e2e first, ties oldest first (a stable sort): dicts for these n rows only.
+        order = np.argsort(-kept["e2e_s"].to_numpy(np.float64), kind="stable")[:n] if len(kept) else []
+        rows = row_dicts(kept.iloc[order]) if len(kept) else []
         # A capture analysed after a request finished still gives it its kernel time here.
         kernel = [state.kernel_seconds(int(r["request_id"])) for r in rows]  # type: ignore[call-overload]
     # energy_basis: what energy_j is, beside it in every row (null where no GPU measured it).

@@ -8,6 +8,7 @@ per task, and is kept (`finished`, bounded) and handed on (`new_rows`, the emit 
 """
 from __future__ import annotations
 
+import sys
 import time
 from typing import Callable
 
@@ -29,13 +30,13 @@ from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 
 class RequestLedger:
     def __init__(self, counters: dict[str, LabelledCounter], histograms: dict[str, LabelledHistogram],
-                 retain_requests: int, steps: StepFold, energy: EnergyAccount, network: NetworkHold, kv: KvFold,
+                 retention_bytes: int, steps: StepFold, energy: EnergyAccount, network: NetworkHold, kv: KvFold,
                  spec: SpecFold, judge: SlowJudge, kernel_seconds: Callable[[np.ndarray], list[float]],
                  emit: Callable[[pd.DataFrame, pd.DataFrame], None]) -> None:
         self.counters, self.histograms = counters, histograms
         self.steps, self.energy, self.network, self.kv, self.spec, self.judge = steps, energy, network, kv, spec, judge
         self.kernel_seconds, self.emit = kernel_seconds, emit
-        self.finished = FinishedRows(retain_requests)
+        self.finished = FinishedRows(sys.maxsize, retention_bytes)  # bounded by bytes (AgentConfig.retention_bytes)
         self.new_rows: list[pd.DataFrame] = []  # rows not yet handed to the Parquet sink
         self.open_events = EventFrames().request_events
         self.requests_seen = 0

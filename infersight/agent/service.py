@@ -66,6 +66,8 @@ class Agent:
         gpu_config = GpuTelemetryConfig(config.gpu_source, config.gpu_url, config.gpu_interval_s)
         self.gpu = GpuSampler(gpu_collector or open_collector(gpu_config), gpu_config.interval_s, gpu_config.ring_size)
         log.info("GPU telemetry: %s", self.gpu.status_line())
+        log.info("retention: finished requests' rows up to %g MiB of row data (--retention-mib), the oldest first out",
+                 config.retention_bytes / (1 << 20))
         self.registry = build_registry(self.state, self.gpu)
         self.registry.register(DiscoveryCollector(self.rings.discovery))  # rings held by another agent
         self.poll_guard = PollGuard()  # a source that raises in a poll is counted, not the agent's end

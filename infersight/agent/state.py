@@ -64,7 +64,7 @@ class AgentState:
         self.spec = SpecFold(self.counters)
         self.network_hold = NetworkHold()
         self.judge = SlowJudge(config)
-        self.ledger = RequestLedger(self.counters, self.histograms, config.retain_requests, self.steps,
+        self.ledger = RequestLedger(self.counters, self.histograms, config.retention_bytes, self.steps,
                                     self.energy_account, self.network_hold, self.kv, self.spec, self.judge,
                                     self._kernel_seconds_of, self._emit_rows)
         self._no_request_events = EventFrames().request_events  # releases held rows without new events
@@ -91,7 +91,7 @@ class AgentState:
 
     @property
     def finished(self) -> FinishedRows:
-        """The last retain_requests finished requests' rows (dicts), oldest first."""
+        """The last finished requests' rows, oldest first, within retention_bytes (frames, or dicts when iterated)."""
         return self.ledger.finished
 
     @property

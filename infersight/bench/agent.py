@@ -169,12 +169,7 @@ def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: in
             shown += 1
         rss = _vm_hwm_mb(proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:  # never leave an agent behind (it holds the ring's lease)
-            proc.kill()
-            proc.wait()
+        stop_agent(proc)
         dropped = probe.ring.stats()["dropped"]
         probe.close()
     lat = sorted(latencies)
@@ -183,6 +178,16 @@ def bench_agent(n_requests: int = 2048, tokens_per_request: int = 32, trials: in
                             round(poll.records / cpu, 1), round(poll.slots / wall, 1), round(poll.slots / cpu, 1),
                             round(statistics.median(lat), 4), round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 4),
                             round(rss, 1), dropped)
+
+
+def stop_agent(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 15 s: never leave an agent behind (it holds the ring's lease)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _steps_total(url: str) -> float:

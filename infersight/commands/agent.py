@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from infersight.commands.numeric_flags import bounded_float
+
 
 def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
@@ -40,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
                               discover_prefix=args.discover_prefix or "infersight-", host=host, port=port,
                               max_connections=args.max_connections,
                               poll_interval_s=args.poll_interval, parquet_dir=args.parquet_dir,
+                              retention_bytes=int(args.retention_mib * (1 << 20)),
                               vllm_compat=args.vllm_compat, model_name=args.model_name,
                               max_expert_series=args.max_expert_series, slow_quantile=args.slow_quantile,
                               max_task_labels=args.max_task_labels, max_moe_layers=args.max_moe_layers,
@@ -79,6 +82,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "one more is answered 503 and counted (default 64)")
     agent.add_argument("--poll-interval", type=float, default=0.1, help="seconds between ring reads")
     agent.add_argument("--parquet-dir", help="write per-request rows to DIR/requests.parquet")
+    agent.add_argument("--retention-mib", type=bounded_float(0.0625, 1 << 16), default=8.0, metavar="MIB",
+                       help="finished requests' rows kept for the summary and /api/v1/requests, in MiB of row data "
+                            "(default 8: ~16,000 requests); the oldest go first")
     agent.add_argument("--vllm-compat", action="store_true", help="also serve vLLM metric names")
     agent.add_argument("--model-name", default="tiny-moe", help="model_name label of the vLLM-compatible view")
     agent.add_argument("--max-expert-series", type=int, default=512, help="cap on layers x experts series")

@@ -62,6 +62,17 @@ def test_bad_slow_rule_is_a_usage_error(flag: str, value: str) -> None:
     assert "quantile" in line or "slo_e2e_s" in line
 
 
+def test_the_retention_budget_is_a_flag_the_agent_states() -> None:
+    res = run_agent("--ring", "infersight-unused", "--listen", f"127.0.0.1:{free_port()}", "--duration", "0.3",
+                    "--gpu-source", "none", "--retention-mib", "2.5")
+    assert res.returncode == 0, res.stderr
+    assert "retention: finished requests' rows up to 2.5 MiB of row data (--retention-mib)" in res.stderr
+    res = run_agent("--ring", "infersight-unused", "--retention-mib", "0")  # argparse's own one-line error
+    assert res.returncode == 2 and "Traceback" not in res.stderr and res.stdout == ""
+    assert res.stderr.strip() == ("infersight agent: error: argument --retention-mib: 0 is out of range: expected "
+                                  "[0.0625, 65536] (see infersight agent --help)")
+
+
 def test_port_in_use_is_a_usage_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

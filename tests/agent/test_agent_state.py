@@ -169,10 +169,11 @@ def test_parquet_survives_a_second_close(tmp_path) -> None:
 
 
 def test_summary_requests_counts_beyond_retention() -> None:
-    """Regression: summary["requests"] was len(retained rows), capped at retain_requests."""
+    """Regression: summary["requests"] was len(retained rows). A byte budget smaller than one
+    poll's rows keeps none of them (whole frames go, oldest first): the counts still say 5."""
     ring = unique_ring("retain")
     engine, probe = make_engine(ring)
-    agent = Agent(AgentConfig(rings=[ring], port=0, retain_requests=2))
+    agent = Agent(AgentConfig(rings=[ring], port=0, retention_bytes=1))
     try:
         for i in range(5):
             engine.add_request(f"req {i}", SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
@@ -181,7 +182,8 @@ def test_summary_requests_counts_beyond_retention() -> None:
         agent.poll_once()
         s = report.summary(agent.state)
         assert s["requests"] == s["requests_seen"] == 5
-        assert len(report.slowest(agent.state, 100)) == 2  # the retained rows
+        assert report.slowest(agent.state, 100) == []  # the retained rows
+        assert s["retention"]["requests"] == 0 and s["retention"]["evicted_requests"] == 5
     finally:
         agent.close()
         probe.close()

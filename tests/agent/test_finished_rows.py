@@ -1,6 +1,8 @@
-"""FinishedRows (frames kept, dicts built when read) against a deque(maxlen) of to_dict("records") rows."""
+"""FinishedRows (frames kept and joined into chunks, dicts built when read) against a deque(maxlen) of
+to_dict("records") rows; its byte bound against bytes counted here from the kept frames."""
 from __future__ import annotations
 
+import sys
 from collections import deque
 
 import numpy as np
@@ -8,6 +10,7 @@ import pandas as pd
 import pytest
 
 from infersight.agent.finished_rows import FinishedRows, row_dicts
+from infersight.agent.row_window import COMPACT_FRAMES
 
 
 def _frame(rng: np.random.Generator, first: int, n: int) -> pd.DataFrame:
@@ -52,3 +55,104 @@ def test_rows_are_a_snapshot() -> None:
 def test_row_dicts_are_to_dict_records() -> None:
     rows = _frame(np.random.default_rng(1), 5, 6)
     assert repr(row_dicts(rows)) == repr(rows.to_dict("records"))
+
+
+def _objects_bytes(values: np.ndarray) -> int:
+    """An array's own bytes, plus sys.getsizeof of every Python object it points to."""
+    return values.nbytes + (sum(sys.getsizeof(v) for v in values) if values.dtype == object else 0)
+
+
+def data_bytes(frame: pd.DataFrame) -> int:
+    """A frame's data counted here, not by pandas' memory_usage: per column, an Arrow-backed one's
+    buffers (pyarrow's nbytes), a categorical's codes and categories, else its array and the Python
+    objects it points to; plus the index's bytes."""
+    total = frame.index.nbytes
+    for name in frame.columns:
+        arr = frame[name].array
+        if hasattr(arr, "_pa_array"):  # ArrowStringArray / ArrowExtensionArray: memory in Arrow buffers
+            total += arr._pa_array.nbytes
+        elif isinstance(arr.dtype, pd.CategoricalDtype):
+            total += arr.codes.nbytes + _objects_bytes(np.asarray(arr.categories, dtype=object))
+        else:
+            total += _objects_bytes(np.asarray(arr))
+    return total
+
+
+@pytest.mark.parametrize("maxlen", [5, 300])
+def test_one_row_polls_are_joined_and_still_the_deques_rows(maxlen: int) -> None:
+    """A row a poll (the agent at ~13 requests/s): hundreds of appends, joined into chunks (a frame
+    costs ~10 KB of its own), still exactly the newest maxlen rows, in order."""
+    rng = np.random.default_rng(maxlen)
+    kept, reference = FinishedRows(maxlen), deque(maxlen=maxlen)
+    for i in range(700):
+        rows = _frame(rng, i, 1)
+        kept.extend_frame(rows)
+        reference.append({"request_id": i})
+    assert [r["request_id"] for r in kept] == [r["request_id"] for r in reference]
+    assert kept.frame()["request_id"].tolist() == [r["request_id"] for r in reference]
+    assert kept.tail(3)["request_id"].tolist() == [r["request_id"] for r in reference][-3:]
+    assert kept[-1]["request_id"] == 699 and kept[0]["request_id"] == 700 - maxlen
+    assert kept._window.pieces <= COMPACT_FRAMES + maxlen // COMPACT_FRAMES + 2  # not one frame a poll
+    assert kept.evicted == 700 - maxlen
+
+
+def test_retention_stays_within_its_byte_budget() -> None:
+    """Bounded by bytes only: what is held, counted here from the kept frames, never exceeds the
+    budget; the newest rows are the ones kept, and the budget is used (not emptied for nothing)."""
+    rng = np.random.default_rng(7)
+    budget = 100_000  # ~400 of the ~1,200 rows: the tail is joined into chunks, chunks go
+    kept, first, row_sizes = FinishedRows(sys.maxsize, budget), 0, []
+    for _ in range(600):
+        n = int(rng.integers(1, 4))
+        rows = _frame(rng, first, n)
+        rows["slow_detail"] = pd.Series(["x" * int(k) for k in rng.integers(0, 200, n)], dtype=object)
+        first += n
+        row_sizes.append(data_bytes(rows) / n)
+        kept.extend_frame(rows)
+        if first % 7 == 0:  # counted at some polls (a count costs as much as the rows kept)
+            assert sum(data_bytes(f) for f in kept.frames()) <= budget
+    held = sum(data_bytes(f) for f in kept.frames())
+    assert held <= budget
+    ids = kept.frame()["request_id"].tolist()
+    assert ids == list(range(first - len(ids), first))  # the newest, in order
+    assert held == kept.held_bytes  # the bound's own count agrees with this one
+    # Whole chunks go at a time: what is held is within one chunk (COMPACT_FRAMES frames) of the budget.
+    assert held > budget - COMPACT_FRAMES * 3 * max(row_sizes)
+    assert kept.evicted == first - len(ids) > 0
+
+
+def test_the_agents_retention_stays_within_its_budget_on_a_small_workload() -> None:
+    """The agent at its --retention-mib (here 32 KiB): 400 engine-shaped requests through a ring, a
+    few a poll; the rows it keeps, counted here, stay within the budget, are the newest requests,
+    and the summary says so."""
+    from testkit import unique_ring
+
+    from infersight.agent import report
+    from infersight.agent.config import AgentConfig
+    from infersight.agent.service import Agent
+    from infersight.bench.agent import synthetic_workload
+    from infersight.probes.config import ProbeConfig
+    from infersight.probes.observer import ProbeObserver
+
+    ring, budget, total = unique_ring("retention"), 32 << 10, 400
+    probe = ProbeObserver(ProbeConfig(ring_name=ring, nvtx=False))
+    agent = Agent(AgentConfig(rings=[ring], port=0, retention_bytes=budget))
+    try:
+        agent.poll_once()
+        step = 0
+        for first in range(0, total, 4):
+            step = synthetic_workload(probe, 4, 4, first_id=first, first_step=step)
+            agent.poll_once()
+        finished = agent.state.finished
+        held = sum(data_bytes(f) for f in finished.frames())
+        ids = finished.frame()["request_id"].tolist()
+        summary = report.summary(agent.state)
+    finally:
+        agent.close()
+        probe.close()
+    assert summary["requests"] == total  # every request finished and was counted
+    assert held <= budget and summary["retention"]["bytes"] <= budget
+    assert ids == list(range(total - len(ids), total)) and 0 < len(ids) < total  # the newest, some gone
+    assert summary["retention"]["requests"] == len(ids) and summary["retention"]["evicted_requests"] == total - len(ids)
+    print(f"\nretention: {len(ids)} of {total} requests kept, {held} bytes counted here, "
+          f"{summary['retention']['bytes']} by the agent, budget {budget}")
