@@ -11,8 +11,9 @@ the agent's memory is read from /proc/PID/status, all measured:
     shmem    RssShmem: the probe ring's pages the agent has touched (bounded by the ring's size,
              18 MiB at the default 65,536 slots: shared with the engine, not the agent's to free)
 
-and its retained requests and their bytes from /api/v1/summary's `retention` block. The last lines
-give the anon growth over the second half of the run (MB per minute): about 0 when it plateaus.
+and its retained requests and their bytes from /api/v1/summary's `retention` block (-1: the summary
+did not answer within 20 s, counted in summary_timeouts; an agent without that block also shows -1).
+The last lines give the growth over the second half of the run (MB per minute): about 0 at a plateau.
 
     # the rate for three minutes, default retention budget
     python benchmarks/agent_memory_soak.py --rate 13 --duration 180
@@ -54,7 +55,7 @@ def memory_mb(pid: int) -> dict[str, float]:
 
 
 def _get(url: str) -> dict:
-    return json.loads(urllib.request.urlopen(url, timeout=10).read())
+    return json.loads(urllib.request.urlopen(url, timeout=20).read())
 
 
 def _slope(samples: list[dict], key: str) -> float:
@@ -102,16 +103,17 @@ def main() -> int:
         print(f"{'t_s':>6} {'requests':>9} {'rss_mb':>7} {'anon_mb':>8} {'shmem_mb':>8} {'kept':>6} {'kept_mib':>8}",
               flush=True)
         start = time.monotonic()
-        next_sample, rid, step = start, 0, 0
+        next_sample, rid, step, summary_timeouts = start, 0, 0, 0
         wave_s = args.wave / args.rate
         while True:
             now = time.monotonic()
             if now >= next_sample:
-                summary = _get(url + "/api/v1/summary")
-                kept = summary.get("retention", {})
+                try:  # an agent that falls behind may not answer in time: a sample without its counts
+                    kept = _get(url + "/api/v1/summary").get("retention", {})
+                except OSError:
+                    kept, summary_timeouts = {"requests": -1}, summary_timeouts + 1
                 sample = {"t_s": round(now - start, 1), "requests": rid, **memory_mb(proc.pid),
-                          "kept": kept.get("requests", len(summary.get("recent_requests", []))),
-                          "kept_mib": kept.get("bytes", 0) / 2**20}
+                          "kept": kept.get("requests", -1), "kept_mib": kept.get("bytes", 0) / 2**20}
                 samples.append(sample)
                 print(f"{sample['t_s']:>6.0f} {rid:>9} {sample['rss']:>7.1f} {sample['anon']:>8.1f} "
                       f"{sample['shmem']:>8.1f} {sample['kept']:>6} {sample['kept_mib']:>8.2f}", flush=True)
@@ -133,7 +135,8 @@ def main() -> int:
         "rss_last_mb": samples[-1]["rss"], "anon_last_mb": samples[-1]["anon"],
         "anon_slope_second_half_mb_per_min": round(_slope(half, "anon"), 2),
         "rss_slope_second_half_mb_per_min": round(_slope(half, "rss"), 2),
-        "kept_last": samples[-1]["kept"], "kept_mib_last": round(samples[-1]["kept_mib"], 2), "measured": True,
+        "kept_last": samples[-1]["kept"], "kept_mib_last": round(samples[-1]["kept_mib"], 2),
+        "summary_timeouts": summary_timeouts, "measured": True,
     }
     for key, value in result.items():
         print(f"{key}: {value}")
