@@ -130,7 +130,8 @@ def test_missing_ring_is_retried_while_serving(tmp_path) -> None:
 
 def test_ring_that_appears_later_is_attached(tmp_path) -> None:
     ring = unique_ring("late")
-    agent = AgentProc(tmp_path / "agent.log", "--ring", ring, "--duration", "6", "--poll-interval", "0.05")
+    # 15 s: a loaded 2-core host once spent the whole of 6 s before the ring was attached.
+    agent = AgentProc(tmp_path / "agent.log", "--ring", ring, "--duration", "15", "--poll-interval", "0.05")
     probe = None
     try:
         agent.wait_for("/health", lambda: agent.get("/health"))
