@@ -100,9 +100,9 @@ def test_retention_stays_within_its_byte_budget() -> None:
     """Bounded by bytes only: what is held, counted here from the kept frames, never exceeds the
     budget; the newest rows are the ones kept, and the budget is used (not emptied for nothing)."""
     rng = np.random.default_rng(7)
-    budget = 100_000  # ~400 of the ~1,200 rows: the tail is joined into chunks, chunks go
+    budget = 150_000  # about half of the ~1,000 rows: the tail is joined into chunks, chunks go
     kept, first, row_sizes = FinishedRows(sys.maxsize, budget), 0, []
-    for _ in range(600):
+    for _ in range(500):
         n = int(rng.integers(1, 4))
         rows = _frame(rng, first, n)
         rows["slow_detail"] = pd.Series(["x" * int(k) for k in rng.integers(0, 200, n)], dtype=object)
@@ -122,8 +122,8 @@ def test_retention_stays_within_its_byte_budget() -> None:
 
 
 def test_the_agents_retention_stays_within_its_budget_on_a_small_workload() -> None:
-    """The agent at its --retention-mib (here 32 KiB): 400 engine-shaped requests through a ring, a
-    few a poll; the rows it keeps, counted here, stay within the budget, are the newest requests,
+    """The agent at its --retention-mib (here 16 KiB): 240 engine-shaped requests through a ring, 8
+    a poll; the rows it keeps, counted here, stay within the budget, are the newest requests,
     and the summary says so."""
     from testkit import unique_ring
 
@@ -134,14 +134,14 @@ def test_the_agents_retention_stays_within_its_budget_on_a_small_workload() -> N
     from infersight.probes.config import ProbeConfig
     from infersight.probes.observer import ProbeObserver
 
-    ring, budget, total = unique_ring("retention"), 32 << 10, 400
+    ring, budget, total = unique_ring("retention"), 16 << 10, 240
     probe = ProbeObserver(ProbeConfig(ring_name=ring, nvtx=False))
     agent = Agent(AgentConfig(rings=[ring], port=0, retention_bytes=budget))
     try:
         agent.poll_once()
         step = 0
-        for first in range(0, total, 4):
-            step = synthetic_workload(probe, 4, 4, first_id=first, first_step=step)
+        for first in range(0, total, 8):
+            step = synthetic_workload(probe, 8, 2, first_id=first, first_step=step)
             agent.poll_once()
         finished = agent.state.finished
         held = sum(data_bytes(f) for f in finished.frames())
