@@ -27,7 +27,8 @@ from infersight.tracing.receiver import OtlpReceiver
 stuck = threading.Event()
 
 def sink(spans):
-    print("entered", flush=True)
+    sys.stdout.write("entered\n")  # one write: print's text and newline can interleave across handler threads
+    sys.stdout.flush()
     stuck.wait()  # never set: the handler never returns
 
 rec = OtlpReceiver(sink, None, ("127.0.0.1", 0))
