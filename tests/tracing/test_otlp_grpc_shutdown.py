@@ -27,7 +27,7 @@ from infersight.tracing.receiver import OtlpReceiver
 stuck = threading.Event()
 
 def sink(spans):
-    sys.stdout.write("entered\n")  # one write: print's text and newline can interleave across handler threads
+    sys.stdout.write("entered\\n")  # one write: print's text and newline can interleave across handler threads
     sys.stdout.flush()
     stuck.wait()  # never set: the handler never returns
 
