@@ -206,6 +206,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+
+def gpu_problem() -> str | None:
+    """Why a GPU energy check cannot run here; None when torch sees CUDA and nvidia-ml-py imports."""
+    try:
+        import pynvml  # noqa: F401
+        import torch
+    except ImportError as e:
+        return f"needs torch and nvidia-ml-py: {e}"
+    if not torch.cuda.is_available():
+        return "no CUDA device: this check runs on the GPU machine"
+    return None
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny-moe")
@@ -222,14 +234,9 @@ def main() -> int:
         dash = _coverage(Path(args.exposition).read_text())
         _print_coverage(dash)
         return 0 if dash["gpu_fed_with_data"] == dash["gpu_fed_queries"] else 1
-    try:
-        import pynvml  # noqa: F401
-        import torch
-    except ImportError as e:
-        print(f"needs torch and nvidia-ml-py: {e}")
-        return 2
-    if not torch.cuda.is_available():
-        print("no CUDA device: this check runs on the GPU machine")
+    problem = gpu_problem()
+    if problem:
+        print(problem)
         return 2
     if args.counter_resolution:
         print(json.dumps(counter_resolution()))

@@ -267,15 +267,15 @@ def main() -> int:
         counter_mj, collector = _cpu_dry_run()
         result = run(args, counter_mj, collector)
     else:
-        try:
-            import pynvml
-            import torch
-        except ImportError as e:
-            print(f"needs torch and nvidia-ml-py: {e}")
+        from energy_check import gpu_problem  # benchmarks/ is the script's own directory on sys.path
+
+        problem = gpu_problem()
+        if problem:
+            print(problem)
             return 2
-        if not torch.cuda.is_available():
-            print("no CUDA device: this check runs on the GPU machine")
-            return 2
+        import pynvml
+        import torch
+
         pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)  # the engine's GPU; the agent reads GPU 0 alone too
         print(f"device: {torch.cuda.get_device_name(0)}")
