@@ -18,10 +18,8 @@ agent beside it in this process (polling on its own thread, its sampler reading 
 
 The agent's split of the mixed phase (energy_j summed per class / requests) is compared with each
 class's alone figure; goal: within CLASS_TOLERANCE. For comparison the same phase is split offline
-from the agent's own event files: by token share (the old rule), by the step-time model fitted on
-the whole run (correlate.token_cost, the agent's rule with its final fit), and by that model with
-its intercept split equally between a step's requests (each one's Shapley share of a fixed cost,
-the alternative to the agent's proportional rule). additivity: the mixed
+from the agent's own event files: by token share (the old rule), and by the energy model fitted on
+the whole run's counter intervals (correlate.token_cost, the agent's rule with its final fit). additivity: the mixed
 phase's energy in steps over what the alone figures predict for its requests; far from 1 means the
 classes interact (batching), and no split can match both alone figures then.
 
@@ -77,7 +75,7 @@ def _closed_loop(engine: Any, args: argparse.Namespace, classes: tuple[str, ...]
 
 def _offline_splits(run_dir: Path, phase_ids: set[int]) -> dict[str, dict[int, float]]:
     """The mixed phase's requests' joules split offline from the agent's event files, two ways:
-    token share, and the step-time model fitted on every step of the run. Same counter, same
+    token share, and the energy model fitted on every counter interval of the run. Same counter, same
     interpolation (correlate.energy) as the agent; only the split differs."""
     import numpy as np
     import pandas as pd
@@ -97,12 +95,14 @@ def _offline_splits(run_dir: Path, phase_ids: set[int]) -> dict[str, dict[int, f
     batch = batch[batch["step_id"].isin(steps["step_id"])].reset_index(drop=True)
     windows, _ = E.step_values(steps, counter, *span)
     per_step = windows.set_index("step_id")["value"].astype("float64")
-    fit = token_cost.fit_token_costs(*token_cost.normal_equations(steps))
+    ran = steps[steps["batch_size"] > 0]
+    measured = ran.merge(windows[["step_id", "value"]], on="step_id").rename(columns={"value": "energy_uj"})
+    first = np.sort(counter.loc[counter["gpu"] == counter["gpu"].min(), "ts_ns"].to_numpy("int64"))
+    fit = token_cost.fit_token_costs(*token_cost.normal_equations(token_cost.interval_rows(measured, first)))
     chunks = req[req["event"].astype(str) == "PREFILL_CHUNK"][["request_id", "ts_ns"]]
     members = token_cost.member_tokens(steps, batch, chunks)
     out: dict[str, dict[int, float]] = {}
-    for how, weight in (("token_share", None), ("model_final_fit", token_cost.member_weights(members, fit)),
-                        ("model_equal_intercept", token_cost.member_weights(members, fit, "equal"))):
+    for how, weight in (("token_share", None), ("model_final_fit", token_cost.member_weights(members, fit))):
         uj = cost.split_in_proportion(batch, weight, per_step)
         joules = pd.Series(uj / 1e6).groupby(batch["request_id"].to_numpy()).sum()
         out[how] = {int(r): float(j) for r, j in joules.items() if int(r) in phase_ids}
@@ -207,8 +207,7 @@ def print_result(result: dict[str, Any]) -> None:
         print(f"phase {p['phase']}: {p['requests']} requests, {p['seconds']:.1f} s, counter {p['counter_j']:.1f} J")
     fit = result["agent_energy"].get("split_model", {})
     print(f"split model: {json.dumps(fit)}")
-    ways = (("agent", "agent"), ("final fit", "model_final_fit"), ("equal c0", "model_equal_intercept"),
-            ("tokens", "token_share"))
+    ways = (("agent", "agent"), ("final fit", "model_final_fit"), ("tokens", "token_share"))
     print(f"{'class':<12} {'alone J/req':>11} {'(counter)':>10} {'bound J':>8} "
           + " ".join(f"{name:>10} {'err':>7}" for name, _ in ways))
     for c in CLASSES:

@@ -4,9 +4,9 @@ The GPU sampler reads the total-energy counter (NVML nvmlDeviceGetTotalEnergyCon
 field 156, dcgm-exporter DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION; all in joules once collected) every
 interval, not every step. The meter keeps those readings and, once a reading after a step's end
 has come, measures the step's window on the interpolated counter (correlate.energy) and splits
-it over the step's requests by their modelled cost (correlate.token_cost: step time fitted on
-prefill, decode and draft tokens over the run's steps so far; token share until that fit can
-tell the kinds apart). A request's joules are therefore a modelled split of measured energy; with
+it over the step's requests by their modelled cost (correlate.token_cost: joules per prefill,
+decode and draft token, fitted on the measured energy of the counter's intervals so far; token
+share until that fit can tell the kinds apart). A request's joules are therefore a modelled split of measured energy; with
 them goes the most the counter's sampling interval can have moved into or out of them
 (correlate.sampling_bound). Time it has accounted for ends at `cursor_ns`; what accrued between
 steps is idle energy:
@@ -93,8 +93,10 @@ class EnergyMeter:
                                         *T.STEP_KIND_COLUMNS.values())
         self.pending_batch = _int_frame("step_id", "request_id", "num_tokens")
         self.chunks = _int_frame("request_id", "ts_ns")  # PREFILL_CHUNK events of steps not yet measured
-        # The step-time model's running normal equations, and the fit the last steps were split by.
-        self._xtx, self._xty, self._fit_steps = np.zeros((4, 4)), np.zeros(4), 0
+        # The energy model's running normal equations over complete counter intervals, the intervals
+        # some of whose steps are still to come, and the fit the last steps were split by.
+        self._xtx, self._xty, self._fit_intervals = np.zeros((3, 3)), np.zeros(3), 0
+        self.open_rows = T.interval_rows(pd.DataFrame(), np.empty(0, np.int64))
         self.costs = T.TokenCosts()
         self.steps_by_model = 0  # steps split by modelled cost
         self.steps_by_tokens = 0  # steps split by token share (no usable fit yet, or members not told apart)
@@ -208,7 +210,7 @@ class EnergyMeter:
         done = self.pending_batch["step_id"].isin(ready["step_id"])
         batch = self.pending_batch[done].reset_index(drop=True)
         per_step = measured.set_index("step_id")
-        weight = self._weights(ready, batch)
+        weight = self._weights(ready, windows, batch, to_ns)
         energy_uj = cost.split_in_proportion(batch, weight, per_step["energy_uj"])
         sm_ns = cost.split_in_proportion(batch, weight, per_step["gpu_sm_active_ns"])
         for rid, e, s in zip(batch["request_id"].tolist(), energy_uj.tolist(), sm_ns.tolist()):
@@ -232,17 +234,31 @@ class EnergyMeter:
             self.forget([next(iter(self.open))])
         return idle
 
-    def _weights(self, ready: pd.DataFrame, batch: pd.DataFrame) -> np.ndarray:
-        """Each batch row's weight in its step (token_cost.member_weights), the step-time model first
-        refitted with the ready steps added to the run's sums."""
-        xtx, xty, n = T.normal_equations(ready)
-        self._xtx, self._xty, self._fit_steps = self._xtx + xtx, self._xty + xty, self._fit_steps + n
-        self.costs = T.fit_token_costs(self._xtx, self._xty, self._fit_steps)
+    def _weights(self, ready: pd.DataFrame, windows: pd.DataFrame, batch: pd.DataFrame, to_ns: int) -> np.ndarray:
+        """Each batch row's weight in its step (token_cost.member_weights), the energy model first
+        refitted with the counter intervals these steps complete."""
+        self._refit(ready, windows, to_ns)
         members = T.member_tokens(ready, batch, self.chunks)
         modelled = int(members.drop_duplicates("step_id")["resolved"].sum()) if self.costs.usable else 0
         self.steps_by_model += modelled
         self.steps_by_tokens += int(members["step_id"].nunique()) - modelled
         return T.member_weights(members, self.costs)
+
+    def _refit(self, ready: pd.DataFrame, windows: pd.DataFrame, to_ns: int) -> None:
+        """Add the measured steps that ran a batch to their counter intervals (those of the first GPU's
+        readings); an interval is complete, and enters the fit, once the account has passed its end."""
+        ran = ready[ready["batch_size"].to_numpy(np.int64) > 0]
+        measured = ran[["step_id", *T.STEP_KIND_COLUMNS.values()]].merge(
+            windows[["step_id", "start_ns", "end_ns", "value"]], on="step_id").rename(columns={"value": "energy_uj"})
+        first = self.energy[self.energy["gpu"].to_numpy(np.int64) == self.gpus[0]]
+        rows = T.interval_rows(measured, np.sort(first["ts_ns"].to_numpy(np.int64)))
+        if not self.open_rows.empty:
+            rows = pd.concat([self.open_rows, rows], ignore_index=True).groupby("end_ns", as_index=False).sum()
+        complete = rows["end_ns"].to_numpy(np.int64) <= to_ns
+        xtx, xty, n = T.normal_equations(rows[complete])
+        self._xtx, self._xty, self._fit_intervals = self._xtx + xtx, self._xty + xty, self._fit_intervals + n
+        self.open_rows = rows[~complete].reset_index(drop=True)
+        self.costs = T.fit_token_costs(self._xtx, self._xty, self._fit_intervals)
 
     def _add_bounds(self, windows: pd.DataFrame, batch: pd.DataFrame, weight: np.ndarray, to_ns: int) -> None:
         """Each member's share of its step's window, into the sampling-bound shares; intervals that
@@ -341,9 +357,9 @@ class EnergyMeter:
         status = (f"energy_j is a {BASIS}. Measured: the total-energy counter of GPU(s) {gpus}, read at the "
                   "sampler's interval and interpolated linearly at each step's start and end; the steps' energy "
                   "plus idle_j (between steps) is the counter's rise exactly. Modelled: each step's energy is "
-                  "split over its requests by their modelled cost (split_model: step time fitted on prefill, "
-                  f"decode and draft tokens; {self.steps_by_model} of {split} steps split so, the rest by token "
-                  "share). energy_sampling_bound_j: the most the interpolation between readings can have moved "
+                  "split over its requests by their modelled cost (split_model: joules per prefill, decode and draft "
+                  "token, fitted on the measured energy of the counter's intervals; "
+                  f"{self.steps_by_model} of {split} steps split so, the rest by token share). energy_sampling_bound_j: the most the interpolation between readings can have moved "
                   f"into or out of a request, were the GPU's power anywhere between 0 W and the most seen ({watts})")
         headline = (f"{self.requests_uj / 1e6:.1f} J in requests' steps ({BASIS}), {self.idle_uj / 1e6:.1f} J idle "
                     f"between steps, over {(self.cursor_ns - self.from_ns) / 1e9:.1f} s (GPU energy counter)")

@@ -1,17 +1,25 @@
 """What each request costs a step, by the kind of tokens it fed: the weights that split a step's
 measured energy (and SM activity) over its batch.
 
-A step's wall-clock time is modelled, over the steps of the same run, as
+The energy of each kind of token is fitted on the run's own measured energy. Over each interval
+between two readings of the GPU's energy counter, the energy of the steps in it (the counter,
+interpolated at the steps' ends, summed over the interval's steps) is modelled as
 
-    duration_ns  ~  intercept + prefill_ns * prefill_tokens + decode_ns * decode_tokens + spec_ns * spec_tokens
+    energy_uj  ~  prefill_uj * prefill_tokens + decode_uj * decode_tokens + spec_uj * spec_tokens
 
-fitted by least squares with every coefficient >= 0 (`fit_token_costs`, on the running sums of
-`normal_equations`). The intercept is fitted so that it does not inflate the per-token times; it is
-what a step costs whoever is in it (launches, host work, weight reads), and it is spread over the
-step's members with the rest, in proportion to their token cost (`member_weights` can also split
-it equally, each member's Shapley share). A member's modelled cost, and so its weight, is
+by least squares with every coefficient >= 0 (`fit_token_costs`, on the running sums of
+`normal_equations` over `interval_rows`). Why these choices:
+- intervals, not steps: inside one interval the counter is interpolated linearly, so one step's
+  energy is only its share of the interval's time; the sum over a whole interval is what was measured.
+- energy, not step time: on a GPU a long prompt's step is largely host work (block hashing,
+  scheduling) that draws little power. A fit on step time put 330 us on an H200 prefill token against
+  128 us on a decode token, and gave long outputs 42% less than they cost alone (BENCHMARKS.md).
+- no intercept: what a step costs whoever is in it (static power, weight reads) is carried by the
+  per-token figures, as it is in what a class of requests costs when it runs alone.
 
-    prefill_ns * its prefill tokens + decode_ns * its decode tokens + spec_ns * its spec tokens
+A member's modelled cost, and so its weight in its step, is
+
+    prefill_uj * its prefill tokens + decode_uj * its decode tokens + spec_uj * its spec tokens
 
 Which kind a member's tokens are is not in the batch rows (step_id, request_id, num_tokens):
 `member_tokens` reads it from the step's totals and the request's PREFILL_CHUNK events (the engine
@@ -20,7 +28,11 @@ tokens (spec); a prefill member feeds its chunk. A step whose members cannot be 
 way (a chunk event lost, a mixed step without them) is marked unresolved: it is split by token share.
 
 Frames:
-  members  step_id, request_id, num_tokens, prefill, decode, spec (int64), resolved (bool, per step)
+  measured  step_id, start_ns, end_ns, energy_uj (float64: the step's interpolated energy),
+            prefill_tokens, decode_tokens, spec_tokens
+  rows      end_ns (the reading that closes the interval), energy_uj, prefill_tokens, decode_tokens,
+            spec_tokens (float64 sums over the interval's steps)
+  members   step_id, request_id, num_tokens, prefill, decode, spec (int64), resolved (bool, per step)
 """
 from __future__ import annotations
 
@@ -30,53 +42,69 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-#: Regressors of the step-time model, in the order of `normal_equations` (after the intercept).
+#: Regressors of the energy model, in the order of `normal_equations`.
 KINDS = ("prefill", "decode", "spec")
 STEP_KIND_COLUMNS = {"prefill": "prefill_tokens", "decode": "decode_tokens", "spec": "spec_tokens"}
 MEMBER_COLUMNS = {"step_id": "int64", "request_id": "int64", "num_tokens": "int64", "prefill": "int64",
                   "decode": "int64", "spec": "int64", "resolved": "bool"}
-#: A fit over fewer steps than this is not used (the split falls back to token share).
-MIN_FIT_STEPS = 8
+ROW_COLUMNS = ("end_ns", "energy_uj", *STEP_KIND_COLUMNS.values())
+#: A fit is used once it has at least this many intervals per kind it has seen (an overdetermined
+#: system: one noisy interval cannot set a coefficient alone), and MIN_FIT_INTERVALS in all; until
+#: then token share.
+MIN_INTERVALS_PER_KIND = 2
+MIN_FIT_INTERVALS = 4
 
 
 @dataclass(frozen=True)
 class TokenCosts:
-    """A fitted step-time model (ns). steps: how many steps it was fitted on; usable: the fit had
-    enough steps and every kind seen in them could be told apart (full rank)."""
+    """A fitted energy model (uJ per token). intervals: how many counter intervals it was fitted on;
+    usable: enough intervals, and every kind seen in them could be told apart (full rank)."""
 
-    intercept_ns: float = 0.0
-    prefill_ns: float = 0.0
-    decode_ns: float = 0.0
-    spec_ns: float = 0.0
-    steps: int = 0
+    prefill_uj: float = 0.0
+    decode_uj: float = 0.0
+    spec_uj: float = 0.0
+    intervals: int = 0
     usable: bool = False
 
     def describe(self) -> dict[str, object]:
-        return {"intercept_ms": self.intercept_ns / 1e6, "prefill_us_per_token": self.prefill_ns / 1e3,
-                "decode_us_per_token": self.decode_ns / 1e3, "spec_us_per_token": self.spec_ns / 1e3,
-                "steps_fitted": self.steps, "usable": self.usable,
-                "how": "least squares of each step's duration (engine clock) on its prefill, decode and draft "
-                       "token counts plus an intercept, coefficients >= 0; a request's weight in a step is its "
-                       "tokens times their kind's time per token"}
+        return {"prefill_mj_per_token": self.prefill_uj / 1e3, "decode_mj_per_token": self.decode_uj / 1e3,
+                "spec_mj_per_token": self.spec_uj / 1e3, "intervals_fitted": self.intervals, "usable": self.usable,
+                "how": "least squares of the measured energy of the steps in each interval between two counter "
+                       "readings on their prefill, decode and draft token counts, coefficients >= 0, no intercept; "
+                       "a request's weight in a step is its tokens times their kind's joules per token"}
 
 
-def normal_equations(steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
-    """(X'X 4x4, X'y 4, steps used) of the steps that ran a batch: X = [1, prefill, decode, spec]
-    tokens, y = end_ns - start_ns. Sums, so a run's fit is the sum over its polls."""
-    s = steps[steps["batch_size"].to_numpy() > 0] if "batch_size" in steps.columns else steps
-    x = np.column_stack([np.ones(len(s))] + [s[STEP_KIND_COLUMNS[k]].to_numpy(np.float64) for k in KINDS])
-    y = (s["end_ns"].to_numpy(np.int64) - s["start_ns"].to_numpy(np.int64)).astype(np.float64)
-    return x.T @ x, x.T @ y, len(s)
+def interval_rows(measured: pd.DataFrame, readings_ns: np.ndarray) -> pd.DataFrame:
+    """rows (module docstring): the measured steps summed per counter interval, a step counted in the
+    interval its midpoint lies in (its key: the first reading after the midpoint). readings_ns: the
+    counter's reading times, sorted; a step after the last reading is keyed by the last."""
+    if measured.empty or len(readings_ns) == 0:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c == "end_ns" else "float64") for c in ROW_COLUMNS})
+    mid = (measured["start_ns"].to_numpy(np.int64) + measured["end_ns"].to_numpy(np.int64)) // 2
+    at = np.minimum(np.searchsorted(readings_ns, mid, side="right"), len(readings_ns) - 1)
+    rows = measured[["energy_uj", *STEP_KIND_COLUMNS.values()]].astype(np.float64).assign(
+        end_ns=np.asarray(readings_ns, np.int64)[at])
+    return rows.groupby("end_ns", sort=True, as_index=False).sum()[list(ROW_COLUMNS)]
 
 
-def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, steps: int) -> TokenCosts:
-    """The non-negative least-squares fit from the normal equations: among the columns that ever
-    held a token, every subset is solved unconstrained and the best one whose coefficients are all
-    >= 0 wins (with four columns that is exact NNLS). The intercept is always in the model."""
-    seen = [0] + [i for i in range(1, 4) if xtx[i, i] > 0]
-    sub = xtx[np.ix_(seen, seen)]
-    usable = steps >= MIN_FIT_STEPS and np.linalg.matrix_rank(sub) == len(seen)
-    best, best_obj = np.zeros(4), 0.0  # all zeros: objective 0 (of b'Gb - 2h'b)
+def normal_equations(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+    """(X'X 3x3, X'y 3, rows used) of complete intervals: X = [prefill, decode, spec] tokens,
+    y = energy_uj. Sums, so a run's fit is the sum over its polls."""
+    x = rows[list(STEP_KIND_COLUMNS.values())].to_numpy(np.float64)
+    y = rows["energy_uj"].to_numpy(np.float64)
+    return x.T @ x, x.T @ y, len(rows)
+
+
+def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, intervals: int) -> TokenCosts:
+    """The non-negative least-squares fit from the normal equations: among the kinds that ever held
+    a token, every subset is solved unconstrained and the best one whose coefficients are all >= 0
+    wins (with three columns that is exact NNLS)."""
+    seen = [i for i in range(len(KINDS)) if xtx[i, i] > 0]
+    if not seen:
+        return TokenCosts(intervals=intervals)
+    usable = (intervals >= max(MIN_FIT_INTERVALS, MIN_INTERVALS_PER_KIND * len(seen))
+              and np.linalg.matrix_rank(xtx[np.ix_(seen, seen)]) == len(seen))
+    best, best_obj = np.zeros(len(KINDS)), 0.0  # all zeros: objective 0 (of b'Gb - 2h'b)
     for r in range(1, len(seen) + 1):
         for cols in combinations(seen, r):
             g, h = xtx[np.ix_(cols, cols)], xty[list(cols)]
@@ -87,9 +115,9 @@ def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, steps: int) -> TokenCosts:
                 continue
             obj = float(b @ g @ b - 2 * h @ b)
             if obj < best_obj:
-                best, best_obj = np.zeros(4), obj
+                best, best_obj = np.zeros(len(KINDS)), obj
                 best[list(cols)] = b
-    return TokenCosts(*map(float, best), steps=steps, usable=bool(usable))
+    return TokenCosts(*map(float, best), intervals=intervals, usable=bool(usable))
 
 
 def member_tokens(steps: pd.DataFrame, batch: pd.DataFrame, chunks: pd.DataFrame) -> pd.DataFrame:
@@ -130,26 +158,17 @@ def member_tokens(steps: pd.DataFrame, batch: pd.DataFrame, chunks: pd.DataFrame
 WEIGHT_BITS = 20
 
 
-def member_weights(members: pd.DataFrame, costs: TokenCosts, intercept: str = "proportional") -> np.ndarray:
+def member_weights(members: pd.DataFrame, costs: TokenCosts) -> np.ndarray:
     """int64 weight of each member within its step: its modelled cost (module docstring) as a
     fraction of the step's, in units of 2**-WEIGHT_BITS; a member of an unresolved step, of a step
     whose modelled cost is 0, or any member while `costs` is not usable, weighs its token count
-    instead (token share).
-
-    intercept: "proportional" (the agent's rule) spreads a step's fixed cost with its token cost;
-    "equal" adds intercept / batch size to every member (each member's Shapley share of a cost that
-    is paid once whoever is in the step). benchmarks/energy_split_check.py compares the two."""
-    if intercept not in ("proportional", "equal"):
-        raise ValueError(f"intercept is proportional or equal, got {intercept!r}")
+    instead (token share)."""
     if members.empty:
         return np.empty(0, np.int64)
     step = members["step_id"].to_numpy(np.int64)
-    cost = (costs.prefill_ns * members["prefill"].to_numpy(np.float64)
-            + costs.decode_ns * members["decode"].to_numpy(np.float64)
-            + costs.spec_ns * members["spec"].to_numpy(np.float64))
-    if intercept == "equal":
-        size = members.groupby("step_id", sort=False)["step_id"].transform("size").to_numpy(np.float64)
-        cost = cost + costs.intercept_ns / size
+    cost = (costs.prefill_uj * members["prefill"].to_numpy(np.float64)
+            + costs.decode_uj * members["decode"].to_numpy(np.float64)
+            + costs.spec_uj * members["spec"].to_numpy(np.float64))
     total = pd.Series(cost).groupby(step).transform("sum").to_numpy(np.float64)
     modelled = np.rint(np.divide(cost, total, out=np.zeros_like(cost), where=total > 0) * (1 << WEIGHT_BITS))
     by_model = members["resolved"].to_numpy(bool) & costs.usable & (total > 0)

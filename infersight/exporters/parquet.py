@@ -23,7 +23,8 @@ COLUMN_DOCS = {
     "engine_seconds": "modelled: the request's token share of its engine steps' wall-clock time (host work included)",
     "energy_j": "modelled split of measured energy: the GPU total-energy counter over each engine step (measured, "
                 "interpolated between the sampler's readings), split over the step's requests by modelled cost "
-                "(step time fitted on prefill, decode and draft tokens; infersight.correlate.token_cost). Null "
+                "(joules per prefill, decode and draft token, fitted on the counter's measured intervals; "
+                "infersight.correlate.token_cost). Null "
                 "without a GPU energy counter",
     "energy_sampling_bound_j": "the most the energy counter's sampling interval can have moved into or out of "
                                "energy_j (power anywhere between 0 W and the most seen; "

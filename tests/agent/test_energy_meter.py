@@ -1,6 +1,6 @@
 """EnergyMeter fed by the real NvmlCollector over a fake pynvml, with hand-built steps: each
 request's joules against a naive reference (exact fractions, shares by hand: token share while the
-step-time fit is not usable, modelled cost once it is), conservation exact in microjoules, rows
+energy fit is not usable, modelled cost once it is), conservation exact in microjoules, rows
 held until their energy is in, and nothing at all on a CPU-only host."""
 from __future__ import annotations
 
@@ -169,26 +169,42 @@ def test_rows_stop_waiting_when_readings_stop(gpu) -> None:
     assert meter.ready([9], [POLLS[0][0] + 1]) == [9]
 
 
-#: Step time that is exactly C0 + prefill x TP + decode x TD (ns): the fit must find these, and the
-#: split of each step must follow TP x a member's prefill tokens + TD x its decode tokens.
+#: The known answer: the counter rises by EP mJ per prefill token and ED mJ per decode token the steps
+#: feed, and by nothing else. The fit must find these, and the split of each step must follow
+#: EP x a member's prefill tokens + ED x its decode tokens.
+EP, ED = 2, 15
+#: Step time (ns), only where the steps lie: the counter is read at step boundaries, so each interval's
+#: rise is its steps' energy; inside an interval a step gets its share of the time (interpolation).
 C0, TP, TD = 2 * MS, 100_000, 1 * MS
-#: (step_id, start, [(request, prefill tokens, decode tokens)]); the end follows from the model. Steps
-#: 2, 4 and 6 mix a prefill chunk with decodes: their chunk events tell the members apart.
-MODEL_STEPS = [(1, 10 * MS, [(1, 20, 0)]), (2, 15 * MS, [(2, 10, 0), (1, 0, 1)]), (3, 20 * MS, [(1, 0, 1), (2, 0, 1)]),
-               (4, 25 * MS, [(3, 30, 0), (1, 0, 1), (2, 0, 1)]), (5, 33 * MS, [(1, 0, 1), (2, 0, 1), (3, 0, 1)]),
-               (6, 39 * MS, [(4, 5, 0), (1, 0, 1), (2, 0, 1), (3, 0, 1)]),
-               (7, 45 * MS, [(1, 0, 1), (2, 0, 1), (3, 0, 1), (4, 0, 1)]),
-               (8, 52 * MS, [(2, 0, 1), (3, 0, 1), (4, 0, 1)]), (9, 58 * MS, [(3, 0, 1), (4, 0, 1)]),
-               (10, 63 * MS, [(4, 0, 1)])]
-#: Readings (ms, mJ): uneven power, and none at any step boundary.
-MODEL_POLLS = [(9, 500_000), (23, 500_007), (37, 500_019), (51, 500_020), (70, 500_041)]
+#: (step_id, [(request, prefill tokens, decode tokens)]), back to back from 10 ms. Steps 2, 4 and 6 mix
+#: a prefill chunk with decodes: their chunk events tell the members apart.
+MODEL_STEPS = [(1, [(1, 20, 0)]), (2, [(2, 10, 0), (1, 0, 1)]), (3, [(1, 0, 1), (2, 0, 1)]),
+               (4, [(3, 30, 0), (1, 0, 1), (2, 0, 1)]), (5, [(1, 0, 1), (2, 0, 1), (3, 0, 1)]),
+               (6, [(4, 5, 0), (1, 0, 1), (2, 0, 1), (3, 0, 1)]), (7, [(1, 0, 1), (2, 0, 1), (3, 0, 1), (4, 0, 1)]),
+               (8, [(2, 0, 1), (3, 0, 1), (4, 0, 1)]), (9, [(3, 0, 1), (4, 0, 1)]), (10, [(4, 0, 1)])]
+#: The counter is read before step 1 and after every second step.
+READ_AFTER = (2, 4, 6, 8, 10)
+
+
+def model_timeline() -> tuple[list[tuple[int, int, int, list]], list[tuple[int, int]]]:
+    """([(step_id, start_ns, end_ns, members)], [(reading ns, counter mJ)]) from the truth above."""
+    steps, t = [], 10 * MS
+    for sid, members in MODEL_STEPS:
+        end = t + C0 + TP * sum(m[1] for m in members) + TD * sum(m[2] for m in members)
+        steps.append((sid, t, end, members))
+        t = end
+    readings, mj = [(10 * MS, 500_000)], 500_000
+    for sid, _, end, members in steps:
+        mj += sum(EP * pt + ED * dt for _, pt, dt in members)
+        if sid in READ_AFTER:
+            readings.append((end, mj))
+    return steps, readings
 
 
 def model_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     steps, batch, chunks = [], [], []
-    for sid, start, members in MODEL_STEPS:
-        p, d = sum(m[1] for m in members), sum(m[2] for m in members)
-        steps.append((sid, start, start + C0 + TP * p + TD * d, len(members), p, d, 0))
+    for sid, start, end, members in model_timeline()[0]:
+        steps.append((sid, start, end, len(members), sum(m[1] for m in members), sum(m[2] for m in members), 0))
         batch += [(sid, r, pt + dt) for r, pt, dt in members]
         chunks += [("PREFILL_CHUNK", r, start) for r, pt, _ in members if pt]
     return (pd.DataFrame(steps, columns=["step_id", "start_ns", "end_ns", "batch_size", "prefill_tokens",
@@ -198,20 +214,20 @@ def model_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 
 
 def model_counter_uj(t: int) -> Fraction:
-    for (t0, e0), (t1, e1) in zip(MODEL_POLLS, MODEL_POLLS[1:]):
-        if t0 * MS <= t <= t1 * MS:
-            return e0 * 1000 + Fraction((e1 - e0) * 1000) * (t - t0 * MS) / ((t1 - t0) * MS)
+    readings = model_timeline()[1]
+    for (t0, e0), (t1, e1) in zip(readings, readings[1:]):
+        if t0 <= t <= t1:
+            return e0 * 1000 + Fraction((e1 - e0) * 1000) * (t - t0) / (t1 - t0)
     raise AssertionError(t)
 
 
 def modelled_reference() -> dict[int, int]:
-    """Each step's energy (exact interpolation) split by cost from the true C0, TP, TD, as fractions
+    """Each step's energy (exact interpolation) split by cost from the true EP, ED, as fractions
     of 2**-20 (the documented resolution of a weight), then largest remainder by hand."""
     out: dict[int, int] = {}
-    for sid, start, members in MODEL_STEPS:
-        end = start + C0 + TP * sum(m[1] for m in members) + TD * sum(m[2] for m in members)
+    for _, start, end, members in model_timeline()[0]:
         amount = round(model_counter_uj(end)) - round(model_counter_uj(start))
-        cost = [Fraction(TP * pt + TD * dt) for _, pt, dt in members]
+        cost = [Fraction(EP * pt + ED * dt) for _, pt, dt in members]
         weights = [round(c / sum(cost) * 2**20) for c in cost]
         for r, uj in naive_shares(amount, [(m[0], w) for m, w in zip(members, weights)]).items():
             out[r] = out.get(r, 0) + uj
@@ -222,8 +238,8 @@ def model_meter(gpu, with_chunks: bool = True) -> EnergyMeter:
     state, clock, sampler = gpu
     meter = EnergyMeter(clock=clock)
     steps, batch, chunks = model_frames()
-    for k, (t, mj) in enumerate(MODEL_POLLS):
-        clock.ns, state.energy_mj = t * MS, mj
+    for k, (t, mj) in enumerate(model_timeline()[1]):
+        clock.ns, state.energy_mj = t, mj
         sampler.poll_once()
         meter.add_samples(sampler.recent())
         if k == 0:
@@ -237,19 +253,19 @@ def test_once_the_fit_is_usable_each_step_is_split_by_modelled_cost(gpu) -> None
     gpu[1].ns = 0
     meter = model_meter(gpu)
     costs = meter.costs
-    assert costs.usable and costs.steps == 10
-    assert (costs.intercept_ns, costs.prefill_ns, costs.decode_ns) == pytest.approx((C0, TP, TD), rel=1e-6)
+    assert costs.usable and costs.intervals == len(READ_AFTER)
+    assert (costs.prefill_uj, costs.decode_uj, costs.spec_uj) == pytest.approx((EP * 1000, ED * 1000, 0), rel=1e-6)
     assert meter.steps_by_model == 10 and meter.steps_by_tokens == 0
     expected = modelled_reference()
     assert {r: meter.open[r][0] for r in expected} == expected
     # Token share would have given request 1 (a long prompt, 6 decodes) a different figure: the check bites.
-    assert expected[1] != sum(naive_shares(round(model_counter_uj(s + C0 + TP * sum(m[1] for m in ms)
-                                                                   + TD * sum(m[2] for m in ms)))
-                                           - round(model_counter_uj(s)), [(m[0], m[1] + m[2]) for m in ms]).get(1, 0)
-                              for _, s, ms in MODEL_STEPS)
+    token_share = sum(naive_shares(round(model_counter_uj(e)) - round(model_counter_uj(s)),
+                                   [(m[0], m[1] + m[2]) for m in ms]).get(1, 0)
+                      for _, s, e, ms in model_timeline()[0])
+    assert expected[1] != token_share
     described = meter.describe()
     assert described["basis"] == "modelled split of measured energy"
-    assert described["split_model"]["decode_us_per_token"] == pytest.approx(TD / 1e3, rel=1e-6)
+    assert described["split_model"]["decode_mj_per_token"] == pytest.approx(ED, rel=1e-6)
 
 
 def test_a_mixed_step_without_its_chunk_event_goes_by_token_share(gpu) -> None:

@@ -1,5 +1,5 @@
-"""correlate.token_cost: the step-time fit against scipy's NNLS on the raw rows, members' kinds from
-step totals and chunk events, and the weights by hand."""
+"""correlate.token_cost: the energy fit against scipy's NNLS on the raw rows, intervals' rows by hand,
+members' kinds from step totals and chunk events, and the weights by hand."""
 from __future__ import annotations
 
 from fractions import Fraction
@@ -10,7 +10,8 @@ import pytest
 from scipy.optimize import nnls
 
 from infersight.correlate.token_cost import (
-    MIN_FIT_STEPS, WEIGHT_BITS, TokenCosts, fit_token_costs, member_tokens, member_weights, normal_equations,
+    MIN_INTERVALS_PER_KIND, WEIGHT_BITS, TokenCosts, fit_token_costs, interval_rows, member_tokens, member_weights,
+    normal_equations,
 )
 
 
@@ -19,40 +20,54 @@ def _steps(rows: list[tuple[int, int, int, int, int, int, int]]) -> pd.DataFrame
                                        "decode_tokens", "spec_tokens"])
 
 
-def _random_steps(seed: int, coefs: tuple[float, float, float, float], n: int = 200) -> pd.DataFrame:
+def _random_rows(seed: int, coefs: tuple[float, float, float], n: int = 200) -> pd.DataFrame:
+    """Intervals whose energy is the model's plus noise."""
     rng = np.random.default_rng(seed)
-    p = rng.integers(0, 300, n) * (rng.random(n) < 0.4)
-    d = rng.integers(1, 32, n)
+    p = rng.integers(0, 3000, n) * (rng.random(n) < 0.6)
+    d = rng.integers(1, 400, n)
     s = rng.integers(0, 4, n) * d * (rng.random(n) < 0.5)
-    dur = coefs[0] + coefs[1] * p + coefs[2] * d + coefs[3] * s + rng.normal(0, 2e5, n)
-    start = np.arange(n) * 100_000_000
-    return _steps(list(zip(range(n), start, start + np.maximum(dur, 1).astype(np.int64), d + (p > 0), p, d, s)))
+    e = coefs[0] * p + coefs[1] * d + coefs[2] * s + rng.normal(0, 2e4, n)
+    return pd.DataFrame({"end_ns": np.arange(n), "energy_uj": e, "prefill_tokens": p.astype(float),
+                         "decode_tokens": d.astype(float), "spec_tokens": s.astype(float)})
 
 
-@pytest.mark.parametrize("coefs", [(3e6, 2e4, 4e5, 1e5), (3e6, 2e4, -1e5, 3e5)])
-def test_fit_matches_scipy_nnls_on_the_raw_rows(coefs: tuple[float, float, float, float]) -> None:
-    steps = _random_steps(1, coefs)
+@pytest.mark.parametrize("coefs", [(2e3, 4e4, 1e4), (2e3, -1e4, 3e4)])
+def test_fit_matches_scipy_nnls_on_the_raw_rows(coefs: tuple[float, float, float]) -> None:
+    rows = _random_rows(1, coefs)
     # Summed over two halves, as polls would: the same fit as over the whole.
-    a, b = normal_equations(steps.iloc[:77]), normal_equations(steps.iloc[77:])
+    a, b = normal_equations(rows.iloc[:77]), normal_equations(rows.iloc[77:])
     fit = fit_token_costs(a[0] + b[0], a[1] + b[1], a[2] + b[2])
-    x = np.column_stack([np.ones(len(steps)), steps["prefill_tokens"], steps["decode_tokens"], steps["spec_tokens"]])
-    y = (steps["end_ns"] - steps["start_ns"]).to_numpy(np.float64)
-    expected, _ = nnls(x.astype(np.float64), y)
-    assert [fit.intercept_ns, fit.prefill_ns, fit.decode_ns, fit.spec_ns] == pytest.approx(expected, rel=1e-6, abs=1e-3)
-    assert fit.usable and fit.steps == len(steps)
-    if coefs[2] < 0:  # a negative truth: the constraint binds and the coefficient is 0
-        assert fit.decode_ns == 0.0
+    x = rows[["prefill_tokens", "decode_tokens", "spec_tokens"]].to_numpy(np.float64)
+    expected, _ = nnls(x, rows["energy_uj"].to_numpy(np.float64))
+    assert [fit.prefill_uj, fit.decode_uj, fit.spec_uj] == pytest.approx(expected, rel=1e-6, abs=1e-3)
+    assert fit.usable and fit.intervals == len(rows)
+    if coefs[1] < 0:  # a negative truth: the constraint binds and the coefficient is 0
+        assert fit.decode_uj == 0.0
 
 
-def test_fit_is_not_usable_on_too_few_steps_or_kinds_it_cannot_tell_apart() -> None:
-    few = _random_steps(2, (1e6, 1e4, 1e5, 0), n=MIN_FIT_STEPS - 1)
-    assert not fit_token_costs(*normal_equations(few)).usable
-    # Every step one decode token: decode cannot be told from the intercept.
-    flat = _steps([(i, i * 10, i * 10 + 5 + (i % 2), 1, 0, 1, 0) for i in range(20)])
+def test_fit_is_not_usable_on_too_few_intervals_or_kinds_it_cannot_tell_apart() -> None:
+    # Two kinds seen: four intervals are needed, three are not enough.
+    few = _random_rows(2, (1e3, 1e4, 0), n=2 * MIN_INTERVALS_PER_KIND).assign(spec_tokens=0.0)
+    assert fit_token_costs(*normal_equations(few)).usable
+    assert not fit_token_costs(*normal_equations(few.iloc[:-1])).usable
+    # Every interval 10 prefill and 2 decode tokens per step: the kinds cannot be told apart.
+    flat = pd.DataFrame({"end_ns": range(20), "energy_uj": np.arange(20.0) * 7, "prefill_tokens": np.arange(20.0) * 10,
+                         "decode_tokens": np.arange(20.0) * 2, "spec_tokens": 0.0})
     assert not fit_token_costs(*normal_equations(flat)).usable
-    # Steps that ran nobody are not samples of step time.
-    idle = _steps([(i, 0, 7, 0, 0, 0, 0) for i in range(20)])
-    assert normal_equations(idle)[2] == 0
+    assert fit_token_costs(*normal_equations(flat.iloc[:0])) == TokenCosts()
+
+
+def test_interval_rows_sum_steps_by_the_reading_after_their_midpoint() -> None:
+    measured = pd.DataFrame({"step_id": [1, 2, 3, 4], "start_ns": [0, 90, 140, 400], "end_ns": [80, 130, 260, 500],
+                             "energy_uj": [5.0, 7.0, 11.0, 13.0], "prefill_tokens": [100, 0, 0, 3],
+                             "decode_tokens": [0, 4, 4, 1], "spec_tokens": [0, 0, 8, 0]})
+    # Steps 1 and 2 (midpoints 40, 110) lie before the reading at 120. Step 3's midpoint is the reading
+    # at 200 itself: it counts in the interval after it. Step 4 lies past the last reading: keyed by it.
+    rows = interval_rows(measured, np.array([0, 120, 200, 300]))
+    assert rows.to_dict("list") == {"end_ns": [120, 300], "energy_uj": [12.0, 24.0],
+                                    "prefill_tokens": [100.0, 3.0], "decode_tokens": [4.0, 5.0],
+                                    "spec_tokens": [0.0, 8.0]}
+    assert interval_rows(measured, np.empty(0, np.int64)).empty
 
 
 def test_member_kinds_from_step_totals_and_chunk_events() -> None:
@@ -77,15 +92,11 @@ def test_weights_are_modelled_cost_shares_by_hand() -> None:
     members = pd.DataFrame({"step_id": [1, 1, 1, 2, 2], "request_id": [1, 2, 3, 1, 2], "num_tokens": [100, 1, 3, 1, 1],
                             "prefill": [100, 0, 0, 0, 0], "decode": [0, 1, 1, 1, 1], "spec": [0, 0, 2, 0, 0],
                             "resolved": [True, True, True, False, False]})
-    costs = TokenCosts(intercept_ns=3e6, prefill_ns=2e4, decode_ns=4e5, spec_ns=1e5, steps=50, usable=True)
-    cost = [Fraction(20_000 * 100), Fraction(400_000), Fraction(400_000 + 2 * 100_000)]  # the intercept in none
+    costs = TokenCosts(prefill_uj=2e3, decode_uj=4e4, spec_uj=1e4, intervals=50, usable=True)
+    cost = [Fraction(2_000 * 100), Fraction(40_000), Fraction(40_000 + 2 * 10_000)]
     expected = [round(c / sum(cost) * 2**WEIGHT_BITS) for c in cost] + [1, 1]  # step 2: unresolved, token share
     assert member_weights(members, costs).tolist() == expected
-    # The intercept split equally instead: each member's Shapley share of the step's fixed cost.
-    equal = [c + Fraction(3_000_000, 3) for c in cost]
-    assert member_weights(members, costs, "equal").tolist() == [
-        round(c / sum(equal) * 2**WEIGHT_BITS) for c in equal] + [1, 1]
-    # Per-token times all 0 (every step's time in its intercept): token share.
-    assert member_weights(members, TokenCosts(intercept_ns=5e6, usable=True)).tolist() == [100, 1, 3, 1, 1]
+    # Joules per token all 0: token share.
+    assert member_weights(members, TokenCosts(intervals=50, usable=True)).tolist() == [100, 1, 3, 1, 1]
     # An unusable fit: token share everywhere.
     assert member_weights(members, TokenCosts()).tolist() == [100, 1, 3, 1, 1]
