@@ -12,7 +12,7 @@ Prints, from rank 0, `key: value` lines and then one JSON object as the last lin
   the straggler rank of every measured step (and its compute skew), and per rank the parameter
   bytes it holds and its peak device memory.
 With --out DIR (default: $OUT when set) rank 0 also writes the report to
-DIR/ep_w<W>_<model>_<layers>l.json. benchmarks/run_gpu_ep.sh holds the commands for 4 and 8 GPUs.
+DIR/ep_w<W>_<model>_<layers>l.json. `bash benchmarks/gpu.sh expert_parallel_x4` (and _x8) runs it on 4 and 8 GPUs.
 
 On a host with >= 2 GPUs (the command the issue asks for; NVLink multicast stays off):
 

@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
-# One H200 call per suite, named by what it checks: `bash benchmarks/gpu.sh SUITE [SUITE ...]`
-# (device tool, carry [".whl"]). Each suite logs to $OUT/SUITE.log and leaves its JSON under $OUT.
+# The GPU runs, one suite per device call, named by what it checks:
+#   bash benchmarks/gpu.sh SUITE [SUITE ...]      (device tool, carry [".whl"]; .before too for observer_cost)
+# Each suite logs to $OUT/SUITE.log and leaves its JSON under $OUT. The dated run_gpu_*.sh scripts of
+# 2026-11-29..12-01 were folded in here; BENCHMARKS.md cites the commit that holds each of them.
 #
+#   gpu_tests     the CUDA tests of the runtime (graphs, fused forward, async scheduling, sampling,
+#                 the Triton decode kernel, MoE experts, profiled decode) and benchmarks/gpu_check.py
+#   decode        `bench runtime` decode steps, llama-1b-shape batch 32 and 1, async scheduling, with
+#                 the eager comparison and the Hugging Face anchor
+#   probe_cost    probes on/off on the fast engine, sync and async (benchmarks/probe_cost.py), one
+#                 recorder window's cost by blocks (benchmarks/window_cost.py)
+#   observer_cost the observer's CPU time per batch-32 step against a before tree in .before/
+#                 (benchmarks/observer_cost.py, benchmarks/ingest_ab.py; skipped without .before)
+#   captures      what a capture costs and leaves behind (benchmarks/capture_check.py,
+#                 benchmarks/profiler_residue.py)
 #   speculation   the CUDA-graph tests; `bench speculation` on CUDA (measured A/B, batch 4 and 16)
 #                 against the demo's predictions on CUDA; meanwhile, on CPU cores 8-15, the
 #                 calibration runs of spec_speedup.MODEL_ERROR (benchmarks/spec_calibration.py)
@@ -9,6 +21,9 @@
 #   speculation_check  `bench speculation` on CUDA at another seed: the CUDA model error checked
 #   energy        benchmarks/energy_split_check.py: request classes alone, then mixed (NVML energy),
 #                 the counter read every 1 s and every 0.1 s
+#   expert_parallel_x4, expert_parallel_x8   benchmarks/ep_bench.py at W = 4 / 8, one rank per GPU,
+#                 NCCL with NVLink multicast off (device kinds nvidia-h200-x4 / -x8);
+#   expert_parallel_cpu   the same script at W = 4 on gloo (tiny-moe): checks that it runs
 source "$(dirname "$0")/gpu_env.sh"
 t0=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - t0 )) s] $*"; }
@@ -67,9 +82,80 @@ speculation_check() {
   tail -n 1 "$OUT/spec_bench_seed1_b16.json"
 }
 
+gpu_tests() {
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+  stamp "CUDA tests"
+  timeout 240 python3 -m pytest -rfE -p no:cacheprovider tests/runtime/test_async_scheduling.py \
+    tests/runtime/test_cuda_graphs.py tests/runtime/test_fused_forward.py tests/runtime/test_batch_sampling.py \
+    tests/runtime/test_profiled_decode.py tests/runtime/test_moe_experts.py tests/runtime/test_triton_decode.py \
+    tests/runtime/test_tokens_told.py 2>&1 | tail -n 4
+  stamp "correctness against the reference paths"
+  timeout 120 python3 benchmarks/gpu_check.py
+}
+
+decode() {
+  local bench="python3 -m infersight bench runtime --device cuda --dtype bfloat16 --json --model llama-1b-shape --prompt-len 512"
+  stamp "decode steps, async, with the eager comparison and the HF anchor"
+  timeout 150 $bench --batch 32 --decode-steps 130 --async-scheduling --compare-eager --hf-anchor eager
+  timeout 150 $bench --batch 1 --decode-steps 130 --async-scheduling --hf-anchor all
+}
+
+probe_cost() {
+  local probe="python3 benchmarks/probe_cost.py --model llama-1b-shape --device cuda --dtype bfloat16 --batch 32 --context 512 --block-steps 16 --rounds 40 --rounds-per-life 8"
+  stamp "probe cost, synchronous"
+  timeout 120 $probe > "$OUT/probe_sync.json"; tail -n 8 "$OUT/probe_sync.json" | head -n 7
+  stamp "probe cost, async scheduling"
+  timeout 120 $probe --async-scheduling > "$OUT/probe_async.json"; tail -n 8 "$OUT/probe_async.json" | head -n 7
+  stamp "one recorder window's cost by blocks against the recorder's own measure"
+  timeout 150 python3 benchmarks/window_cost.py --model llama-1b-shape --device cuda --dtype bfloat16 --batch 32 \
+    --context 512 --windows 16 --block-steps 64 > "$OUT/window_cost.json"; tail -n 5 "$OUT/window_cost.json"
+}
+
+observer_cost() {
+  if [[ ! -d .before ]]; then echo "observer_cost needs a before tree in .before/ (carry it)"; return 2; fi
+  stamp "agent ingest, one poll per fresh process on one core, before / after / after again"
+  timeout 150 python3 benchmarks/ingest_ab.py --against .before --pairs 5 --core 3
+  stamp "observer CPU time per batch-32 step, before / after / after again"
+  timeout 200 taskset -c 5 python3 benchmarks/observer_cost.py --against .before --rounds 3 --steps 2000
+}
+
+captures() {
+  local m=llama-1b-shape
+  stamp "capture cost, torch.profiler"
+  timeout 180 python3 benchmarks/capture_check.py --model $m --tool torch
+  stamp "capture cost, cudaProfilerStart/Stop"
+  timeout 120 python3 benchmarks/capture_check.py --model $m --tool cuda-profiler --before 2 --after 2
+  stamp "what a torch.profiler window leaves behind (one process per line)"
+  for v in none cpu cuda; do timeout 60 python3 benchmarks/profiler_residue.py --variant $v 2>&1 | grep -v Warning; done
+}
+
+expert_parallel() {  # expert_parallel W: mixtral-shape, 8 layers then all 32 (each rank builds only its experts)
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 OMP_NUM_THREADS=1
+  nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+  for layers in 8 0; do
+    stamp "W=$1 mixtral-shape layers=$layers (0: all 32)"
+    timeout 270 python3 -m torch.distributed.run --standalone --nproc-per-node "$1" benchmarks/ep_bench.py \
+      --model mixtral-shape --dtype bfloat16 --batch 64 --prompt-len 128 --warmup 4 --steps 32 --out "$OUT" --layers $layers
+  done
+}
+expert_parallel_x4() { expert_parallel 4; }
+expert_parallel_x8() { expert_parallel 8; }
+expert_parallel_cpu() {
+  local port
+  port=$("${PY:-python3}" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+  stamp "W=4 gloo tiny-moe"
+  OMP_NUM_THREADS=1 timeout 300 "${PY:-python3}" -m torch.distributed.run --nnodes 1 --nproc-per-node 4 --master-addr 127.0.0.1 \
+    --master-port "$port" benchmarks/ep_bench.py --device cpu --model tiny-moe --layers 0 --dtype float32 \
+    --batch 8 --prompt-len 16 --warmup 2 --steps 12 --out "$OUT"
+  echo "rc=$?"
+}
+
+SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check ceilings energy expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
-  case "$suite" in
-    speculation|speculation_check|ceilings|energy) "$suite" 2>&1 | tee "$OUT/$suite.log" ;;
-    *) echo "unknown suite: $suite (speculation, speculation_check, ceilings, energy)"; exit 2 ;;
-  esac
+  if [[ " $SUITES " == *" $suite "* ]]; then
+    "$suite" 2>&1 | tee "$OUT/$suite.log"
+  else
+    echo "unknown suite: $suite (one of: $SUITES)" >&2; exit 2
+  fi
 done

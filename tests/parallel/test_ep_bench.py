@@ -1,4 +1,4 @@
-"""benchmarks/run_gpu_ep.sh cpu: the GPU script's gloo path, W = 4 CPU ranks on tiny-moe, runs
+"""benchmarks/gpu.sh expert_parallel_cpu: the GPU suite's gloo path, W = 4 CPU ranks on tiny-moe, runs
 ep_bench.py end to end and writes its report under $OUT. Expected figures come from the model's
 shape and the request mix, not from the bench."""
 from __future__ import annotations
@@ -24,16 +24,16 @@ WORLD, BATCH, STEPS, TOP_K, D_MODEL, FFN = 4, 8, 12, 2, 256, 128  # the script's
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("ep_bench")
     env = {**os.environ, "OUT": str(out), "PY": sys.executable}
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "run_gpu_ep.sh"), "cpu"], cwd=ROOT, env=env,
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "expert_parallel_cpu"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    log = (out / "ep_cpu.log").read_text()
+    log = (out / "expert_parallel_cpu.log").read_text()
     assert "rc=0" in log, log[-3000:]
     return json.loads((out / "ep_w4_tiny-moe_0l.json").read_text())
 
 
-def test_bad_mode_is_one_line_and_exit_2():
-    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "run_gpu_ep.sh"), "x3"], cwd=ROOT,
+def test_an_unknown_suite_is_one_line_and_exit_2():
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu.sh"), "x3"], cwd=ROOT,
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
