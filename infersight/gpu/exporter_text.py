@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from infersight.exporters.exposition_parse import metric_families
 from infersight.gpu import dcgm_mapping as M
 from infersight.gpu.dcgm_blanks import blank_meaning
 from infersight.gpu.samples import GpuSample
@@ -72,7 +71,7 @@ def parse_exposition(text: str, ts_ns: int) -> ParsedExposition:
     """Parse `text` (Prometheus text format). Raises ValueError when it is not valid exposition.
     Non-DCGM series are ignored; DCGM series we do not map are listed in `unmapped`."""
     out = ParsedExposition()
-    for family in text_string_to_metric_families(text):  # raises ValueError lazily, mid-iteration
+    for family in metric_families(text):  # raises ValueError lazily, mid-iteration
         for s in family.samples:
             if not s.name.startswith(DCGM_PREFIXES):
                 continue

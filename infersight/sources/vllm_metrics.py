@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
+from infersight.exporters.exposition_parse import metric_families
 from infersight.exporters.scraped_view import Labels, ScrapedHistogram, ScrapedView
 from infersight.probes.config import TaskLabels
 
@@ -195,7 +195,7 @@ def normalise(families: Iterable[Metric]) -> ScrapedView:
 
 def parse_vllm_text(text: str) -> ScrapedView:
     """Exposition text -> the view; ValueError when it is not Prometheus text or has no vllm:* family."""
-    families = list(text_string_to_metric_families(text))  # the parser raises ValueError on bad lines
+    families = list(metric_families(text))  # ValueError, one clear line, at the first bad line
     if not any(f.name.startswith("vllm:") for f in families):
         raise ValueError("no vllm:* families (is this vLLM's /metrics?)")
     return normalise(families)

@@ -9,13 +9,17 @@ so `mutations(seed)[index]` rebuilds it.
 """
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import random
+import re
 import resource
 import signal
+import time
 import traceback
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 DEFAULT_CASES = 300
@@ -67,8 +71,24 @@ def mutations(seeds: Sequence[bytes], count: int, seed: int) -> list[bytes]:
 class Failure:
     """One case that did not end in success or an allowed error."""
     index: int
-    kind: str  # "exception", "hang", "memory", "crash"
+    kind: str  # "exception", "hang", "memory", "crash", "unclear" (an allowed error with no message)
     detail: str
+
+
+@dataclass
+class FuzzRun:
+    """What a fuzz run saw: its failures, and how the other cases ended.
+
+    `outcomes` counts "accepted" (the decoder returned) and "refused: <error class>" (an allowed error
+    with a message); `reasons` counts the refusals' messages with paths and digits blanked, so a
+    summary says what was refused for; `tallies` sums what the decoder itself counted (a Counter it
+    returned: slots found corrupt, records refused, ...)."""
+    cases: int
+    failures: list[Failure] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+    tallies: Counter[str] = field(default_factory=Counter)
+    wall_s: float = 0.0
 
 
 class _CaseTimeout(BaseException):
@@ -79,29 +99,46 @@ def _on_alarm(signum: int, frame: object) -> None:
     raise _CaseTimeout()
 
 
+def refusal_reason(message: str) -> str:
+    """A refusal's message as a family: paths and numbers blanked, cut before the first quoted or
+    bracketed detail (the input's own text, which differs case by case) and at 64 characters."""
+    words = ["<path>" if "/" in w and len(w) > 1 else w for w in message.split()]
+    family = re.split(r"[\"'(\[{]", re.sub(r"\d+", "N", " ".join(words)), maxsplit=1)[0]
+    return family.strip()[:64] or message[:64]
+
+
+def _outcome(decode: Callable[[bytes], object], case: bytes, allowed: tuple[type[BaseException], ...],
+             per_case_s: float, mem_mb: int) -> tuple[str, str, Counter[str] | None]:
+    """(kind, detail, tally) of one case: kind "accepted", "refused" (detail: the reason) or a Failure kind."""
+    signal.setitimer(signal.ITIMER_REAL, per_case_s)
+    try:
+        result = decode(case)
+    except _CaseTimeout:
+        return "hang", f"over {per_case_s} s", None
+    except MemoryError:
+        return "memory", f"over {mem_mb} MiB", None
+    except allowed as exc:
+        message = " ".join(str(exc).split())
+        if not message:  # the contract is a clear error: a refusal that says nothing is a failure
+            return "unclear", f"{type(exc).__name__} with an empty message", None
+        return "refused", f"{type(exc).__name__}\t{refusal_reason(message)}", None
+    except BaseException:  # noqa: BLE001 - anything else is the failure being looked for
+        return "exception", traceback.format_exc(limit=-3), None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return "accepted", "", result if isinstance(result, Counter) else None
+
+
 def _child(decode: Callable[[bytes], object], cases: list[bytes], allowed: tuple[type[BaseException], ...],
            per_case_s: float, mem_mb: int, conn: "mp.connection.Connection") -> None:
     current = _address_space_bytes()
     limit = current + mem_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     signal.signal(signal.SIGALRM, _on_alarm)
-    failures = []
     for index, case in enumerate(cases):
         conn.send(("at", index))
-        signal.setitimer(signal.ITIMER_REAL, per_case_s)
-        try:
-            decode(case)
-        except _CaseTimeout:
-            failures.append(Failure(index, "hang", f"over {per_case_s} s"))
-        except MemoryError:
-            failures.append(Failure(index, "memory", f"over {mem_mb} MiB"))
-        except allowed:
-            pass
-        except BaseException:  # noqa: BLE001 - anything else is the failure being looked for
-            failures.append(Failure(index, "exception", traceback.format_exc(limit=-3)))
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    conn.send(("done", failures))
+        conn.send(("end", _outcome(decode, case, allowed, per_case_s, mem_mb)))
+    conn.send(("done", None))
 
 
 def _address_space_bytes() -> int:
@@ -109,16 +146,18 @@ def _address_space_bytes() -> int:
         return int(f.read().split()[0]) * resource.getpagesize()
 
 
-def fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed: tuple[type[BaseException], ...],
-         per_case_s: float = 2.0, mem_mb: int = 512) -> list[Failure]:
-    """Run `decode` on every case in a forked child; return the cases that failed.
+def run_fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed: tuple[type[BaseException], ...],
+             per_case_s: float = 2.0, mem_mb: int = 512) -> FuzzRun:
+    """Run `decode` on every case in a forked child; return the failures and how the rest ended.
 
     `allowed` are the decoder's documented errors (e.g. `ValueError` subclasses that become a one-line
-    message or a counted drop). A case that crashes the child outright is reported as "crash" and the
-    remaining cases go on in a new child.
+    message or a counted drop); one with an empty message fails as "unclear". A case that crashes the
+    child outright is a "crash", one that holds the child past its alarm (stuck in C code, where
+    SIGALRM cannot interrupt it) is killed as a "hang"; the remaining cases go on in a new child.
     """
     todo = list(cases)
-    failures: list[Failure] = []
+    run = FuzzRun(cases=len(todo))
+    started = time.monotonic()
     offset = 0
     ctx = mp.get_context("fork")
     while offset < len(todo):
@@ -126,26 +165,74 @@ def fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed: tup
         proc = ctx.Process(target=_child, args=(decode, todo[offset:], allowed, per_case_s, mem_mb, child))
         proc.start()
         child.close()
-        last = -1
-        finished = False
+        last, done, stuck = -1, False, False
         while True:
+            if not parent.poll(4 * per_case_s + 10):  # the alarm did not fire: killed from outside
+                stuck = True
+                proc.kill()
+                break
             try:
                 tag, value = parent.recv()
             except EOFError:
                 break
             if tag == "at":
                 last = value
+            elif tag == "end":
+                _count(run, offset + last, *value)
             else:
-                failures.extend(Failure(f.index + offset, f.kind, f.detail) for f in value)
-                finished = True
+                done = True
                 break
         proc.join()
-        if finished:
+        parent.close()
+        if done:
             break
         crashed_at = offset + max(last, 0)
-        failures.append(Failure(crashed_at, "crash", f"child exit code {proc.exitcode}"))
+        if stuck:
+            run.failures.append(Failure(crashed_at, "hang", f"no answer in {4 * per_case_s + 10} s (killed)"))
+        else:
+            run.failures.append(Failure(crashed_at, "crash", f"child exit code {proc.exitcode}"))
         offset = crashed_at + 1
-    return failures
+    run.wall_s = time.monotonic() - started
+    return run
+
+
+def _count(run: FuzzRun, index: int, kind: str, detail: str, tally: Counter[str] | None) -> None:
+    if kind == "accepted":
+        run.outcomes["accepted"] += 1
+        run.tallies.update(tally or {})
+    elif kind == "refused":
+        error, reason = detail.split("\t", 1)
+        run.outcomes[f"refused: {error}"] += 1
+        run.reasons[reason] += 1
+    else:
+        run.failures.append(Failure(index, kind, detail))
+
+
+def fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed: tuple[type[BaseException], ...],
+         per_case_s: float = 2.0, mem_mb: int = 512) -> list[Failure]:
+    """`run_fuzz`'s failures alone."""
+    return run_fuzz(decode, cases, allowed, per_case_s, mem_mb).failures
+
+
+def record(name: str, run: FuzzRun) -> None:
+    """Append the run's summary as one JSON line to the file `INFERSIGHT_FUZZ_REPORT` names, when set
+    (a long run's figures for BENCHMARKS.md; CI leaves it unset)."""
+    target = os.environ.get("INFERSIGHT_FUZZ_REPORT")
+    if not target:
+        return
+    line = {"test": name, "cases": run.cases, "failures": len(run.failures), "wall_s": round(run.wall_s, 1),
+            "outcomes": dict(run.outcomes.most_common()), "top_reasons": dict(run.reasons.most_common(8)),
+            "tallies": dict(run.tallies.most_common()),
+            "failure_kinds": dict(Counter(f.kind for f in run.failures))}
+    with open(target, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def check(name: str, run: FuzzRun) -> FuzzRun:
+    """Record the run, then fail the test with the first failures if there are any."""
+    record(name, run)
+    assert not run.failures, describe(run.failures)
+    return run
 
 
 def describe(failures: list[Failure], limit: int = 5) -> str:

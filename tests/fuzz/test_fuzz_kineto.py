@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from fuzzkit import case_count, describe, fuzz, mutations
+from fuzzkit import case_count, check, mutations, run_fuzz
 from real_inputs import analyze_args, kineto_seeds, value_mutations
 
 from infersight.commands.analyze import report_text
@@ -44,8 +44,7 @@ def test_fuzz_kineto_parse(tmp_path: Path) -> None:
              + value_mutations(seeds, half, seed=SEED))
     decode = _decoder(tmp_path, whole_report=False)
     decode(seeds[0])  # the seed parses, and the imports are done before the child's memory cap
-    failures = fuzz(decode, cases, allowed=(TraceError,), per_case_s=5.0)
-    assert not failures, describe(failures)
+    check("kineto parse", run_fuzz(decode, cases, allowed=(TraceError,), per_case_s=5.0))
 
 
 def test_fuzz_kineto_report(tmp_path: Path) -> None:
@@ -54,8 +53,7 @@ def test_fuzz_kineto_report(tmp_path: Path) -> None:
     cases = value_mutations(seeds, max(case_count(300) // 25, 12), seed=SEED + 1)
     decode = _decoder(tmp_path, whole_report=True)
     json.loads(decode(seeds[0]))
-    failures = fuzz(decode, cases, allowed=(TraceError,), per_case_s=10.0)
-    assert not failures, describe(failures)
+    check("kineto report", run_fuzz(decode, cases, allowed=(TraceError,), per_case_s=10.0))
 
 
 def _trace(tmp_path: Path, event: dict[str, object], name: str = "t.json") -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from fuzzkit import case_count, describe, fuzz, mutations
+from fuzzkit import case_count, check, mutations, run_fuzz
 from real_inputs import JSON_VALUES, fixture
 
 from infersight.kernels.errors import TraceError
@@ -57,8 +57,7 @@ def test_fuzz_ncu(tmp_path: Path) -> None:
     assert len(decode(seed).kernels) > 0  # the seed reads; imports done before the memory cap
     half = case_count(300) // 2
     cases = mutations([seed], half, SEED) + field_mutations(seed.decode(), half, SEED)
-    failures = fuzz(decode, cases, allowed=(TraceError,), per_case_s=5.0)
-    assert not failures, describe(failures)
+    check("ncu", run_fuzz(decode, cases, allowed=(TraceError,), per_case_s=5.0))
 
 
 def test_regression_field_over_131072_characters() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from fuzzkit import case_count, describe, fuzz, mutations
+from fuzzkit import case_count, check, mutations, run_fuzz
 from real_inputs import NSYS_TABLES, nsys_seed
 
 from infersight.kernels.errors import TraceError
@@ -65,15 +65,15 @@ def test_fuzz_nsys_cells(seed_db: bytes, tmp_path: Path) -> None:
     # A third of the cases: every cell case reads as a database, ~0.1 s each (pandas per table).
     decode = _decoder(tmp_path)
     assert len(decode(seed_db).kernels) > 0  # the seed reads, and the imports are done before the memory cap
-    failures = fuzz(decode, cell_mutations(seed_db, case_count(300) // 3, SEED), allowed=(TraceError,), per_case_s=5.0)
-    assert not failures, describe(failures)
+    check("nsys cells", run_fuzz(decode, cell_mutations(seed_db, case_count(300) // 3, SEED), allowed=(TraceError,),
+                                 per_case_s=5.0))
 
 
 def test_fuzz_nsys_bytes(seed_db: bytes, tmp_path: Path) -> None:
     decode = _decoder(tmp_path)
     decode(seed_db)
-    failures = fuzz(decode, mutations([seed_db], 2 * case_count(300) // 3, SEED), allowed=(TraceError,), per_case_s=5.0)
-    assert not failures, describe(failures)
+    check("nsys bytes", run_fuzz(decode, mutations([seed_db], 2 * case_count(300) // 3, SEED), allowed=(TraceError,),
+                                 per_case_s=5.0))
 
 
 def test_regression_fifo_is_refused_without_opening(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyVa
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
 from starlette.testclient import TestClient
 
-from fuzzkit import case_count, describe, fuzz, mutations
+from fuzzkit import case_count, check, describe, fuzz, mutations, run_fuzz
 from infersight.tracing import otlp_decode as D
 from infersight.tracing.receiver import OtlpReceiver
 
@@ -103,8 +103,7 @@ def decoder(media: str, encoding: str = "") -> Any:
 
 def run(media: str, seeds: list[bytes], seed: int, encoding: str = "") -> int:
     cases = mutations(seeds, case_count(), seed)
-    failures = fuzz(decoder(media, encoding), cases, allowed=(D.OtlpDecodeError,))
-    assert not failures, describe(failures)
+    check(f"otlp {media} {encoding}".strip(), run_fuzz(decoder(media, encoding), cases, allowed=(D.OtlpDecodeError,)))
     return len(cases)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from fuzzkit import case_count, describe, fuzz, mutations
+from fuzzkit import case_count, check, mutations, run_fuzz
 from real_inputs import shapes_seed, value_mutations
 
 from infersight.kernels.errors import TraceError
@@ -35,9 +35,8 @@ def test_fuzz_shapes(tmp_path: Path) -> None:
     decode = _decoder(tmp_path)
     assert len(decode(seed)) > 0
     half = case_count(300) // 2
-    failures = fuzz(decode, mutations([seed], half, SEED) + value_mutations([seed], half, SEED),
-                    allowed=(TraceError,), per_case_s=5.0)
-    assert not failures, describe(failures)
+    check("shapes", run_fuzz(decode, mutations([seed], half, SEED) + value_mutations([seed], half, SEED),
+                             allowed=(TraceError,), per_case_s=5.0))
 
 
 @pytest.mark.parametrize("field,value", [("first_step", "1e308"), ("first_step", "-1"), ("dtype_bytes", "1e308"),
