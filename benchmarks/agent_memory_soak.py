@@ -19,6 +19,17 @@ The last lines give the growth over the second half of the run (MB per minute): 
     python benchmarks/agent_memory_soak.py --rate 13 --duration 180
     # faster (the same requests in less time), a smaller budget
     python benchmarks/agent_memory_soak.py --rate 100 --duration 180 --agent-arg=--retention-mib=16
+    # issue 33's soak: 30 minutes with the vLLM KV-event stream, the OTLP receiver and the recorder on
+    python benchmarks/agent_memory_soak.py --rate 13 --duration 1800 --kv-events --otlp --agent-arg=--flight-recorder
+
+--kv-events: a publisher written byte for byte as vLLM 0.32's (tests/vllm/kv_fake_vllm.py) connects to
+the agent's --vllm-kv-events endpoint and, per wave, stores --kv-blocks new blocks per request and
+removes those older than --kv-live blocks (a cache at steady occupancy). --otlp: the OpenTelemetry
+SDK's OTLP/HTTP exporter, as vLLM's --otlp-traces-endpoint uses it, sends one llm_request span per
+request to the agent's --otlp-receiver; their ids are vLLM-style and join no ring request, so every
+span waits --otlp-join-wait and leaves alone: the receiver's bound is what is soaked. Every sample also
+reads the agent's CPU time (/proc/PID/stat: utime + stime over the sample, as a share of one core) and,
+where the agent exposes it, its mean poll time over the sample (infersight_agent_poll_duration_seconds).
 
 Prints one line per sample, then `key: value` lines, then one JSON object as the last line.
 """
@@ -54,6 +65,129 @@ def memory_mb(pid: int) -> dict[str, float]:
     return out
 
 
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process (Linux /proc/PID/stat fields 14 and 15), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def poll_totals(url: str) -> tuple[float, float]:
+    """(sum, count) of the agent's poll-duration histogram from /metrics; (nan, nan) without it."""
+    total = count = float("nan")
+    for line in urllib.request.urlopen(url + "/metrics", timeout=20).read().decode().splitlines():
+        if line.startswith("infersight_agent_poll_duration_seconds_sum"):
+            total = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("infersight_agent_poll_duration_seconds_count"):
+            count = float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+#: Counters read from the agent's /metrics at the end: what it took in of each stream.
+COUNTED = ("infersight_vllm_kv_events_total", "infersight_otlp_receiver_spans_total",
+           "infersight_otlp_receiver_spans_rejected_total", "infersight_recorder_windows_total",
+           "infersight_agent_poll_failures_total")
+
+
+def counters(url: str) -> dict[str, float]:
+    """The COUNTED counters from /metrics, summed over their labels."""
+    out = dict.fromkeys(COUNTED, 0.0)
+    for line in urllib.request.urlopen(url + "/metrics", timeout=20).read().decode().splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in out:
+            out[name] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+class KvPublisher:
+    """vLLM's KV-event PUB (connects to the agent's bound SUB), blocks stored per request and evicted
+    once older than `live` blocks."""
+
+    def __init__(self, endpoint: str, blocks: int, live: int) -> None:
+        import zmq
+
+        sys.path.insert(0, str(REPO / "tests" / "vllm"))
+        import kv_fake_vllm as wire  # vLLM 0.32's structs, written here field for field
+
+        self.wire, self.blocks, self.live = wire, blocks, live
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.connect(endpoint)
+        self.seq = self.next_block = self.oldest = 0
+
+    def wave(self, requests: int) -> None:
+        w = self.wire
+        new = list(range(self.next_block, self.next_block + requests * self.blocks))
+        self.next_block += len(new)
+        events = [w.stored(*new[i:i + self.blocks]) for i in range(0, len(new), self.blocks)]
+        if self.next_block - self.oldest > self.live:
+            gone = list(range(self.oldest, self.next_block - self.live))
+            self.oldest = self.next_block - self.live
+            events.append(w.removed(*gone))
+        payload = w.msgspec.msgpack.encode(w.KVEventBatch(ts=time.time(), events=events, data_parallel_rank=0))
+        self.pub.send_multipart((b"kv", self.seq.to_bytes(8, "big"), payload))
+        self.seq += 1
+
+    def close(self) -> None:
+        self.pub.close(linger=0)
+        self.ctx.destroy(linger=0)
+
+
+class OtlpSink:
+    """Where the agent exports its spans to (it needs an --otlp-endpoint beside a receiver): a local
+    OTLP/HTTP endpoint that answers every export 200 and counts the bytes."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        sink = self
+        self.requests = self.bytes = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                sink.requests, sink.bytes = sink.requests + 1, sink.bytes + len(body)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+class SpanSender:
+    """The OTel SDK as vLLM configures it: one llm_request span per request over OTLP/HTTP."""
+
+    def __init__(self, endpoint: str) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        self.provider = TracerProvider(resource=Resource.create({"service.name": "vllm"}))
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        self.tracer = self.provider.get_tracer("vllm.v1.engine.output_processor")
+
+    def wave(self, first: int, requests: int, tokens: int) -> None:
+        for rid in range(first, first + requests):
+            span = self.tracer.start_span("llm_request", attributes={
+                "gen_ai.request.id": f"cmpl-soak-{rid}-0", "gen_ai.usage.prompt_tokens": 40,
+                "gen_ai.usage.completion_tokens": tokens, "gen_ai.request.max_tokens": tokens})
+            span.end()
+
+    def close(self) -> None:
+        self.provider.shutdown()
+
+
 def _get(url: str) -> dict:
     return json.loads(urllib.request.urlopen(url, timeout=20).read())
 
@@ -69,6 +203,11 @@ def _slope(samples: list[dict], key: str) -> float:
     return 60 * sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den if den else float("nan")
 
 
+def _median(values: list[float]) -> float:
+    v = sorted(x for x in values if x == x)
+    return round(v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2, 2) if v else float("nan")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=13.0, help="requests per second (default 13, the issue's)")
@@ -77,6 +216,10 @@ def main() -> int:
     ap.add_argument("--wave", type=int, default=4, help="requests per wave (decoded together)")
     ap.add_argument("--sample-s", type=float, default=10.0, help="seconds between memory samples")
     ap.add_argument("--agent-arg", action="append", default=[], help="extra `infersight agent` argument (repeatable)")
+    ap.add_argument("--kv-events", action="store_true", help="also a vLLM KV-event stream into the agent")
+    ap.add_argument("--kv-blocks", type=int, default=4, help="KV blocks stored per request (--kv-events)")
+    ap.add_argument("--kv-live", type=int, default=4096, help="blocks held before the oldest are removed (--kv-events)")
+    ap.add_argument("--otlp", action="store_true", help="also vLLM-style spans into the agent's OTLP receiver")
     args = ap.parse_args()
 
     name = f"infersight-memsoak-{os.getpid()}"
@@ -84,11 +227,27 @@ def main() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    extra: list[str] = []
+    kv_endpoint = f"tcp://127.0.0.1:{free_port()}"
+    otlp_port = free_port()
+    if args.kv_events:
+        extra += ["--vllm-kv-events", kv_endpoint]
+    sink = OtlpSink() if args.otlp else None
+    if sink is not None:
+        extra += ["--otlp-receiver", f"127.0.0.1:{otlp_port}", "--otlp-endpoint", sink.url]
     cmd = [sys.executable, "-m", "infersight", "agent", "--ring", name, "--listen", f"127.0.0.1:{port}",
-           "--gpu-source", "none", *args.agent_arg]
+           "--gpu-source", "none", *extra, *args.agent_arg]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     samples: list[dict] = []
+    kv: KvPublisher | None = None
+    taken: dict[str, float] = {}
+    spans: SpanSender | None = None
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -100,9 +259,12 @@ def main() -> int:
                     raise RuntimeError("the agent did not start") from None
                 time.sleep(0.1)
         print(f"agent pid {proc.pid}: {' '.join(cmd[1:])}", flush=True)
-        print(f"{'t_s':>6} {'requests':>9} {'rss_mb':>7} {'anon_mb':>8} {'shmem_mb':>8} {'kept':>6} {'kept_mib':>8}",
-              flush=True)
+        kv = KvPublisher(kv_endpoint, args.kv_blocks, args.kv_live) if args.kv_events else None
+        spans = SpanSender(f"http://127.0.0.1:{otlp_port}/v1/traces") if args.otlp else None
+        print(f"{'t_s':>6} {'requests':>9} {'rss_mb':>7} {'anon_mb':>8} {'shmem_mb':>8} {'kept':>6} {'kept_mib':>8} "
+              f"{'cpu_%':>6} {'poll_ms':>8}", flush=True)
         start = time.monotonic()
+        last_cpu, last_t, last_poll = cpu_s(proc.pid), start, poll_totals(url)
         next_sample, rid, step, summary_timeouts = start, 0, 0, 0
         wave_s = args.wave / args.rate
         while True:
@@ -112,18 +274,32 @@ def main() -> int:
                     kept = _get(url + "/api/v1/summary").get("retention", {})
                 except OSError:
                     kept, summary_timeouts = {"requests": -1}, summary_timeouts + 1
+                cpu, poll = cpu_s(proc.pid), poll_totals(url)
+                polls = poll[1] - last_poll[1]
                 sample = {"t_s": round(now - start, 1), "requests": rid, **memory_mb(proc.pid),
-                          "kept": kept.get("requests", -1), "kept_mib": kept.get("bytes", 0) / 2**20}
+                          "kept": kept.get("requests", -1), "kept_mib": kept.get("bytes", 0) / 2**20,
+                          "cpu_pct": 100 * (cpu - last_cpu) / max(now - last_t, 1e-9),
+                          "poll_ms": 1e3 * (poll[0] - last_poll[0]) / polls if polls > 0 else float("nan")}
+                last_cpu, last_t, last_poll = cpu, now, poll
                 samples.append(sample)
                 print(f"{sample['t_s']:>6.0f} {rid:>9} {sample['rss']:>7.1f} {sample['anon']:>8.1f} "
-                      f"{sample['shmem']:>8.1f} {sample['kept']:>6} {sample['kept_mib']:>8.2f}", flush=True)
+                      f"{sample['shmem']:>8.1f} {sample['kept']:>6} {sample['kept_mib']:>8.2f} "
+                      f"{sample['cpu_pct']:>6.1f} {sample['poll_ms']:>8.2f}", flush=True)
                 next_sample += args.sample_s
             if now - start >= args.duration:
+                taken = counters(url)
                 break
             step = synthetic_workload(probe, args.wave, args.tokens, first_id=rid, first_step=step)
+            if kv is not None:
+                kv.wave(args.wave)
+            if spans is not None:
+                spans.wave(rid, args.wave, args.tokens)
             rid += args.wave
             time.sleep(max(0.0, start + rid / args.rate - time.monotonic()))
     finally:
+        for part in (kv, spans, sink):
+            if part is not None:
+                part.close()
         stop_agent(proc)
         dropped = probe.ring.stats()["dropped"]
         probe.close()
@@ -136,6 +312,15 @@ def main() -> int:
         "anon_slope_second_half_mb_per_min": round(_slope(half, "anon"), 2),
         "rss_slope_second_half_mb_per_min": round(_slope(half, "rss"), 2),
         "kept_last": samples[-1]["kept"], "kept_mib_last": round(samples[-1]["kept_mib"], 2),
+        # CPU and poll time, medians of the first and the second half (after warm-up: the first sample out)
+        "cpu_pct_first_half": _median([s["cpu_pct"] for s in samples[1:] if s not in half]),
+        "cpu_pct_second_half": _median([s["cpu_pct"] for s in half]),
+        "poll_ms_first_half": _median([s["poll_ms"] for s in samples[1:] if s not in half]),
+        "poll_ms_second_half": _median([s["poll_ms"] for s in half]),
+        "kv_events": args.kv_events, "otlp": args.otlp,
+        "kv_batches_sent": kv.seq if kv else 0, "spans_sent": rid if spans else 0,
+        **{k.removeprefix("infersight_"): v for k, v in taken.items()},
+        "otlp_sink_exports": sink.requests if sink else 0, "otlp_sink_bytes": sink.bytes if sink else 0,
         "summary_timeouts": summary_timeouts, "measured": True,
     }
     for key, value in result.items():
