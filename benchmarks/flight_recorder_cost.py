@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from infersight.agent.recorder_window import analyze_window
+from infersight.agent.recorder.window import analyze_window
 from infersight.probes.config import ProbeConfig
 from infersight.probes.control import CaptureState, CaptureTool
 from infersight.probes.observer import ProbeObserver

@@ -24,7 +24,7 @@ import time
 import httpx
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.recorder_config import RecorderConfig
+from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.vllm.launch import VllmServer
 from vllm_window_cost import profiled_tiny_server, report

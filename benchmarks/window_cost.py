@@ -41,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flight_recorder_cost import SteadyDecode, add_workload_args  # noqa: E402
 
-from infersight.agent.recorder_budget import window_cost  # noqa: E402
+from infersight.agent.recorder.budget import window_cost  # noqa: E402
 from infersight.probes.config import ProbeConfig  # noqa: E402
 from infersight.probes.control import CaptureState, CaptureTool  # noqa: E402
 from infersight.probes.observer import ProbeObserver  # noqa: E402

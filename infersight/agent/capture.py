@@ -95,7 +95,7 @@ class CaptureController:
     _last_request: float = -1e18
     _last_auto: float = -1e18
     target: CaptureTarget | None = None  # when set, every capture goes to it instead of a ring
-    # The flight recorder's current window (agent.flight_recorder): kept out of `records` (windows
+    # The flight recorder's current window (agent.recorder.flight_recorder): kept out of `records` (windows
     # come often) and out of the rate limit, but one at a time with every capture.
     window: CaptureRecord | None = None
 

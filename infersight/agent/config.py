@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from infersight.agent.recorder_config import RecorderConfig
+    from infersight.agent.recorder.config import RecorderConfig
 
 
 class ConfigError(ValueError):
@@ -104,7 +104,7 @@ class AgentConfig:
     vllm_metrics_interval_s: float = 2.0
     vllm_profiler_dir: str | None = None
     vllm_capture_wait_s: float = 60.0
-    # The flight recorder (agent.flight_recorder): sampled kernel windows inside an overhead budget, and
+    # The flight recorder (agent.recorder.flight_recorder): sampled kernel windows inside an overhead budget, and
     # full captures on a latency-objective breach or an anomaly. None: off. Its own config validates.
     flight_recorder: "RecorderConfig | None" = None
 

@@ -8,7 +8,7 @@ POST /api/v1/capture              {"steps": N, "tool": "torch" | "cuda-profiler"
 GET /api/v1/captures              captures so far, with their kernel analysis once written
 GET /health
 
-Every route sits behind infersight.http_limits (64 KiB bodies, JSON nesting, header and body
+Every route sits behind infersight.http.limits (64 KiB bodies, JSON nesting, header and body
 deadlines, --max-connections) and every error, 404 and 405 included, is a JSON {"error": "..."}. The capture token is
 checked as RFC 7235 says: the scheme `Bearer` in any case, the credentials compared in constant time.
 """
@@ -30,8 +30,8 @@ from starlette.types import ASGIApp
 from infersight.agent import report
 from infersight.agent.capture import CaptureRecord, CaptureRefused
 from infersight.agent.state import AgentState
-from infersight.http_connections import ConnectionGate
-from infersight.http_limits import HttpLimits, LimitedApp, routes_app, simple_error_body
+from infersight.http.connections import ConnectionGate
+from infersight.http.limits import HttpLimits, LimitedApp, routes_app, simple_error_body
 
 #: The agent's bodies are capture requests of a few bytes.
 AGENT_LIMITS = HttpLimits(max_body_bytes=64 << 10, max_json_depth=16)

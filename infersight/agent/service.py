@@ -101,7 +101,7 @@ class Agent:
             self.registry.register(target.collector())
         self.recorder = None  # the flight recorder (opt-in: --flight-recorder): sampled kernel windows
         if config.flight_recorder is not None:
-            from infersight.agent.flight_recorder import FlightRecorder
+            from infersight.agent.recorder.flight_recorder import FlightRecorder
             from infersight.exporters.recorder import RecorderCollector
 
             self.recorder = FlightRecorder(config.flight_recorder, self.state, self.captures,

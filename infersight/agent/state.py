@@ -5,11 +5,11 @@ of requests still in flight, steps still waiting for their batch rows). The resu
 into cumulative counters and histograms that the exporters render. A lock guards the state
 between the ingest thread and the HTTP handlers; the engine never takes it.
 
-Each stream has its fold, one concept per file: steps and batch rows (step_fold), KV blocks
-(kv_fold), MoE and expert-parallel records (expert_fold), prefix lookups (prefix_fold),
-verifications (spec_fold), served requests' network timing (network_hold), GPU energy
-(energy_account), and the requests themselves (request_ledger, which judges the slow ones with
-slow_judge). AgentState runs them in order under its lock and is what the rest of the agent reads.
+Each stream has its fold in agent/folds/, one concept per file: steps and batch rows (folds.step),
+KV blocks (folds.kv), MoE and expert-parallel records (folds.expert), prefix lookups (folds.prefix),
+verifications (folds.spec), served requests' network timing (folds.network_hold), GPU energy
+(folds.energy_account), and the requests themselves (folds.request_ledger, which judges the slow
+ones with agent.slow_judge). AgentState runs them in order under its lock and is what the rest of the agent reads.
 """
 from __future__ import annotations
 
@@ -22,17 +22,17 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.energy_account import EnergyAccount
+from infersight.agent.folds.energy_account import EnergyAccount
 from infersight.agent.energy_meter import EnergyMeter
-from infersight.agent.expert_fold import EP_WINDOW, ExpertFold
+from infersight.agent.folds.expert import EP_WINDOW, ExpertFold
 from infersight.agent.finished_rows import FinishedRows, row_dicts
-from infersight.agent.kv_fold import KvFold
-from infersight.agent.network_hold import MAX_OPEN_REQUESTS, NetworkHold
-from infersight.agent.prefix_fold import PrefixFold
-from infersight.agent.request_ledger import RequestLedger
+from infersight.agent.folds.kv import KvFold
+from infersight.agent.folds.network_hold import MAX_OPEN_REQUESTS, NetworkHold
+from infersight.agent.folds.prefix import PrefixFold
+from infersight.agent.folds.request_ledger import RequestLedger
 from infersight.agent.slow_judge import SlowJudge
-from infersight.agent.spec_fold import SPEC_STEP_WINDOW, SPEC_WINDOW, SpecFold
-from infersight.agent.step_fold import MAX_ATTRIBUTION_STEPS, MAX_PENDING_STEPS, RECENT_BATCH_ROWS, StepFold
+from infersight.agent.folds.spec import SPEC_STEP_WINDOW, SPEC_WINDOW, SpecFold
+from infersight.agent.folds.step import MAX_ATTRIBUTION_STEPS, MAX_PENDING_STEPS, RECENT_BATCH_ROWS, StepFold
 from infersight.correlate import slow_rule
 from infersight.correlate.frames import EventFrames
 from infersight.exporters import catalogue as C
@@ -73,7 +73,7 @@ class AgentState:
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
         self.counters[C.REQUESTS_ORPHANED.name].inc((), 0)  # a 0 sample from the start, not a missing series
         self.kernel_by_request: OrderedDict[int, dict[str, object]] = OrderedDict()  # from captures
-        self.recorder_summary: dict[str, object] | None = None  # the flight recorder's block (agent.flight_recorder)
+        self.recorder_summary: dict[str, object] | None = None  # the flight recorder's block (agent.recorder.flight_recorder)
         self.gpu_status = "GPU telemetry: not started"
         self.gpu_phases: list[dict[str, object]] = []
         #: Called under the lock with each batch of finished rows and their request events (tracing).

@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from infersight.agent.recorder_config import RecorderConfig
+    from infersight.agent.recorder.config import RecorderConfig
 
 
 def add_recorder_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def recorder_config(args: argparse.Namespace) -> RecorderConfig | None:
     """None without --flight-recorder; ValueError (exit 2) on a bad value."""
     if not args.flight_recorder:
         return None
-    from infersight.agent.recorder_config import RecorderConfig
+    from infersight.agent.recorder.config import RecorderConfig
 
     return RecorderConfig(budget=args.recorder_budget, window_steps=args.recorder_window_steps,
                           directory=args.recorder_dir, keep=args.recorder_keep, max_bytes=args.recorder_max_bytes,

@@ -1,6 +1,6 @@
 """Content-Encoding of HTTP request bodies, decoded within bounds on the output and on the work.
 
-The HTTP limits (infersight.http_limits) scan a JSON body's nesting before any parser sees it; a
+The HTTP limits (infersight.http.limits) scan a JSON body's nesting before any parser sees it; a
 gzip'd body would hide its brackets from that scan, so the limits decode it first, here. A
 decompression bomb (a few KB that inflate to gigabytes) stops at the bound: zlib is asked for at
 most `limit + 1` bytes, so no more than that is ever allocated, whatever the ratio.

@@ -16,8 +16,8 @@ protocol, so a careless or hostile client costs its answer and a count, never th
                                                   scope -> JSON 404 (routes_app: no
                                                   trailing-slash redirects)
 
-The protocol is in http_protocol.py (re-exported here), the connection bound in http_connections.py,
-the bounded decoding of gzip/deflate bodies in http_inflate.py.
+The protocol is in protocol.py (re-exported here), the connection bound in connections.py,
+the bounded decoding of gzip/deflate bodies in inflate.py.
 
 Each server renders its own error bodies (OpenAI-style for `infersight serve`, {"error": ...} for
 the agent, a google.rpc.Status for the OTLP receiver) through an ErrorRender, and counts refusals
@@ -39,9 +39,9 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from infersight.http_connections import ConnectionGate
-from infersight.http_inflate import DEFAULT_BOUNDS, EncodingRefused, InflateBounds, decode_body, is_identity
-from infersight.http_protocol import ErrorRender, GuardedH11Protocol, phrase as _phrase, simple_error_body
+from infersight.http.connections import ConnectionGate
+from infersight.http.inflate import DEFAULT_BOUNDS, EncodingRefused, InflateBounds, decode_body, is_identity
+from infersight.http.protocol import ErrorRender, GuardedH11Protocol, phrase as _phrase, simple_error_body
 
 __all__ = ["HttpLimits", "LimitedApp", "LimitExceeded", "ErrorRender", "RejectHook", "GuardedH11Protocol",
            "simple_error_body", "grpc_status_error_body", "json_nesting_exceeds", "routes_app", "RECEIVED_NS"]
@@ -76,8 +76,8 @@ class HttpLimits:
     header_timeout_s: float = 10.0
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
-    max_connections: int = 256  # open at once; one more is answered 503 and closed (http_connections)
-    inflate: InflateBounds = DEFAULT_BOUNDS  # the work a gzip/deflate body may cost (http_inflate)
+    max_connections: int = 256  # open at once; one more is answered 503 and closed (http.connections)
+    inflate: InflateBounds = DEFAULT_BOUNDS  # the work a gzip/deflate body may cost (http.inflate)
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_header_bytes", "max_json_depth", "max_connections"):

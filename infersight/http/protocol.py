@@ -1,6 +1,6 @@
 """uvicorn's h11 protocol, guarded: a header-read deadline, a bound on open connections, JSON
 bodies on the errors it answers itself (400, 408, 431, 503), and HTTP/1.1 only. Built by
-HttpLimits.uvicorn_options (infersight.http_limits), which the servers pass to uvicorn.Config.
+HttpLimits.uvicorn_options (infersight.http.limits), which the servers pass to uvicorn.Config.
 
 No infersight server speaks WebSocket (or h2c), so an Upgrade header is ignored, as RFC 9110 §7.8 lets
 a server do: the request is answered as plain HTTP, through the app and its JSON errors. uvicorn
@@ -13,7 +13,7 @@ uvicorn has no header-read timeout: its keep-alive timer is cancelled by every b
 client that sends its headers a byte at a time is held forever. GuardedH11Protocol starts one
 deadline at the request's first byte (or the connection's start) and never extends it. A connection
 over the ConnectionGate's bound is never parsed: its head is awaited (a second at most) and answered
-503 (infersight.http_connections).
+503 (infersight.http.connections).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Any, Callable
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from infersight.http_connections import REFUSED_WAIT_S, ConnectionGate, RefusedHead
+from infersight.http.connections import REFUSED_WAIT_S, ConnectionGate, RefusedHead
 
 #: (status, message, reason) -> the JSON body of an error answer.
 ErrorRender = Callable[[int, str, str], Any]

@@ -3,7 +3,7 @@
 config.py         ServeConfig (bind address, limits, content export)
 protocol.py       the OpenAI wire format: validation, response and SSE chunk bodies
 fields.py         typed readers of body fields (each names its field in its 400)
-api_error.py      OpenAI-style errors (also the body of infersight.http_limits' refusals)
+api_error.py      OpenAI-style errors (also the body of infersight.http.limits' refusals)
 tracecontext.py   the caller's W3C traceparent/tracestate
 engine_loop.py    the engine thread and the hand-off between it and the asyncio handlers
 probe_records.py  the server's probe records (SERVED, REQUEST_TEXT; NETWORK via ProbeObserver)

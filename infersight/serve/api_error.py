@@ -17,6 +17,6 @@ class APIError(Exception):
 
 
 def openai_error_body(status: int, message: str, reason: str) -> dict[str, Any]:
-    """The body of an answer the HTTP limits give (an infersight.http_limits.ErrorRender)."""
+    """The body of an answer the HTTP limits give (an infersight.http.limits.ErrorRender)."""
     kind = "server_error" if status >= 500 else "rate_limit_error" if status == 429 else "invalid_request_error"
     return APIError(status, message, type=kind, code=reason).body()

@@ -14,7 +14,7 @@ x-infersight-request-id and the x-infersight-trace-id it ran under.
 Each generating response is timed from its arrival (body not yet read) to its first and
 last body byte; the times go to the engine thread, which writes the NETWORK record.
 
-The whole app sits behind infersight.http_limits.LimitedApp (headers 431, body 413, slow body 408,
+The whole app sits behind infersight.http.limits.LimitedApp (headers 431, body 413, slow body 408,
 JSON nesting 400, and JSON bodies for 404, 405 and 500), each refusal counted by reason.
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from infersight.http_connections import ConnectionGate
-from infersight.http_limits import RECEIVED_NS, LimitedApp, routes_app
+from infersight.http.connections import ConnectionGate
+from infersight.http.limits import RECEIVED_NS, LimitedApp, routes_app
 from infersight.probes.records import TextField
 from infersight.serve import protocol as P
 from infersight.serve.api_error import openai_error_body

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infersight.http_limits import HttpLimits
+from infersight.http.limits import HttpLimits
 
 
 @dataclass
@@ -41,7 +41,7 @@ class ServeConfig:
 
     @property
     def limits(self) -> HttpLimits:
-        """The HTTP limits this server applies (infersight.http_limits)."""
+        """The HTTP limits this server applies (infersight.http.limits)."""
         return HttpLimits(max_body_bytes=self.max_body_bytes, max_header_bytes=self.max_header_bytes,
                           max_json_depth=self.max_json_depth, header_timeout_s=self.header_timeout_s,
                           body_timeout_s=self.body_timeout_s, max_connections=self.max_connections)

@@ -6,7 +6,7 @@ import signal
 
 import uvicorn
 
-from infersight.http_connections import ConnectionGate
+from infersight.http.connections import ConnectionGate
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime.config import EngineConfig
@@ -23,7 +23,7 @@ log = logging.getLogger("infersight.serve")
 
 def uvicorn_config(app: object, config: ServeConfig, gate: ConnectionGate | None = None) -> uvicorn.Config:
     """h11 guarded by the HTTP limits: the connection bound (`gate`), the header bound and the
-    header-read deadline hold before any request reaches the app (http_limits.GuardedH11Protocol)."""
+    header-read deadline hold before any request reaches the app (http.limits.GuardedH11Protocol)."""
     return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning", access_log=False,
                           **config.limits.uvicorn_options(openai_error_body, gate))
 

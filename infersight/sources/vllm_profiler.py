@@ -96,7 +96,7 @@ class VllmProfilerTarget:
 
     def start_window(self, capture_id: int, steps: int) -> None:
         """A flight-recorder window: like start(), but the trace is only checked to be complete, not
-        analysed here (agent.recorder_vllm reads it into the window's summary)."""
+        analysed here (agent.recorder.vllm_windows reads it into the window's summary)."""
         self._launch(capture_id, steps, analyse=False)
 
     def _launch(self, capture_id: int, steps: int, analyse: bool) -> None:
@@ -165,7 +165,7 @@ class VllmProfilerTarget:
         # max_iterations, with a wide margin: it lags the worker and, on a loaded host, catches up in
         # bursts, so stopping on it near N sent /stop_profile before any step was profiled.
         # A window polls the directory every WINDOW_POLL_S (its trace's appearance bounds the steps it
-        # is charged: agent.recorder_vllm), the scraped count every poll_s as for a capture.
+        # is charged: agent.recorder.vllm_windows), the scraped count every poll_s as for a capture.
         self._poll_s = cfg.poll_s if analyse else min(cfg.poll_s, WINDOW_POLL_S)
         start_count = self.steps()
         started = scraped = time.monotonic()

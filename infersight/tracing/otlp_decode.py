@@ -41,7 +41,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from infersight.http_inflate import EncodingRefused, decode_body
+from infersight.http.inflate import EncodingRefused, decode_body
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # \ud800-\udfff: maybe a lone surrogate
 PROTOBUF = "application/x-protobuf"
@@ -97,7 +97,7 @@ class DecodedSpans:
 
 def inflate(body: bytes, encoding: str, limit: int) -> bytes:
     """The body, decoded as Content-Encoding says (gzip, every member of it, or deflate), never beyond
-    `limit` bytes nor past the work bounds of infersight.http_inflate (the decoder every server shares)."""
+    `limit` bytes nor past the work bounds of infersight.http.inflate (the decoder every server shares)."""
     try:
         return decode_body(body, encoding, limit)
     except EncodingRefused as exc:

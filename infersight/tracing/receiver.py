@@ -35,8 +35,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from infersight.exporters import catalogue as C
-from infersight.http_connections import ConnectionGate
-from infersight.http_limits import HttpLimits, LimitedApp, grpc_status_error_body, routes_app
+from infersight.http.connections import ConnectionGate
+from infersight.http.limits import HttpLimits, LimitedApp, grpc_status_error_body, routes_app
 from infersight.tracing import otlp_decode as D
 from infersight.tracing.receiver_address import ReceiverConfigError, bind_http, parse_hostport
 from infersight.tracing.receiver_grpc import GRPC_SERVICE, GrpcListener
@@ -58,7 +58,7 @@ CONTENT_PREFIXES = ("input.", "output.", "llm.input_messages", "llm.output_messa
                     "gen_ai.system_instructions")
 TRANSPORTS = ("http", "grpc")
 REASONS = ("malformed", "too_large", "unsupported_media_type", "too_many_connections")
-LIMIT_REASONS = {"body_too_large": "too_large", "headers_too_large": "too_large"}  # http_limits' -> ours
+LIMIT_REASONS = {"body_too_large": "too_large", "headers_too_large": "too_large"}  # http.limits' -> ours
 
 
 def not_content(key: str) -> bool:
@@ -183,7 +183,7 @@ class OtlpReceiver:
                           lambda reason, message: self.reject("http", LIMIT_REASONS.get(reason, "malformed"), message))
 
     def http_limits(self) -> HttpLimits:
-        """infersight.http_limits on the HTTP listener: bodies up to twice max_body_bytes reach the
+        """infersight.http.limits on the HTTP listener: bodies up to twice max_body_bytes reach the
         handler (its 413 is a Status in the sender's encoding); JSON nested past protobuf's own
         recursion limit (100) is refused before it is parsed."""
         return HttpLimits(max_body_bytes=2 * self.max_body_bytes, max_json_depth=100,

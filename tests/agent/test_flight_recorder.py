@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 
 from infersight.agent import report
 from infersight.agent.config import AgentConfig
-from infersight.agent.recorder_config import RecorderConfig
+from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.cli import main
 from infersight.exporters import catalogue as C

@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pandas as pd
 
-from infersight.agent.request_ledger import _value_counts
+from infersight.agent.folds.request_ledger import _value_counts
 from infersight.agent.slow_judge import _flagged
 from infersight.correlate import speculation
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infersight.agent.kv_fold import KvFold, KvLimits
+from infersight.agent.folds.kv import KvFold, KvLimits
 from infersight.correlate import kv
 from infersight.correlate.frames import KV_EVENT_NAMES, kv_frame
 from infersight.exporters import catalogue as C

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infersight.agent.recorder_budget import WindowBudget, window_cost
-from infersight.agent.recorder_store import WindowStore
-from infersight.agent.recorder_triggers import TriggerGate, preemption_storm, slo_breach, step_time_jump
+from infersight.agent.recorder.budget import WindowBudget, window_cost
+from infersight.agent.recorder.store import WindowStore
+from infersight.agent.recorder.triggers import TriggerGate, preemption_storm, slo_breach, step_time_jump
 
 
 def steps(starts: list[int], batch: int = 1) -> pd.DataFrame:

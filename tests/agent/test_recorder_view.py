@@ -1,4 +1,4 @@
-"""What the flight recorder shows (agent.recorder_view), on a hand-built window summary: the counters a
+"""What the flight recorder shows (agent.recorder.view), on a hand-built window summary: the counters a
 window adds, the roof fractions it leaves (NaN ones not), the gauges and the summary block. Expected
 values are the hand-built rows' own sums."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import math
 
 import pandas as pd
 
-from infersight.agent.recorder_budget import WindowBudget
-from infersight.agent.recorder_store import WindowStore
-from infersight.agent.recorder_view import fold_window, gauge_rows, summary_block, zero_recorder_series
+from infersight.agent.recorder.budget import WindowBudget
+from infersight.agent.recorder.store import WindowStore
+from infersight.agent.recorder.view import fold_window, gauge_rows, summary_block, zero_recorder_series
 from infersight.correlate.kernel_windows import WindowSummary
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import LabelledCounter

@@ -24,8 +24,8 @@ import zlib
 from typing import Any, Callable
 
 from fuzzkit import INTERESTING, case_count, describe, fuzz, mutations
-from infersight.http_inflate import InflateBounds
-from infersight.http_limits import HttpLimits, LimitedApp
+from infersight.http.inflate import InflateBounds
+from infersight.http.limits import HttpLimits, LimitedApp
 
 SEED = 4242
 LIMITS = HttpLimits(max_body_bytes=4096, max_json_depth=8)

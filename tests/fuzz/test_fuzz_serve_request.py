@@ -18,7 +18,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 
 from fuzzkit import case_count, describe, fuzz, mutations
-from infersight.http_limits import json_nesting_exceeds
+from infersight.http.limits import json_nesting_exceeds
 from infersight.probes.records import _LAYOUTS, RecordKind, TextField
 from infersight.runtime.request import SAMPLING_EPS
 from infersight.serve.api_error import APIError

@@ -1,4 +1,4 @@
-"""The connection bound (infersight.http_connections, through http_limits' protocol): a server holding
+"""The connection bound (infersight.http.connections, through http.limits' protocol): a server holding
 max_connections answers the next connection 503 with a JSON body and closes it, counts it, and
 serves again once a place is free. The held connections are raw sockets opened here (idle, or
 with a half-sent request), so the expected counts are the test's own. Also on `infersight serve`'s
@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from infersight.http_connections import ConnectionGate
-from infersight.http_limits import HttpLimits, LimitedApp
+from infersight.http.connections import ConnectionGate
+from infersight.http.limits import HttpLimits, LimitedApp
 from infersight.tracing.receiver import OtlpReceiver
 
 MAX = 3

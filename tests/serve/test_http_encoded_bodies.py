@@ -1,4 +1,4 @@
-"""Content-Encoding at the door (infersight.http_limits + http_inflate): a gzip'd or deflated JSON body
+"""Content-Encoding at the door (infersight.http.limits + http.inflate): a gzip'd or deflated JSON body
 is decoded within max_body_bytes before its nesting is scanned, and the app reads the decoded body
 (the one that was scanned). A bomb is a 413 without its decoded size ever being allocated; a coding
 we cannot read is a 415; a broken stream a 400; protobuf bodies pass untouched (their app decodes
@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from infersight.http_inflate import EncodingRefused, decode_body
-from infersight.http_limits import HttpLimits, LimitedApp
+from infersight.http.inflate import EncodingRefused, decode_body
+from infersight.http.limits import HttpLimits, LimitedApp
 from infersight.tracing.receiver import OtlpReceiver
 
 LIMITS = HttpLimits(max_body_bytes=1000, max_json_depth=8)

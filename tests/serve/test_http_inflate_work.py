@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from infersight.http_inflate import DEFAULT_BOUNDS, EncodingRefused, InflateBounds, decode_body
-from infersight.http_limits import HttpLimits, LimitedApp
+from infersight.http.inflate import DEFAULT_BOUNDS, EncodingRefused, InflateBounds, decode_body
+from infersight.http.limits import HttpLimits, LimitedApp
 from infersight.tracing.receiver import OtlpReceiver
 
 EMPTY_MEMBER = gzip.compress(b"", mtime=0)  # 20 bytes: a header, an empty deflate block, a trailer

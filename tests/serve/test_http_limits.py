@@ -1,4 +1,4 @@
-"""infersight.http_limits on a real uvicorn: body size (413), JSON nesting (400), slow bodies and
+"""infersight.http.limits on a real uvicorn: body size (413), JSON nesting (400), slow bodies and
 slow headers (408), malformed and oversized requests (400/431), and JSON bodies for the errors an
 app answers in plain text (404, 405, 500). Expected bodies are written out here, from the limits'
 configured numbers; timings are checked against this process's own clock."""
@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from infersight.http_limits import HttpLimits, LimitedApp, json_nesting_exceeds
+from infersight.http.limits import HttpLimits, LimitedApp, json_nesting_exceeds
 
 #: asyncio runs a timer up to its clock resolution early (BaseEventLoop._run_once); seen: 0.5995 s for 0.6.
 EARLY = 0.01

@@ -29,7 +29,7 @@ from testkit import free_port
 from infersight.agent.config import AgentConfig
 from infersight.agent.server import AGENT_LIMITS, build_app as build_agent_app
 from infersight.agent.state import AgentState
-from infersight.http_limits import LimitedApp
+from infersight.http.limits import LimitedApp
 from infersight.serve.api_error import openai_error_body
 from infersight.serve.config import ServeConfig
 from infersight.serve.runner import uvicorn_config

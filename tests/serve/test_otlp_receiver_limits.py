@@ -1,4 +1,4 @@
-"""The agent's OTLP/HTTP receiver behind infersight.http_limits: a deeply nested JSON body is a 400
+"""The agent's OTLP/HTTP receiver behind infersight.http.limits: a deeply nested JSON body is a 400
 with a google.rpc.Status JSON body, counted as malformed; a body over twice the receiver's limit is
 refused before it is read (413, counted too_large); an unknown path is a JSON 404; a client that
 never finishes its headers is answered 408 and closed. What the receiver itself answers (its own

@@ -31,10 +31,10 @@ from vllm_exposition_reader import read_samples, total
 
 from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRecord
 from infersight.agent.config import AgentConfig
-from infersight.agent.flight_recorder import FlightRecorder
-from infersight.agent.recorder_budget import WindowBudget
-from infersight.agent.recorder_config import RecorderConfig
-from infersight.agent.recorder_vllm import EXTRA_STEPS, MAX_LATE_STEPS, VllmWindows
+from infersight.agent.recorder.flight_recorder import FlightRecorder
+from infersight.agent.recorder.budget import WindowBudget
+from infersight.agent.recorder.config import RecorderConfig
+from infersight.agent.recorder.vllm_windows import EXTRA_STEPS, MAX_LATE_STEPS, VllmWindows
 from infersight.agent.service import Agent
 from infersight.agent.state import AgentState
 from infersight.sources.vllm_profiler import trace_files

@@ -1,8 +1,8 @@
 """RequestLedger: request events held until each request finishes, then one row per request.
 
 A request's events arrive over many polls; they wait in `open_events` (bounded) until its
-FINISHED event, its NETWORK record (served requests, agent.network_hold) and its steps' energy
-(agent.energy_account) are all in. Then correlate.requests builds its row, which gets its engine
+FINISHED event, its NETWORK record (served requests, agent.folds.network_hold) and its steps' energy
+(agent.folds.energy_account) are all in. Then correlate.requests builds its row, which gets its engine
 time, energy, kernel time and slow cause, is observed into the latency histograms and counters
 per task, and is kept (`finished`, bounded) and handed on (`new_rows`, the emit callback).
 """
@@ -15,13 +15,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from infersight.agent.energy_account import EnergyAccount
+from infersight.agent.folds.energy_account import EnergyAccount
 from infersight.agent.finished_rows import FinishedRows
-from infersight.agent.kv_fold import KvFold
-from infersight.agent.network_hold import MAX_OPEN_REQUESTS, NetworkHold
+from infersight.agent.folds.kv import KvFold
+from infersight.agent.folds.network_hold import MAX_OPEN_REQUESTS, NetworkHold
 from infersight.agent.slow_judge import SlowJudge
-from infersight.agent.spec_fold import SpecFold
-from infersight.agent.step_fold import StepFold
+from infersight.agent.folds.spec import SpecFold
+from infersight.agent.folds.step import StepFold
 from infersight.correlate import requests
 from infersight.correlate.frames import EventFrames, concat_frames
 from infersight.exporters import catalogue as C

@@ -12,7 +12,7 @@ from collections import deque
 import numpy as np
 import pandas as pd
 
-from infersight.agent.energy_account import EnergyAccount
+from infersight.agent.folds.energy_account import EnergyAccount
 from infersight.correlate import cost
 from infersight.correlate.frames import EventFrames
 from infersight.exporters import catalogue as C

@@ -13,7 +13,7 @@ class RecorderConfig:
     min_interval_s: wall-clock floor between windows, however cheap. initial_cost_s: the cost
     assumed before the first is measured. keep_traces: keep each window's trace file (default: the
     summary is kept, the trace deleted once read).
-    Triggers (agent.recorder_triggers), each None to turn it off: the SLOs are the agent's
+    Triggers (agent.recorder.triggers), each None to turn it off: the SLOs are the agent's
     --slo-*-s, judged at slo_quantile over the last slo_window requests; preemption_storm:
     preemptions within storm_steps steps; step_jump: the decode-step slowdown factor. A trigger takes
     a full capture of trigger_steps steps, at most one per trigger_cooldown_s.

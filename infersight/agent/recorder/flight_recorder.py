@@ -2,16 +2,16 @@
 
 Each agent poll (`FlightRecorder.poll`):
   1. the new STEP records extend a bounded step history; steps that ran requests earn budget;
-  2. a finished window is read with the kernel analysis (agent.recorder_window) and folded into the
+  2. a finished window is read with the kernel analysis (agent.recorder.window) and folded into the
      KERNEL_METRICS counters; its summary waits for its cost;
   3. windows and triggered captures whose charged steps have all arrived get their measured cost
-     (agent.recorder_budget.window_cost); the budget settles; the summary is kept (WindowStore);
-  4. the triggers (agent.recorder_triggers) may take one full capture through the agent's capture
+     (agent.recorder.budget.window_cost); the budget settles; the summary is kept (WindowStore);
+  4. the triggers (agent.recorder.triggers) may take one full capture through the agent's capture
      controller (rate-limited there too, one at a time, listed at /api/v1/captures with its reason);
   5. when the budget allows and nothing else is capturing, the next window is asked for: a few
      steps, kernel activity only (CaptureTool.TORCH_KERNELS: no shapes, no stacks).
 
-Its counters, gauges and summary block are built by agent.recorder_view.
+Its counters, gauges and summary block are built by agent.recorder.view.
 
 The agent pauses its profiling GPU counters around every window as around captures
 (CaptureController.in_progress). Nothing here runs in the engine: it pays for the window itself
@@ -30,12 +30,12 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.capture import CaptureController, CaptureRecord, CaptureRefused
-from infersight.agent.recorder_budget import WindowBudget, WindowCost, window_cost
-from infersight.agent.recorder_config import RecorderConfig
-from infersight.agent.recorder_store import WindowStore
-from infersight.agent.recorder_triggers import TriggerGate, preemption_storm, slo_breach, step_time_jump
-from infersight.agent.recorder_view import GaugeRows, fold_window, gauge_rows, summary_block, zero_recorder_series
-from infersight.agent.recorder_window import analyze_window
+from infersight.agent.recorder.budget import WindowBudget, WindowCost, window_cost
+from infersight.agent.recorder.config import RecorderConfig
+from infersight.agent.recorder.store import WindowStore
+from infersight.agent.recorder.triggers import TriggerGate, preemption_storm, slo_breach, step_time_jump
+from infersight.agent.recorder.view import GaugeRows, fold_window, gauge_rows, summary_block, zero_recorder_series
+from infersight.agent.recorder.window import analyze_window
 from infersight.agent.state import AgentState
 from infersight.correlate.kernel_windows import WindowSummary
 from infersight.exporters import catalogue as C
@@ -73,7 +73,7 @@ class FlightRecorder:
         self.budget = WindowBudget(config.budget, config.initial_cost_s)
         self.store = WindowStore(config.keep, config.max_bytes, config.directory)
         self.gate = TriggerGate(config.trigger_cooldown_s)
-        # Looked up per window for the device that ran it (agent.recorder_window), given peaks first.
+        # Looked up per window for the device that ran it (agent.recorder.window), given peaks first.
         self.ceiling_query = CeilingQuery(peak_tflops=config.peak_tflops, peak_gbps=config.peak_gbps,
                                           given_as=("--recorder-peak-tflops", "--recorder-peak-gbps"))
         self.history = pd.DataFrame({c: pd.Series(dtype="int64") for c in STEP_FIELDS})
@@ -87,9 +87,9 @@ class FlightRecorder:
         self.roof_fraction: dict[str, float] = {}
         self.triggers: deque[dict[str, Any]] = deque(maxlen=64)
         self.costs: deque[dict[str, float]] = deque(maxlen=256)
-        self.vllm = None  # windows through vLLM's profiler endpoints (agent.recorder_vllm)
+        self.vllm = None  # windows through vLLM's profiler endpoints (agent.recorder.vllm_windows)
         if captures.target is not None and captures.target.name.startswith("vllm:"):
-            from infersight.agent.recorder_vllm import VllmWindows
+            from infersight.agent.recorder.vllm_windows import VllmWindows
 
             self.vllm = VllmWindows(captures.target.name)
             if not (state.config.rings or state.config.discover):

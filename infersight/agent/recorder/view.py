@@ -1,4 +1,4 @@
-"""What the flight recorder shows (agent.flight_recorder keeps the state, this turns it into output):
+"""What the flight recorder shows (agent.recorder.flight_recorder keeps the state, this turns it into output):
 a window's summary folded into the KERNEL_METRICS counters, the recorder's gauges (exporters.recorder
 renders them) and its summary block (report.summary shows it as "flight_recorder").
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from infersight.agent.recorder_budget import WindowBudget
-from infersight.agent.recorder_store import WindowStore
+from infersight.agent.recorder.budget import WindowBudget
+from infersight.agent.recorder.store import WindowStore
 from infersight.correlate.kernel_windows import WindowSummary
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import LabelledCounter

@@ -20,7 +20,7 @@ that ended after the agent saw the worker's trace complete (polled every 20 ms),
 EXTRA_STEPS and at most MAX_LATE_STEPS more. Measured on a loaded 2-core host, the stall of the
 trace export showed up anywhere from 1 to 9 steps after the first (the plugin stamps steps as
 their outputs reach the API server, in bursts there), so a fixed N + 1 missed it in some windows.
-The recorder then adds its after-steps and measures with agent.recorder_budget.window_cost.
+The recorder then adds its after-steps and measures with agent.recorder.budget.window_cost.
 
 The trace (`analyze_vllm_window`): vLLM's step ranges (`execute_context_..._generation_...`) are
 given the `step` and `forward.<phase>` ranges the kernel analysis reads (vllm_trace.
@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.capture import CaptureRecord
-from infersight.agent.recorder_window import window_trace
+from infersight.agent.recorder.window import window_trace
 from infersight.correlate.kernel_windows import WindowSummary, summarize_window
 from infersight.kernels.categories import classify
 from infersight.kernels.frames import empty_frame
@@ -59,7 +59,7 @@ EXTRA_STEPS = 1
 #: At most this many steps are charged past N + EXTRA_STEPS: an agent that saw the trace late (its
 #: thread starved: once 11.7 s after the start, the trace written at 0.9 s; /stop_profile once took
 #: 3.3 s before the trace was read) must not charge the window seconds of ordinary steps. (The steps
-#: stay in the recorder's history however late: agent.flight_recorder pins them.)
+#: stay in the recorder's history however late: agent.recorder.flight_recorder pins them.)
 MAX_LATE_STEPS = 128
 #: No STEP record for this long: vLLM is idle.
 IDLE_S = 2.0
@@ -69,7 +69,7 @@ def analyze_vllm_window(path: str | Path, first_step: int, ceilings: CeilingQuer
                         ) -> tuple[WindowSummary, CeilingLookup | None]:
     """A vLLM worker trace read into the window's summary (steps numbered from first_step), and no
     ceilings: with no shapes there is no roofline to place (`ceilings` is unused; the signature is
-    agent.recorder_window.analyze_window's). TraceError when it cannot be read."""
+    agent.recorder.window.analyze_window's). TraceError when it cannot be read."""
     doc, _ = with_step_ranges(read_json_document(path))
     trace, kind = window_trace(doc, path)
     classified = engine_step_ids(classify(trace.kernels), trace.ranges, first_step)

@@ -73,7 +73,7 @@ KV_TRACKING_DROPPED = MetricSpec(P + "kv_tracking_dropped", "counter",
                                  "KV rows the agent let go at its bounds, oldest first, by reason: open_events (a "
                                  "block's open event: it gets no age when it closes), reloads (a reload of a request "
                                  "in flight: not seen by the slow-request attribution).", ("reason",))
-#: kv_tracking_dropped's reasons (agent.kv_fold.KvLimits).
+#: kv_tracking_dropped's reasons (agent.folds.kv.KvLimits).
 KV_DROP_REASONS = ("open_events", "reloads")
 # -- prefix cache -----------------------------------------------------------------------------
 PREFIX_QUERIED = MetricSpec(P + "prefix_cache_queried_tokens", "counter", "Prompt tokens looked up in the prefix cache.",

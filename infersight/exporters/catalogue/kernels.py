@@ -1,4 +1,4 @@
-"""The flight recorder (infersight.agent.flight_recorder): sampled kernel windows, its overhead
+"""The flight recorder (infersight.agent.recorder.flight_recorder): sampled kernel windows, its overhead
 budget, and the captures latency objectives and anomalies trigger (KERNEL_METRICS).
 
 Its counters live in the agent state like the others; its gauges are rendered by
@@ -85,7 +85,7 @@ RECORDER_INTERVAL = MetricSpec(P + "recorder_window_interval_seconds", "gauge",
                                (), "seconds")
 RECORDER_TRIGGERED = MetricSpec(P + "recorder_triggered_captures", "counter",
                                 "Full captures the flight recorder took on a trigger, by reason.", ("reason",))
-#: RECORDER_TRIGGERED reason values (agent.recorder_triggers).
+#: RECORDER_TRIGGERED reason values (agent.recorder.triggers).
 RECORDER_REASONS = ("slo_ttft", "slo_itl", "slo_e2e", "preemption_storm", "step_time_jump")
 KERNEL_METRICS: tuple[MetricSpec, ...] = (
     KERNEL_TIME, KERNEL_ACTIVITIES, KERNEL_SAMPLED_STEPS, KERNEL_STEP_WINDOW, KERNEL_IDLE, KERNEL_FLOPS, KERNEL_BYTES,

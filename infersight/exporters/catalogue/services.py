@@ -51,7 +51,7 @@ AGENT_POLL_FAILURES = MetricSpec(P + "agent_poll_failures", "counter",
                                  "vllm_kv_events, captures, parquet): that source's step was given up for that "
                                  "poll and the agent went on; the first of each kind is logged with its traceback.",
                                  ("source",))
-#: Served by the agent beside CATALOGUE, each by its own collector (http_connections, exporters.discovery,
+#: Served by the agent beside CATALOGUE, each by its own collector (http.connections, exporters.discovery,
 #: agent.poll_guard).
 AGENT_SERVICE_METRICS: tuple[MetricSpec, ...] = (HTTP_CONNECTIONS_REFUSED, HTTP_CONNECTIONS_OPEN, PROBE_RINGS_HELD,
                                                  PROBE_RING_ATTACH_SKIPPED, AGENT_POLL_FAILURES)
