@@ -53,6 +53,7 @@ from infersight.probes.observer import ProbeObserver
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingConsumer
 from infersight.runtime import Engine, EngineConfig
+from infersight.runtime.config import resolve_dtype
 from infersight.workload import TASKS, WorkloadConfig, WorkloadRequest, build_workload
 
 #: The goal: predicted within this share of measured, per task.
@@ -65,11 +66,10 @@ def _engine(model: str, draft: str | None, gamma: int, probe_every: int, device:
     # An ample pool: no preemption, so decode time is decode and nothing else. Synchronous scheduling
     # unless asked: an engine with a draft runs synchronously, and so do its plain probe steps, so
     # the plain arm is timed as the probes are (plain-async is reported beside it on CUDA).
-    if dtype == "auto":
-        dtype = "bfloat16" if device.startswith("cuda") else "float32"
     config = EngineConfig(model=model, speculative_model=draft, num_speculative_tokens=gamma, device=device,
                           max_num_seqs=batch, max_num_batched_tokens=512, spec_probe_every=probe_every,
-                          num_kv_blocks=(batch + 1) * 32, dtype=dtype, async_scheduling=async_scheduling)
+                          num_kv_blocks=(batch + 1) * 32, dtype=resolve_dtype(dtype, device),
+                          async_scheduling=async_scheduling)
     engine = Engine(config, observer)
     engine.capture_decode_graphs()  # on CUDA: no step of the measured runs pays a capture
     return engine

@@ -11,7 +11,7 @@ def run(args: argparse.Namespace) -> int:
 
     from infersight.commands.agent import parse_listen
     from infersight.probes.config import ProbeConfig
-    from infersight.runtime.config import EngineConfig
+    from infersight.runtime.config import EngineConfig, resolve_dtype
     from infersight.serve.config import ServeConfig
     from infersight.serve.runner import serve
     from infersight.serve.sidecar import AgentOptions
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
                          header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
                          max_connections=args.max_connections)
     engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
-                                 seed=args.seed, num_kv_blocks=args.num_kv_blocks,
+                                 dtype=resolve_dtype(args.dtype, device), seed=args.seed, num_kv_blocks=args.num_kv_blocks,
                                  max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
                                  async_scheduling=args.async_scheduling,
                                  spec_probe_every=args.spec_probe_every if args.speculative_model else 0)
@@ -51,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --speculative-model: run one in N decode steps at each batch size without "
                         "speculation, so the agent measures the speedup (default 16; 0: never)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
+                   help="weights and activations (vLLM's flag; auto: bfloat16 on CUDA, float32 on the CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-kv-blocks", type=int, help="device KV blocks (default: sized from the model)")
     p.add_argument("--max-model-len", type=int, metavar="N",

@@ -17,6 +17,14 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch
            "float16": torch.float16}
 
 
+def resolve_dtype(dtype: str, device: str) -> str:
+    """vLLM's `--dtype auto` for our models, which carry no dtype of their own: bfloat16 on a GPU
+    (half the bytes a decode step reads; every CUDA path is tested in it), float32 on the CPU."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
 @dataclass
 class EngineConfig:
     """Everything the engine needs, validated once when built.
