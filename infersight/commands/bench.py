@@ -1,9 +1,12 @@
-"""`infersight bench runtime|overhead|ingest|agent|speculation|ceilings`."""
+"""`infersight bench runtime|overhead|ingest|agent|speculation|serving|ceilings`."""
 from __future__ import annotations
 
 import argparse
 
 from infersight.commands.output import print_result
+
+#: The arms of `bench serving` (infersight.bench.serving.ARMS; not imported here: the CLI loads lazily).
+SERVING_ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 
 
 def _runtime(args: argparse.Namespace) -> int:
@@ -48,6 +51,23 @@ def _speculation(args: argparse.Namespace) -> int:
                                           max_tokens=args.max_tokens, device=args.device,
                                           threads=args.threads, gammas=tuple(args.try_gamma), seed=args.seed,
                                           dtype=args.dtype), args.json)
+
+
+def _serving(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    from infersight.bench.serving import ServingBenchConfig, bench_serving, print_report
+
+    config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
+                                max_tokens=args.max_tokens, phase_s=args.phase_s, warmup_s=args.warmup_s,
+                                rounds=args.rounds, arms=tuple(a for a in args.arms.split(",") if a), seed=args.seed)
+    report = bench_serving(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+    report.pop("frames")
+    if not args.json:
+        print_report(report)
+    print(json.dumps(report, default=float))
+    return 0
 
 
 def _ceilings(args: argparse.Namespace) -> int:
@@ -128,6 +148,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--try-gamma", type=int, action="append", default=[], metavar="G",
                     help="also measure this draft length (repeatable), to see whether another gamma is faster")
     sp.set_defaults(func=_speculation)
+    sv = bench_sub.add_parser("serving", help="what observing costs the client: closed-loop HTTP clients against "
+                              "`serve`, arms with and without the agent interleaved, ratios with an A/A floor")
+    sv.add_argument("--model", default="tiny-moe")
+    sv.add_argument("--device", default="cpu", help="cpu or cuda")
+    sv.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
+                    help="auto: bfloat16 on CUDA, float32 on the CPU")
+    sv.add_argument("--clients", type=int, default=8, help="closed-loop clients (each sends when its last ends)")
+    sv.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
+    sv.add_argument("--phase-s", type=float, default=20.0, help="seconds of each arm's phase")
+    sv.add_argument("--warmup-s", type=float, default=3.0, help="first seconds of a phase left out")
+    sv.add_argument("--rounds", type=int, default=5, help="rounds; each runs every arm once, order rotated")
+    sv.add_argument("--arms", default=",".join(SERVING_ARMS),
+                    help=f"comma-separated, some of {','.join(SERVING_ARMS)} (none is required)")
+    sv.add_argument("--seed", type=int, default=0)
+    sv.set_defaults(func=_serving)
     ce = bench_sub.add_parser("ceilings", help="measure this device's copy bandwidth and GEMM throughput, and cache "
                               "them as the roofline's ceilings")
     ce.add_argument("--device", default="auto", help="auto (CUDA when available), cpu, cuda or cuda:N")
@@ -142,5 +177,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "$XDG_CACHE_HOME/infersight/ceilings.json)")
     ce.add_argument("--no-cache", action="store_true", help="measure and print only; do not write the cache")
     ce.set_defaults(func=_ceilings)
-    for p in (rt, ov, ing, ag, sp, ce):
+    for p in (rt, ov, ing, ag, sp, sv, ce):
         p.add_argument("--json", action="store_true", help="print only the JSON result")

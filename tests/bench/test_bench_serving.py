@@ -1,0 +1,73 @@
+"""bench.serving: the phase figures and the summary by hand on tiny frames, then one short real run
+(serve + clients + an agent arm) whose figures are recomputed from its raw client records."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from infersight.bench.serving import ARMS, ServingBenchConfig, bench_serving, phase_figures, summarise
+from infersight.commands.bench import SERVING_ARMS
+
+
+def test_the_cli_offers_the_modules_arms() -> None:
+    assert SERVING_ARMS == ARMS
+
+
+def test_phase_figures_by_hand() -> None:
+    # Window [10, 20). Request 1: sent 9, tokens at 9.5 (before the window), 11, 12 -> done 12.
+    # Request 2: sent 10, tokens 10.2, 10.7, 11.9 -> done 12. Request 3: sent 15, tokens 16, 19.5, 21 ->
+    # done 21 (after the window). Request 4 failed (status 500) at 13.
+    tokens = pd.DataFrame({"request": [1, 1, 1, 2, 2, 2, 3, 3, 3],
+                           "t_s": [9.5, 11.0, 12.0, 10.2, 10.7, 11.9, 16.0, 19.5, 21.0]})
+    requests = pd.DataFrame({"request": [1, 2, 3, 4], "sent_s": [9.0, 10.0, 15.0, 13.0],
+                             "first_s": [9.5, 10.2, 16.0, math.nan], "done_s": [12.0, 12.0, 21.0, 13.0],
+                             "tokens": [3, 3, 3, 0], "status": [200, 200, 200, 500]})
+    f = phase_figures(tokens, requests, 10.0, 20.0)
+    assert f["tokens_per_s"] == pytest.approx(7 / 10)  # every token but 9.5 and 21.0
+    assert f["requests_per_s"] == pytest.approx(2 / 10)  # requests 1 and 2 finished inside
+    # Started inside: requests 2 and 3 (TTFT 0.2 and 1.0); their gaps 0.5, 1.2, 3.5, 1.5.
+    assert f["ttft_p50_s"] == pytest.approx(0.6)
+    assert f["itl_p50_s"] == pytest.approx((1.2 + 1.5) / 2)
+    assert f["errors"] == 1
+
+
+def test_summary_ratios_are_per_round_and_the_aa_floor_is_none_again() -> None:
+    rows = []
+    for rnd, (ref, again, agent) in enumerate([(100.0, 101.0, 99.0), (50.0, 49.0, 50.0), (80.0, 80.0, 76.0)]):
+        for arm, tps in (("none", ref), ("none_again", again), ("agent", agent)):
+            rows.append({"arm": arm, "round": rnd, "tokens_per_s": tps, "requests_per_s": tps / 10,
+                         "ttft_p50_s": 0.1, "ttft_p99_s": 0.2, "itl_p50_s": 0.01, "itl_p99_s": 0.02,
+                         "errors": 0, "recorder_cost_ratio": math.nan})
+    report = summarise(pd.DataFrame(rows), ServingBenchConfig(arms=("none", "none_again", "agent")))
+    agent = report["arms"]["agent"]
+    assert agent["tokens_per_s_ratio_by_round"] == [0.99, 1.0, 0.95]
+    assert agent["tokens_per_s_ratio"] == pytest.approx(0.99)
+    assert report["aa_floor"]["tokens_per_s_aa_median"] == pytest.approx(1.0)
+    assert report["aa_floor"]["tokens_per_s_aa_max_dev"] == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("kwargs", [{"arms": ("agent",)}, {"arms": ("none", "bogus")}, {"phase_s": 2, "warmup_s": 3},
+                                    {"clients": 0}])
+def test_bad_configs_are_refused(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        ServingBenchConfig(**kwargs)
+
+
+def test_a_short_real_run_against_serve() -> None:
+    config = ServingBenchConfig(clients=2, max_tokens=6, phase_s=5.0, warmup_s=1.0, rounds=1, arms=("none", "agent"))
+    report = bench_serving(config, log=lambda _: None)
+    tokens, requests = report["frames"]["tokens"], report["frames"]["requests"]
+    for arm in ("none", "agent"):
+        req = requests[requests["arm"] == arm]
+        assert (req["status"] == 200).all() and len(req) > 0
+        # ignore_eos: every request streamed exactly max_tokens chunks, counted from the raw stream.
+        per_request = tokens[tokens["arm"] == arm].groupby("request").size()
+        assert set(per_request.to_dict().values()) == {6} and sorted(per_request.index) == sorted(req["request"])
+        phase = next(p for p in report["phases"] if p["arm"] == arm)
+        in_window = [t for t in tokens.loc[tokens["arm"] == arm, "t_s"] if phase["t0_s"] <= t < phase["t1_s"]]
+        assert report["arms"][arm]["tokens_per_s"] == pytest.approx(len(in_window) / (phase["t1_s"] - phase["t0_s"]))
+        assert report["arms"][arm]["tokens_per_s"] > 0
+    assert report["arms"]["none"]["tokens_per_s_ratio"] == 1.0
+    assert report["measured"] is True
