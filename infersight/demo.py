@@ -1,6 +1,11 @@
 """`infersight demo` (what `make demo` runs): the engine with probes, the agent beside it as a
-separate process, and a task-labelled workload; writes summary.json, requests.parquet and
-metrics.prom, and prints a short summary.
+separate process with the flight recorder on, and a task-labelled workload; writes summary.json,
+requests.parquet and metrics.prom, and prints a short summary.
+
+Every layer shows: the recorder samples kernel windows inside its budget and places them on a
+roofline. On the CPU the ceilings come from the ceilings cache, or the demo measures them first
+(demo_ceilings) and says so; and the budget is the demo's CPU_RECORDER_BUDGET, not the agent's 0.5%
+(a CPU window costs seconds of engine time: at 0.5%, a demo's half minute of engine time affords none).
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from infersight.bench.switch import SwitchObserver
+from infersight.demo_ceilings import demo_ceilings
+from infersight.demo_recorder import recorder_rows
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime import Engine, EngineConfig, SamplingParams
@@ -38,6 +45,15 @@ class DemoConfig:
     port: int = 0  # 0: any free port on 127.0.0.1
     num_kv_blocks: int = 160
     cpu_offload_blocks: int = 64
+    # The flight recorder's budget (share of engine time); None: CPU_RECORDER_BUDGET on the CPU, the
+    # agent's default (0.005) on CUDA, where a window costs milliseconds.
+    recorder_budget: float | None = None
+
+
+#: The recorder's budget on a CPU demo. Measured on a 2-core CPU (load 6-8 from other work): a 4-step
+#: window cost 1-4 s of engine time, in a run of ~30 s of engine time (96 requests); 10% affords two or
+#: three windows, 0.5% not one once the budget is kept.
+CPU_RECORDER_BUDGET = 0.1
 
 
 def _free_port() -> int:
@@ -48,7 +64,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _get(url: str, timeout: float = 5.0) -> bytes:
+def _get(url: str, timeout: float = 120.0) -> bytes:
+    """The agent answers late while it reads a triggered capture on a loaded CPU (a minute was seen
+    for a 20-step one at load 8 on 2 cores): late, not never."""
     with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback only)
         return resp.read()
 
@@ -56,14 +74,15 @@ def _get(url: str, timeout: float = 5.0) -> bytes:
 class AgentProcess:
     """The sidecar as a real separate process, as a user would run it."""
 
-    def __init__(self, ring: str | None, port: int, out_dir: Path, extra_args: list[str] | None = None) -> None:
+    def __init__(self, ring: str | None, port: int, out_dir: Path, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log = open(out_dir / "agent.log", "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "infersight", "agent", *(["--ring", ring] if ring else []),
              "--listen", f"127.0.0.1:{port}", "--parquet-dir", str(out_dir), "--poll-interval", "0.05",
              *(extra_args or [])],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -96,17 +115,24 @@ def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
     out = config.out_dir
     out.mkdir(parents=True, exist_ok=True)
     ring = f"infersight-demo-{os.getpid()}"
+    # Before the engine and the agent start: the measurement has the cores to itself.
+    engine_config = demo_engine_config(config, device)
+    ceilings = demo_ceilings(out, engine_config.dtype) if device == "cpu" else None
+    if ceilings is not None:
+        console.print(f"roofline ceilings: {ceilings.line()}", markup=False)
     probe = ProbeObserver(ProbeConfig(ring_name=ring, task_labels=TASKS))
     # The warm-up runs unobserved: its requests are no part of the workload the agent reports on.
     switch = SwitchObserver({"off": EngineObserver(), "probes": probe}, initial="off")
-    engine = Engine(demo_engine_config(config, device), switch)
+    engine = Engine(engine_config, switch)
     if device.startswith("cuda"):  # the CPU has no JIT or graph capture to pay on the first requests
         warm_up(engine)
     switch.select("probes")
     workload = build_workload(WorkloadConfig(num_requests=config.num_requests, rate_per_s=config.rate_per_s,
                                              max_tokens=config.max_tokens, seed=config.seed))
     # p95 rather than the default p99: 96 requests allow one p99 outlier; the demo shows up to five.
-    agent = AgentProcess(ring, config.port or _free_port(), out, ["--slow-quantile", "0.95"])
+    agent = AgentProcess(ring, config.port or _free_port(), out,
+                         ["--slow-quantile", "0.95", *recorder_args(config.recorder_budget, device)],
+                         env=ceilings.agent_env() if ceilings is not None else None)
     try:
         _drive(engine, workload, console)
         deadline = time.monotonic() + 20
@@ -114,7 +140,8 @@ def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
             time.sleep(0.1)
         summary = agent.json("/api/v1/summary")
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        (out / "metrics.prom").write_bytes(_get(agent.url + "/metrics"))
+        metrics = _get(agent.url + "/metrics")
+        (out / "metrics.prom").write_bytes(metrics)
         every = agent.json(f"/api/v1/requests?slowest={len(workload)}")["requests"]
         slowest, flagged = every[:5], [r for r in every if r.get("slow_cause")]
         diagnosis = agent.json("/api/v1/diagnosis")
@@ -122,11 +149,17 @@ def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
     finally:
         agent.stop()
         probe.close()
-    print_summary(summary, slowest, diagnosis, out, console, flagged)
+    print_summary(summary, slowest, diagnosis, out, console, flagged, metrics.decode())
     from infersight.dashboards.report import write_report  # matplotlib loads only here
 
     console.print(f"report: {write_report(out)}")
     return summary
+
+
+def recorder_args(budget: float | None, device: str) -> list[str]:
+    """The agent's flight-recorder flags: on, at `budget` (None: DemoConfig.recorder_budget's default)."""
+    budget = budget if budget is not None else CPU_RECORDER_BUDGET if device == "cpu" else None
+    return ["--flight-recorder", *([] if budget is None else ["--recorder-budget", str(budget)])]
 
 
 def demo_engine_config(config: DemoConfig, device: str) -> EngineConfig:
@@ -192,9 +225,11 @@ def _predicted(s: dict[str, Any]) -> str:
 
 
 def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagnosis: dict[str, Any],
-                  out: Path, console: Console, flagged: list[dict[str, Any]] | None = None) -> None:
+                  out: Path, console: Console, flagged: list[dict[str, Any]] | None = None,
+                  metrics: str | None = None) -> None:
     """flagged: the requests the agent judged slow when they finished (slowest: the slowest overall;
-    when latency climbs for everyone, the last ones are the slowest without being outliers)."""
+    when latency climbs for everyone, the last ones are the slowest without being outliers).
+    metrics: the agent's exposition at the end, for the flight recorder's roofline."""
     def fmt(v: Any, scale: float = 1.0, unit: str = "") -> str:
         return "-" if v is None else f"{v * scale:.1f}{unit}" if isinstance(v, float) else str(v)
 
@@ -217,6 +252,8 @@ def print_summary(summary: dict[str, Any], slowest: list[dict[str, Any]], diagno
                        for p in gpu.get("phase_breakdown", []))
     t.add_row("GPU", phases or gpu.get("status", "-").split(" (")[0])  # the details are in summary.json
     t.add_row("GPU energy", summary.get("cost", {}).get("energy", {}).get("headline", "-"))
+    for name, value in recorder_rows(metrics):
+        t.add_row(name, value)
     t.add_row("dropped probe events", str(summary["dropped_events"]))
     console.print(t)
     s = Table(title=f"slowest requests (s); slow means {summary.get('slow_rule', 'above the rolling p99')}")

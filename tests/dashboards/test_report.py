@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,6 @@ import pytest
 from infersight.cli import main
 from infersight.dashboards.report import REPORT_NAME, write_report
 
-REPO = Path(__file__).resolve().parents[2]
 #: Figures a CPU run of the demo workload draws (img ids), and those it skips with a note.
 DRAWN = ("fig-ttft-decomposition", "fig-latency-cdf", "fig-expert-load", "fig-expert-imbalance", "fig-kv-transitions",
          "fig-kv-lifetimes", "fig-prefix-groups", "fig-acceptance-position", "fig-spec-speedup")
@@ -114,13 +111,10 @@ def test_bad_input_is_a_clear_value_error(run_dir: Path, tmp_path: Path, damage:
     assert err.startswith("infersight: error: ") and message in err and "Traceback" not in err
 
 
-def test_demo_writes_the_report(tmp_path: Path) -> None:
-    """The real demo (engine + agent process + workload), kept short: it ends by writing report.html."""
-    out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "infersight", "demo", "--out", str(out), "--requests", "4",
-                           "--max-tokens", "6", "--device", "cpu"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert f"report: {out / REPORT_NAME}" in proc.stdout.replace("\n", "")
+def test_demo_writes_the_report(demo_run) -> None:
+    """The real demo (engine + agent process + workload, shared with the other demo tests): it ends by
+    writing report.html."""
+    out = demo_run.out
+    assert f"report: {out / REPORT_NAME}" in demo_run.stdout.replace("\n", "")
     images, _ = _ids((out / REPORT_NAME).read_text())
     assert images == set(DRAWN)
