@@ -4,6 +4,7 @@ the addresses, ports and names that connect them."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from urllib.parse import urlsplit
 
@@ -89,7 +90,9 @@ def test_vllm_and_its_agent_agree_on_every_loopback_endpoint() -> None:
     assert _endpoint(vllm["otlp-traces-endpoint"]) == _endpoint(agent.otlp_receiver_grpc)
     # The agent scrapes vLLM's /metrics on the port vLLM serves.
     assert _endpoint(agent.vllm_url)[1] == int(vllm["port"])
-    assert vllm["middleware"] == "infersight.vllm.middleware.InfersightMiddleware"
+    # vLLM imports --middleware by its dotted path: it must name a class of the package.
+    module, _, attr = vllm["middleware"].rpartition(".")
+    assert isinstance(getattr(importlib.import_module(module), attr), type), vllm["middleware"]
     # The plugins' rings, named as they name them (pid 1: vLLM as a container's first process).
     rings = [VllmProbeSettings.from_env(dict(env_of(pod["vllm"])), 1).probe.ring_name, worker_ring_name(1)]
     assert all(r.startswith(agent.discover_prefix) for r in rings), (rings, agent.discover_prefix)

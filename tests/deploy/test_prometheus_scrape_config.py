@@ -26,6 +26,8 @@ from k8s_manifests import SCRAPE_CONFIG, workloads
 from pod_discovery import Pod, pod_targets
 from testkit import free_port, needs_service, unique_ring, wait_for_process
 
+from infersight.bench.agent import stop_agent
+
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 needs_promtool = needs_service("promtool", Path(PROMTOOL).exists(),
@@ -106,15 +108,6 @@ def _start(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subp
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @needs_prometheus
 def test_prometheus_relabels_pod_targets_to_the_agents(tmp_path: Path) -> None:
     pods = _pods()
@@ -154,8 +147,8 @@ def test_prometheus_relabels_pod_targets_to_the_agents(tmp_path: Path) -> None:
                                   timeout=60, transient=(httpx.HTTPError, KeyError))
     finally:
         if prom is not None:
-            _stop(prom)
-        _stop(agent)
+            stop_agent(prom)  # SIGTERM, then SIGKILL: any process
+        stop_agent(agent)
 
     got = {(t["labels"]["job"], t["labels"]["namespace"], t["labels"]["pod"], t["labels"]["container"],
             t["labels"]["instance"]) for t in active}  # type: ignore[union-attr]
