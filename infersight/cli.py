@@ -9,7 +9,7 @@ import importlib
 import sys
 import typing
 
-COMMANDS = ("demo", "agent", "bench", "capture", "dashboards", "report", "analyze", "serve")
+COMMANDS = ("demo", "agent", "bench", "capture", "dashboards", "report", "analyze", "serve", "rules")
 
 
 class OneLineErrors(argparse.ArgumentParser):
