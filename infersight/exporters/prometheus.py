@@ -130,9 +130,11 @@ class AgentCollector(Collector):
         else:
             for expert, v in enumerate(m.sum(axis=0)):
                 fam.add_metric(["all", str(expert)], float(v))
-            top = moe.top_pairs(moe.matrix_frame(self.state.expert_tokens), top_n)
-            yield _gauge(C.HOT_EXPERT_TOKENS, [([str(r.layer), str(r.expert)], float(r.tokens))
-                                               for r in top.itertuples(index=False)])
+        # The hottest pairs under the cap too: the dashboards read them from this one gauge (top_n
+        # series), whichever shape the expert counter has.
+        top = moe.top_pairs(moe.matrix_frame(self.state.expert_tokens), top_n)
+        yield _gauge(C.HOT_EXPERT_TOKENS, [([str(r.layer), str(r.expert)], float(r.tokens))
+                                           for r in top.itertuples(index=False)])
         yield fam
         imb = moe.layer_imbalance(moe.matrix_frame(self.state.expert_tokens))
         rows = []

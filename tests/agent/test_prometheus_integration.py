@@ -24,7 +24,6 @@ NO_DATA = {
     C.ENERGY_IDLE.name: "the same counter's energy between steps",
     C.PROBE_REJECTED.name: "a clean run sends no record the agent must refuse (tests/agent/test_record_limits.py "
                            "and the probe-record fuzz drive it)",
-    C.HOT_EXPERT_TOKENS.name: "only exposed when layers x experts (2 x 4 here) exceeds max_expert_series (512)",
     # A CPU machine has no GPU telemetry source (the agent's status line says so).
     # (The error counter is present: the none collector reports zero errors.)
     **{spec.name: "no GPU on a CPU machine" for spec in C.GPU_METRICS if spec is not C.GPU_COLLECTOR_ERRORS},

@@ -71,7 +71,7 @@ def test_every_query_names_only_catalogue_metrics(written: Path) -> None:
             metric, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", var["query"]).groups()
             assert metric in known and label in next(s for s in C.CATALOGUE if s.sample == metric).labels
     for expr in exprs:
-        bare = re.sub(r'"[^"]*"|\[[^\]]*\]|\{[^}]*\}|\$\w+|\b(?:by|ignoring) ?\([^)]*\)', " ", expr)  # strings, ranges, matchers
+        bare = re.sub(r'"[^"]*"|\[[^\]]*\]|\{[^}]*\}|\$\w+|\b(?:by|ignoring|on|group_left|group_right) ?\([^)]*\)', " ", expr)  # strings, ranges, matchers
         words = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare)) - PROMQL_WORDS
         assert words <= known, (expr, words - known)
 

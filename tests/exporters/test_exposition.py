@@ -147,6 +147,20 @@ def test_promtool_over_the_expert_cap(inproc) -> None:
         assert m[int(s.labels["layer"]), int(s.labels["expert"])] == s.value
 
 
+def test_hot_pairs_under_the_expert_cap_too(inproc) -> None:
+    """Under the cap every pair has its own series, and the hottest pairs their gauge as well (the
+    dashboards' hottest-pairs panel reads only the gauge)."""
+    _, agent, _, _ = inproc
+    state = AgentState(AgentConfig(rings=["unused"], top_hot_pairs=3))
+    state.expert_tokens = agent.state.expert_tokens.copy()
+    fams = _families(generate_latest(build_registry(state)).decode())
+    m = state.expert_tokens
+    assert {s.labels["layer"] for s in fams[C.EXPERT_TOKENS.name].samples} == {str(i) for i in range(m.shape[0])}
+    hot = {(int(s.labels["layer"]), int(s.labels["expert"])): s.value for s in fams[C.HOT_EXPERT_TOKENS.name].samples}
+    assert sorted(hot.values(), reverse=True) == sorted(m.ravel().astype(float), reverse=True)[:3]
+    assert all(m[layer, expert] == v for (layer, expert), v in hot.items())
+
+
 @needs_promtool
 def test_promtool_on_vllm_names_flags_only_their_colons(compat) -> None:
     """vLLM's own names contain ':', which promlint reserves for recording rules: that is the one
@@ -256,14 +270,13 @@ def test_every_family_is_in_the_catalogue(compat) -> None:
 
 def test_every_catalogue_entry_is_exposed_with_its_labels(inproc) -> None:
     """The other direction, on the default exposition: each entry's family is there (some without
-    samples: a CPU run reads no GPU energy counter, hot pairs only exist over the expert cap)."""
+    samples: a CPU run reads no GPU energy counter)."""
     _, _, text, _ = inproc
     fams = _families(text.text)
     without_samples = {C.ENERGY.name, C.ENERGY_IDLE.name}
     without_samples.add(C.PROBE_REJECTED.name)  # a clean run refuses no record (tests/agent/test_record_limits.py)
-    absent = {C.HOT_EXPERT_TOKENS.name}  # exercised in test_promtool_over_the_expert_cap
     # No GPU here: the none collector yields no GPU families except its (zero) error counter.
-    absent |= {spec.name for spec in C.GPU_METRICS if spec is not C.GPU_COLLECTOR_ERRORS}
+    absent = {spec.name for spec in C.GPU_METRICS if spec is not C.GPU_COLLECTOR_ERRORS}
     # The flight recorder is off here: its counters are empty families, its gauges absent (with it on,
     # tests/agent/test_prometheus_integration.py checks every one of them).
     without_samples |= {spec.name for spec in C.KERNEL_METRICS if spec.kind == "counter"}

@@ -30,10 +30,8 @@ def _moe(d: Dashboard, kit: PanelKit) -> Dashboard:
         Query(promql.summed(C.MOE_IMBALANCE, by="layer", stat="max_over_mean"), "layer {{layer}} max/mean"),
         Query(promql.summed(C.MOE_IMBALANCE, by="layer", stat="cv"), "layer {{layer}} cv")],
         unit="short", width=HALF, description=C.MOE_IMBALANCE.help + " 1.0 max/mean is perfectly even."))
-    # Under the agent's series cap every (layer, expert) pair is its own series: take the top ones;
-    # above it the agent exports only the hottest pairs, as a gauge of their own.
-    hottest = (f"topk({HOT_PAIRS}, {promql.summed(C.EXPERT_TOKENS, by='layer, expert', layer='[0-9]+')}) or "
-               f"{promql.summed(C.HOT_EXPERT_TOKENS, by='layer, expert')}")
+    # The agent's own top pairs (also above its series cap, where no pair has a series of its own).
+    hottest = f"topk({HOT_PAIRS}, {promql.summed(C.HOT_EXPERT_TOKENS, by='layer, expert')})"
     d = d.with_panel(kit.bars("Hottest (layer, expert) pairs", [
         Query(hottest, "layer {{layer}} expert {{expert}}", instant=True)], width=HALF,
         description=f"Tokens routed so far to the {HOT_PAIRS} hottest (layer, expert) pairs. "

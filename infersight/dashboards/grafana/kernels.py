@@ -64,8 +64,20 @@ def _roofline(d: Dashboard, kit: PanelKit) -> Dashboard:
         Query(promql.summed(C.KERNEL_PEAK_BYTES, by="ceiling, source"), "peak ({{ceiling}}, {{source}})")],
         unit="Bps", width=THIRD, description=C.KERNEL_BYTES.help + " " + C.KERNEL_PEAK_BYTES.help))
     return d.with_panel(kit.bars("Roofline position: achieved over roof", [
-        Query(promql.summed(C.KERNEL_ROOF_FRACTION, by="category"), "{{category}}", instant=True)],
-        unit="percentunit", width=THIRD, max_value=1.0, description=C.KERNEL_ROOF_FRACTION.help))
+        Query(named_roof_fraction(), "{{category}} (roof: {{ceiling}}, compute {{source}})", instant=True)],
+        unit="percentunit", width=THIRD, max_value=1.0,
+        description=C.KERNEL_ROOF_FRACTION.help + " Each share names the ceiling it was placed against and "
+                    "where the compute peak came from; the bandwidth peak's source is in the bandwidth panel."))
+
+
+def named_roof_fraction() -> str:
+    """Each agent's roof fractions labelled with the ceiling its recorder placed them against: the
+    compute peak's (ceiling, source), joined per agent (one ceiling per agent at a time: its last
+    window's device). A share without its ceiling is not shown: there is none without one."""
+    per_agent = "job, instance"
+    roof = f"max by ({per_agent}, ceiling, source) (0 * {C.KERNEL_PEAK_FLOPS.sample} + 1)"
+    return (f"max by ({per_agent}, category) ({C.KERNEL_ROOF_FRACTION.sample}) "
+            f"* on({per_agent}) group_left(ceiling, source) {roof}")
 
 
 def _recorder(d: Dashboard, kit: PanelKit) -> Dashboard:

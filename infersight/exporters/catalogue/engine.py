@@ -92,7 +92,8 @@ EXPERT_TOKENS = MetricSpec(P + "moe_expert_tokens", "counter",
                            "Tokens routed to each expert. Per (layer, expert) while layers x experts is under the "
                            "agent's cap; otherwise layer=\"all\" sums over layers.", ("layer", "expert"))
 HOT_EXPERT_TOKENS = MetricSpec(P + "moe_hot_expert_tokens", "gauge",
-                               "Tokens routed so far to the top-N hottest (layer, expert) pairs (when over the cap).",
+                               "Tokens routed so far to the top-N hottest (layer, expert) pairs (the agent's top_hot_pairs), "
+                               "whether or not each pair has its own expert-token series.",
                                ("layer", "expert"))
 MOE_IMBALANCE = MetricSpec(P + "moe_layer_imbalance", "gauge",
                            "Expert load imbalance per layer: max_over_mean, cv, hot_cold_ratio.", ("layer", "stat"),
