@@ -17,10 +17,10 @@ def _scalar(value: object) -> str:
 
 
 def _block(text: str, depth: int) -> list[str]:
-    """A literal block (`|-`): lines kept as written, the final newline stripped. A line with
-    trailing spaces or a leading space on the first line would change meaning: refused."""
+    """A literal block (`|-`: no final newline). Text a block would change (trailing spaces, a
+    leading space on the first line, a final newline) is written as a JSON string instead."""
     lines = text.split("\n")
-    if any(line != line.rstrip() for line in lines) or lines[0].startswith(" "):
+    if any(line != line.rstrip() for line in lines) or lines[0].startswith(" ") or text.endswith("\n"):
         return [json.dumps(text)]
     pad = INDENT * depth
     return ["|-"] + [pad + line if line else "" for line in lines]
