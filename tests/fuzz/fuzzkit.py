@@ -102,7 +102,7 @@ def _on_alarm(signum: int, frame: object) -> None:
 def refusal_reason(message: str) -> str:
     """A refusal's message as a family: paths and numbers blanked, cut before the first quoted or
     bracketed detail (the input's own text, which differs case by case) and at 64 characters."""
-    words = ["<path>" if "/" in w and len(w) > 1 else w for w in message.split()]
+    words = ["<path>" if w.startswith("/") and len(w) > 1 else w for w in message.split()]
     family = re.split(r"[\"'(\[{]", re.sub(r"\d+", "N", " ".join(words)), maxsplit=1)[0]
     return family.strip()[:64] or message[:64]
 
