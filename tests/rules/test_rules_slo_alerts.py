@@ -73,13 +73,14 @@ COARSE = "5m"
 
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
 def test_fast_burn_pages_within_minutes(rule_file: Path, tmp_path: Path, spelling: str) -> None:
-    # 600 healthy minutes, then every observation beyond the objective. After k bad minutes the
+    # 400 healthy minutes, then every observation beyond the objective. After k bad minutes the
     # 1h error ratio is k/60 (burn 100k/60) and the 5m one is 1 (burn 100): both over 14.4 from
-    # k=9 (burn 15), so pending at 609m and firing from 611m ("for: 2m"). At 612m: burn 20.
-    # 6h: 12/360 -> 3.3 < 6. 1d: 12/612 -> 1.96 < 3. 3d: 1.96 > 1 (and 6h 3.3 > 1) since k=7,
-    # but its "for: 3h" has not passed. At 608m (burn 13.3) and 610m (pending) nothing fires.
-    phases = [(600, N, 0), (12, 0, N)]
-    checks = [(608, {}), (610, {}), (612, {"1h": 20.0})]
+    # k=9 (burn 15), so pending at 409m and firing from 411m ("for: 2m"). At 412m: burn 20.
+    # 6h: 12/360 -> 3.3 < 6. 1d (all 412 minutes): 12/412 -> 2.91 < 3. 3d: 2.91 > 1 (and 6h 3.3
+    # > 1) since k=5, but its "for: 3h" has not passed. At 408m (burn 13.3) and 410m (pending)
+    # nothing fires.
+    phases = [(400, N, 0), (12, 0, N)]
+    checks = [(408, {}), (410, {}), (412, {"1h": 20.0})]
     assert_passes(test_rules(tmp_path, [rule_file], _case(rule_file, phases, SPELLINGS[spelling], checks)))
 
 
@@ -108,7 +109,7 @@ def test_slow_burn_opens_tickets(rule_file: Path, tmp_path: Path) -> None:
 
 
 def test_no_traffic_is_no_burn(rule_file: Path, tmp_path: Path) -> None:
-    # Traffic stops: a window without traffic has the ratio 0/0 (no value), so nothing fires, even
+    # Traffic stops: a window without traffic has the ratio 0/0 (NaN, compares false): nothing fires, even
     # after a burn that paged: 100% beyond for 30 minutes (1h pair firing at 625m with burn
     # 25/60/0.01 = 41.67; pending from 610m on the 5-minute grid, firing from 615m), then no
     # traffic. At 1030m the 1d and 3d windows still hold the burn (30/630: burn 4.76, over 3 and

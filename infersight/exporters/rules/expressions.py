@@ -45,6 +45,6 @@ def rate_sum(spec: MetricSpec, labels: tuple[str, ...], window: str, series: str
 
 
 def ratio(num: str, den: str) -> str:
-    """num / den, with 0/0 (no traffic) left as no value rather than clamped to a number: an
-    alert on a ratio stays silent when nothing happened."""
+    """num / den, not clamped: 0/0 (no traffic) is NaN, every comparison with NaN is false, so an
+    alert on a ratio stays silent when nothing happened (a clamped denominator would read 0)."""
     return f"{num}\n/\n{den}"

@@ -8,7 +8,7 @@ Google SRE workbook's scheme, as the kube-prometheus mixins use it).
 
 A pair fires when both its long and its short window burn faster than its factor: the long window
 says enough budget went, the short one that it is still going (so the alert stops soon after the
-burn does). With no traffic in a window the ratio is 0/0, no value: no alert.
+burn does). With no traffic in a window the ratio is 0/0 = NaN, which compares false: no alert.
 """
 from __future__ import annotations
 
