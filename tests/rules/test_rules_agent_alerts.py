@@ -20,8 +20,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return rule_files(tmp_path_factory.mktemp("agent_rules"))
 
 
+#: The agent's container as deploy/kubernetes names it: the default agent selector matches it.
+AGENT = {"container": "infersight-agent"}
+
+
 def _up(labels: dict[str, str], minutes: int, value: float) -> dict[str, str]:
-    return {"series": selector("up", labels), "values": gauge_values([(minutes, value)])}
+    """An agent target's `up` (other targets pass their own container)."""
+    return {"series": selector("up", {**AGENT, **labels}), "values": gauge_values([(minutes, value)])}
 
 
 def _ring(labels: dict[str, str], ring: str, values: str) -> dict[str, str]:
@@ -30,22 +35,25 @@ def _ring(labels: dict[str, str], ring: str, values: str) -> dict[str, str]:
 
 def test_agent_down(files: list[Path], tmp_path: Path) -> None:
     # The sick agent fails every scrape (up 0: 0% over 10m); the healthy one answers all. Also a
-    # down target of another job: not the agent's. "for: 5m" from the first evaluation: firing at 10m.
-    other = {**SICK, "job": "node-exporter"}
+    # down target of another container in the same pod (vLLM's own port): not the agent's.
+    # "for: 5m" from the first evaluation: firing at 10m.
+    other = {**SICK, "container": "vllm"}
     series = [_up(SICK, 30, 0), _up(HEALTHY, 30, 1), _up(other, 30, 0)]
-    run_case(tmp_path, files, series, "InfersightAgentDown", [("3m", []), ("10m", [(SICK, 0.0)])])
+    run_case(tmp_path, files, series, "InfersightAgentDown", [("3m", []), ("10m", [({**SICK, **AGENT}, 0.0)])])
 
 
 def test_agent_absent(files: list[Path], tmp_path: Path) -> None:
-    # No target matches the agent selector (only node-exporter is scraped): absent() gives one
-    # series without labels. "for: 15m": firing at 20m, not at 10m.
-    series = [_up({**SICK, "job": "node-exporter"}, 30, 1)]
-    run_case(tmp_path, files, series, "InfersightAgentAbsent", [("10m", []), ("20m", [({}, None)])])
+    # No target matches the agent selector (only vLLM's own port is scraped): absent() gives one
+    # series carrying the selector's equality matchers (container="infersight-agent").
+    # "for: 15m": firing at 20m, not at 10m.
+    series = [_up({**SICK, "container": "vllm"}, 30, 1)]
+    run_case(tmp_path, files, series, "InfersightAgentAbsent", [("10m", []), ("20m", [(AGENT, None)])])
 
 
 def test_agent_present_is_not_absent(files: list[Path], tmp_path: Path) -> None:
-    # The operator's job name ("<namespace>/<podmonitor>") matches the default selector too.
-    series = [_up({**SICK, "job": "llm/infersight"}, 30, 1)]
+    # Whatever the job is called (the operator names it "<namespace>/<podmonitor>"), the agent's
+    # container is what the default selector matches.
+    series = [_up({**SICK, "job": "llm/vllm-infersight"}, 30, 1)]
     run_case(tmp_path, files, series, "InfersightAgentAbsent", [("20m", [])])
 
 

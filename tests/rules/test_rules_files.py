@@ -125,6 +125,23 @@ def test_runbook_endpoints_are_agent_routes() -> None:
         assert f'Route("{endpoint.split("?")[0]}"' in source, endpoint
 
 
+def test_default_selector_is_the_deployed_agents_container() -> None:
+    """deploy/kubernetes runs the agent as a container whose port `infersight` Prometheus scrapes;
+    the default selector names that container, and the plain scrape config keeps the label."""
+    wanted = dict(re.findall(r'(\w+)="([^"]*)"', RulesConfig().agent_selector))
+    deployments = sorted((REPO / "deploy" / "kubernetes").glob("*/deployment.yaml"))
+    if not deployments:
+        pytest.skip("no deploy/kubernetes manifests in this checkout")
+    for path in deployments:
+        pod = next(d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] == "Deployment")
+        spec = pod["spec"]["template"]["spec"]
+        agents = [c["name"] for c in spec.get("initContainers", []) + spec["containers"]
+                  if any(p.get("name") == "infersight" for p in c.get("ports", []))]
+        assert agents == [wanted["container"]], path
+    scrape = (REPO / "deploy" / "kubernetes" / "prometheus" / "prometheus.yml").read_text()
+    assert "target_label: container" in scrape
+
+
 def test_thresholds_agree_with_the_agent() -> None:
     """The storm rate is the flight recorder's trigger (preemptions within steps), and the MoE
     statistic judged is one the agent computes per layer."""

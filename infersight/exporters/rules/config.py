@@ -41,9 +41,11 @@ def _check_threshold(flag: str, value: float, spec: MetricSpec) -> None:
 class RulesConfig:
     """slo_*_s: latency objectives, each a bucket bound of its histogram; slo_target: the share of
     requests (of tokens, for ITL) that must be within them, over a 30-day budget.
-    agent_selector: the label matchers that select the agent's scrape targets (`up`, `absent`);
-    prometheus-operator names a PodMonitor's job "<namespace>/<name>", a plain scrape config names
-    it as written, so the default takes both for a target called infersight.
+    agent_selector: the label matchers that select the agent's scrape targets (`up`, `absent`).
+    The default is the agent's container in deploy/kubernetes (`infersight-agent`), which both the
+    PodMonitors (prometheus-operator sets `container`) and the plain scrape config (relabelled to
+    `container`) label it with, whatever the job is called; beside a process on one host, pass the
+    job instead (job="infersight").
     service_labels: what the SLO and dashboard rules aggregate by (replicas of one service summed);
     target_labels: what the per-agent alerts keep (one agent, one engine).
     Thresholds: preemptions_per_step is the flight recorder's storm trigger as a rate (8
@@ -57,7 +59,7 @@ class RulesConfig:
     slo_itl_s: float = 0.1
     slo_e2e_s: float = 20.0
     slo_target: float = 0.99
-    agent_selector: str = 'job=~"(.+/)?infersight"'
+    agent_selector: str = 'container="infersight-agent"'
     service_labels: tuple[str, ...] = ("namespace", "job", "model_name")
     target_labels: tuple[str, ...] = ("namespace", "job", "instance", "pod")
     preemptions_per_step: float = 8 / 64
