@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 DEFAULT_CASES = 300
+PROGRESS_EVERY = 250  # cases between progress lines of a reported run
 
 
 def case_count(default: int = DEFAULT_CASES) -> int:
@@ -179,6 +180,9 @@ def run_fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed:
                 last = value
             elif tag == "end":
                 _count(run, offset + last, *value)
+                if (offset + last + 1) % PROGRESS_EVERY == 0:
+                    run.wall_s = time.monotonic() - started
+                    _progress(run, offset + last + 1)
             else:
                 done = True
                 break
@@ -208,6 +212,17 @@ def _count(run: FuzzRun, index: int, kind: str, detail: str, tally: Counter[str]
         run.failures.append(Failure(index, kind, detail))
 
 
+def _progress(run: FuzzRun, done: int) -> None:
+    """How far a long run is, as one JSON line in `INFERSIGHT_FUZZ_REPORT`.progress (when set): a run
+    stopped early still says how many cases it ran and how they ended."""
+    target = os.environ.get("INFERSIGHT_FUZZ_REPORT")
+    if target:
+        with open(target + ".progress", "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), "done": done, "of": run.cases, "failures": len(run.failures),
+                                "wall_s": round(run.wall_s, 1), "outcomes": dict(run.outcomes),
+                                "tallies": dict(run.tallies)}) + "\n")
+
+
 def fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed: tuple[type[BaseException], ...],
          per_case_s: float = 2.0, mem_mb: int = 512) -> list[Failure]:
     """`run_fuzz`'s failures alone."""
@@ -223,7 +238,8 @@ def record(name: str, run: FuzzRun) -> None:
     line = {"test": name, "cases": run.cases, "failures": len(run.failures), "wall_s": round(run.wall_s, 1),
             "outcomes": dict(run.outcomes.most_common()), "top_reasons": dict(run.reasons.most_common(8)),
             "tallies": dict(run.tallies.most_common()),
-            "failure_kinds": dict(Counter(f.kind for f in run.failures))}
+            "failure_kinds": dict(Counter(f.kind for f in run.failures)),
+            "first_failures": describe(run.failures).splitlines()[1:] if run.failures else []}
     with open(target, "a") as f:
         f.write(json.dumps(line) + "\n")
 
