@@ -49,6 +49,11 @@ class DemoConfig:
     # agent's default (0.005) on CUDA, where a window costs milliseconds.
     recorder_budget: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.recorder_budget is not None and not 0.0 < self.recorder_budget < 0.5:
+            raise ValueError(f"--recorder-budget must be in (0, 0.5) (a share of engine time), "
+                             f"got {self.recorder_budget}")
+
 
 #: The recorder's budget on a CPU demo. Measured on a 2-core CPU (load 6-8 from other work): a 4-step
 #: window cost 1-4 s of engine time, in a run of ~30 s of engine time (96 requests); 10% affords two or

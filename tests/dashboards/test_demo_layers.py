@@ -13,6 +13,9 @@ import re
 from collections import defaultdict
 from collections.abc import Iterator
 
+import pytest
+
+from infersight.cli import main
 from infersight.dashboards.grafana import build_dashboards, gpu, to_json
 from infersight.demo_ceilings import CACHE_NAME
 from infersight.demo_recorder import exposition_samples, recorder_rows
@@ -89,3 +92,11 @@ def test_the_demo_measures_this_cpus_ceilings_and_names_them(demo_run) -> None:
 
 def _squeezed(text: str) -> str:
     return re.sub(r"\s+", "", text)
+
+
+@pytest.mark.parametrize("budget", ["0", "0.5", "-0.1"])
+def test_a_budget_the_recorder_cannot_keep_is_one_line_and_exit_2(budget: str, capsys) -> None:
+    """Refused before the engine or the agent starts: a message, not a traceback from the agent's log."""
+    assert main(["demo", "--recorder-budget", budget, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("infersight: error: --recorder-budget must be in (0, 0.5)") and "Traceback" not in err
