@@ -4,7 +4,9 @@ decoder's documented error, hung, or ran out of memory.
 
 Cases run in a forked child so that a hang or an allocation storm is caught and cannot take the test
 process with it: the child's address space is capped at its size after the fork plus `mem_mb`, and
-each case gets `SIGALRM` after `per_case_s`. A failing case is reported with its index and the seed,
+each case gets `SIGPROF` after `per_case_s` of its own CPU time (user + system: on a loaded machine a
+wall-clock alarm fails cases that merely waited for a core), and the parent kills a child that has
+not answered in WATCHDOG_S + 20 x `per_case_s` of wall time (stuck off the CPU). A failing case is reported with its index and the seed,
 so `mutations(seed)[index]` rebuilds it.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Callable, Iterable, Sequence
 
 DEFAULT_CASES = 300
 PROGRESS_EVERY = 250  # cases between progress lines of a reported run
+WATCHDOG_S = 30.0  # wall seconds, plus 20 alarms' worth, before a silent child is killed as hung
 
 
 def case_count(default: int = DEFAULT_CASES) -> int:
@@ -111,7 +114,7 @@ def refusal_reason(message: str) -> str:
 def _outcome(decode: Callable[[bytes], object], case: bytes, allowed: tuple[type[BaseException], ...],
              per_case_s: float, mem_mb: int) -> tuple[str, str, Counter[str] | None]:
     """(kind, detail, tally) of one case: kind "accepted", "refused" (detail: the reason) or a Failure kind."""
-    signal.setitimer(signal.ITIMER_REAL, per_case_s)
+    signal.setitimer(signal.ITIMER_PROF, per_case_s)
     try:
         result = decode(case)
     except _CaseTimeout:
@@ -126,7 +129,7 @@ def _outcome(decode: Callable[[bytes], object], case: bytes, allowed: tuple[type
     except BaseException:  # noqa: BLE001 - anything else is the failure being looked for
         return "exception", traceback.format_exc(limit=-3), None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
     return "accepted", "", result if isinstance(result, Counter) else None
 
 
@@ -135,7 +138,7 @@ def _child(decode: Callable[[bytes], object], cases: list[bytes], allowed: tuple
     current = _address_space_bytes()
     limit = current + mem_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGPROF, _on_alarm)
     for index, case in enumerate(cases):
         conn.send(("at", index))
         conn.send(("end", _outcome(decode, case, allowed, per_case_s, mem_mb)))
@@ -153,8 +156,8 @@ def run_fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed:
 
     `allowed` are the decoder's documented errors (e.g. `ValueError` subclasses that become a one-line
     message or a counted drop); one with an empty message fails as "unclear". A case that crashes the
-    child outright is a "crash", one that holds the child past its alarm (stuck in C code, where
-    SIGALRM cannot interrupt it) is killed as a "hang"; the remaining cases go on in a new child.
+    child outright is a "crash", one that holds the child past the watchdog (stuck in C code, where the
+    alarm's handler cannot run, or waiting) is killed as a "hang"; the remaining cases go on in a new child.
     """
     todo = list(cases)
     run = FuzzRun(cases=len(todo))
@@ -168,7 +171,7 @@ def run_fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed:
         child.close()
         last, done, stuck = -1, False, False
         while True:
-            if not parent.poll(4 * per_case_s + 10):  # the alarm did not fire: killed from outside
+            if not parent.poll(WATCHDOG_S + 20 * per_case_s):  # no CPU alarm: stuck off the CPU (a wait)
                 stuck = True
                 proc.kill()
                 break
@@ -192,7 +195,7 @@ def run_fuzz(decode: Callable[[bytes], object], cases: Iterable[bytes], allowed:
             break
         crashed_at = offset + max(last, 0)
         if stuck:
-            run.failures.append(Failure(crashed_at, "hang", f"no answer in {4 * per_case_s + 10} s (killed)"))
+            run.failures.append(Failure(crashed_at, "hang", f"no answer in {WATCHDOG_S + 20 * per_case_s} s (killed)"))
         else:
             run.failures.append(Failure(crashed_at, "crash", f"child exit code {proc.exitcode}"))
         offset = crashed_at + 1
@@ -220,6 +223,7 @@ def _progress(run: FuzzRun, done: int) -> None:
         with open(target + ".progress", "a") as f:
             f.write(json.dumps({"pid": os.getpid(), "done": done, "of": run.cases, "failures": len(run.failures),
                                 "wall_s": round(run.wall_s, 1), "outcomes": dict(run.outcomes),
+                                "first_failures": describe(run.failures).splitlines()[1:] if run.failures else [],
                                 "tallies": dict(run.tallies)}) + "\n")
 
 
