@@ -65,7 +65,7 @@ def _set_header(buf: bytearray, slot: int, slot_size: int, n_slots: int, rng: ra
         kind, length = other.kind, rng.choice((other.dtype.itemsize, length))
     elif choice == 1:
         kind = rng.choice((0, 12_345, 65_535, kind))
-        length = rng.choice((0, length + 1, slot_size, 2**32 - 1, length))
+        length = rng.choice((0, (length + 1) % 2**32, slot_size, 2**32 - 1, length))
     elif choice == 2:
         seq = rng.choice((0, max(seq - 1, 0), seq + n_slots, 2**63, 2**64 - 1))
     else:
