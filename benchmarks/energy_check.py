@@ -105,7 +105,8 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def _coverage(exposition: str) -> dict[str, Any]:
     """The generated dashboards' queries against this host's exposition (GPU-fed panels marked)."""
     from infersight.dashboards.grafana import build_dashboards, gpu, to_json
-    from infersight.dashboards.grafana.coverage import query_coverage, sample_names
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "dashboards"))  # test-only code
+    from query_coverage import query_coverage, sample_names
 
     boards = {uid: json.loads(to_json(b)) for uid, b in build_dashboards().items()}
     fed = gpu.gpu_fed_titles()

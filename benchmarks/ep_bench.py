@@ -62,7 +62,7 @@ from infersight.probes.ring import RingConsumer
 from infersight.runtime.config import EngineConfig, resolve_model
 from infersight.runtime.parallel.engine import ExpertParallelEngine
 from infersight.runtime.parallel.group import NVLS_OFF_ENV, EPGroup, init_from_env
-from infersight.runtime.parallel.launch import ep_ring_name
+from infersight.commands.ep_launch import ep_ring_name
 from infersight.runtime.parallel.placement import LayerPlacement
 from infersight.runtime.sampling import SamplingParams
 

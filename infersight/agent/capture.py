@@ -1,28 +1,22 @@
 """Captures on demand (POST /api/v1/capture, bearer token) or by rule (slow TTFT, KV nearly full,
 a burst of preemptions), one at a time, rate-limited; the engine is asked through its control
 block and the agent picks the trace up when the engine says it is written. An engine reached
-another way (vLLM's profiler endpoints: infersight.sources.vllm_profiler) is a CaptureTarget; the
-same token, rate limit and one-at-a-time rules apply to it.
+another way (vLLM's profiler endpoints: infersight.sources.vllm_profiler) is a CaptureTarget
+(sources.capture_target, re-exported here with its outcome and refusal); the same token, rate
+limit and one-at-a-time rules apply to it.
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from infersight.agent.token_file import default_token_file, load_or_create_token  # noqa: F401  (re-exported)
 from infersight.probes.control import CaptureDecode, CaptureState, CaptureTool, ControlBlock, control_name, default_decode
+from infersight.sources.capture_target import CaptureOutcome, CaptureRefused, CaptureTarget  # noqa: F401  (re-exported)
 
 log = logging.getLogger("infersight.agent")
-
-
-class CaptureRefused(Exception):
-    """status: the HTTP status to answer with (409 busy, 429 too soon, 503 no engine)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -38,31 +32,6 @@ class CaptureRecord:
     analysis: dict[str, Any] | None = None
     gpu_profiling: str = ""  # "paused" while the capture ran, or why the agent's counters were not
     decode: str = ""  # "eager" | "graphs": how decode steps ran under the profiler (probes.control.CaptureDecode)
-
-
-@dataclass
-class CaptureOutcome:
-    """How a target's capture ended: state done | failed, the trace, and its analysis (or, when it
-    failed, {"error": why})."""
-
-    state: str
-    path: str = ""
-    analysis: dict[str, Any] | None = None
-
-
-class CaptureTarget(Protocol):
-    """An engine captured without a control block. name: what its records show as `ring`; tools: the
-    capture tools it offers. start() must return at once (the capture runs in the background);
-    poll() gives the outcome once, when the capture has ended."""
-
-    name: str
-    tools: tuple[str, ...]
-
-    def start(self, capture_id: int, steps: int) -> None: ...
-
-    def poll(self) -> CaptureOutcome | None: ...
-
-    def close(self) -> None: ...
 
 
 def capture_decode(tool: CaptureTool, decode: str | None) -> CaptureDecode:

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from infersight.tracing.config import TracingConfig  # light: no OpenTelemetry
+
 if TYPE_CHECKING:
     from infersight.agent.recorder.config import RecorderConfig
 
@@ -148,24 +150,12 @@ class AgentConfig:
         for name in ("slo_ttft_s", "slo_itl_s", "slo_e2e_s"):
             if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 s, got {getattr(self, name)}")
-        if not 0.0 <= self.trace_sample_ratio <= 1.0:
-            raise ConfigError(f"trace sample ratio must be in [0, 1], got {self.trace_sample_ratio}")
-        if self.otlp_protocol not in (None, "http/protobuf", "grpc"):
-            raise ConfigError(f"OTLP protocol must be http/protobuf or grpc, got {self.otlp_protocol!r}")
         if not 1 <= self.max_connections <= 65536:
             raise ConfigError(f"max connections must be in 1..65536, got {self.max_connections}")
-        if (self.otlp_receiver or self.otlp_receiver_grpc) and self.otlp_endpoint is None:
-            raise ConfigError("the OTLP receiver needs --otlp-endpoint: the joined spans are exported there")
-        if not 0.0 <= self.otlp_join_wait_s <= 600.0:
-            raise ConfigError(f"the OTLP join wait must be in [0, 600] s, got {self.otlp_join_wait_s}")
-        if self.otlp_queue_spans is not None and self.otlp_queue_spans < 1:
-            raise ConfigError(f"the OTLP queue must hold >= 1 span, got {self.otlp_queue_spans}")
-        if self.otlp_queue_bytes < 1 << 16 or self.trace_buffer_bytes < 1 << 16:
-            raise ConfigError("the OTLP queue and trace buffer byte limits must be >= 65536")
-        if self.otlp_export_timeout_s is not None and not 0 < self.otlp_export_timeout_s <= 60:
-            raise ConfigError(f"the OTLP export timeout must be in (0, 60] s, got {self.otlp_export_timeout_s}")
-        if not 0 < self.otlp_shutdown_timeout_s <= 5:
-            raise ConfigError(f"the OTLP shutdown timeout must be in (0, 5] s, got {self.otlp_shutdown_timeout_s}")
+        try:  # the tracing part validates its own settings (even when off: a bad value is an error)
+            TracingConfig.from_fields(self)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self.energy_gpus = tuple(self.energy_gpus)
         if any(not isinstance(g, int) or g < 0 for g in self.energy_gpus):
             raise ConfigError(f"energy GPUs are device indices >= 0, got {self.energy_gpus}")

@@ -20,9 +20,13 @@ from infersight.agent.capture import (
     CaptureController, CaptureRecord, CaptureRules, default_token_file, load_or_create_token,
 )
 from infersight.agent.capture_analysis import analyze_capture
+from infersight.agent.component import AgentComponent
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.ingest import AttachedRing, RingSet
 from infersight.agent.listen_socket import PortInUseError, bind_listener
+from infersight.agent.parts import (
+    CapturesPart, CollectorOnly, GpuPart, ParquetPart, RecorderPart, RingStatsPart, TracingPart, VllmKvPart,
+)
 from infersight.agent.poll_guard import PollGuard
 from infersight.agent.record_limits import RecordLimits
 from infersight.agent.server import build_app, listener_options
@@ -31,11 +35,13 @@ from infersight.probes.ring_lease import lease_refusal
 from infersight.correlate.frames import EventFrames
 from infersight.exporters.discovery import DiscoveryCollector
 from infersight.exporters.prometheus import build_registry
-from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector, phase_breakdown, samples_frame
+from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector
 from infersight.gpu.frames import covering_samples
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from infersight.tracing.hook import TracingHook
 
 __all__ = ["Agent", "PortInUseError", "analyze_capture"]  # the last two live in capture_analysis, listen_socket
 
@@ -43,6 +49,9 @@ log = logging.getLogger("infersight.agent")
 
 
 class Agent:
+    """The poll loop over the agent's parts (agent.component): the list is built here, once, in the
+    order the poll runs them; each part got what it needs in its constructor."""
+
     def __init__(self, config: AgentConfig, gpu_collector: GpuCollector | None = None) -> None:
         """gpu_collector: the GPU telemetry source (None: picked by open_collector from the config)."""
         self.config = config
@@ -50,7 +59,8 @@ class Agent:
             refusal = lease_refusal(name)
             if refusal is not None:
                 raise ConfigError(refusal)
-        self.state = AgentState(config)
+        self.tracing: TracingHook | None = None  # built below when asked; finished rows go to it
+        self.state = AgentState(config, on_rows=self._on_rows)
         self.rings = RingSet(config.rings, config.discover, config.retry_interval_s,
                              config.discover_prefix, RecordLimits(config.max_task_labels, config.max_moe_layers,
                                                                   config.max_moe_experts))
@@ -72,6 +82,18 @@ class Agent:
         self.registry.register(DiscoveryCollector(self.rings.discovery))  # rings held by another agent
         self.poll_guard = PollGuard()  # a source that raises in a poll is counted, not the agent's end
         self.registry.register(self.poll_guard.collector())
+        self._rings_read_s = time.monotonic()  # when the rings were last read (set again at each read)
+        # The parts, in poll order. Each one's collector is registered as it is added, so /metrics keeps
+        # the order it always had (the API listener's connection gate, registered with the server
+        # below, sits between the flight recorder's families and tracing's).
+        parts: list[AgentComponent] = []
+
+        def add(part: AgentComponent) -> None:
+            parts.append(part)
+            collector = part.collector()
+            if collector is not None:
+                self.registry.register(collector)
+
         # -- an engine's own /metrics (opt-in: --vllm-url): served under our names where no ring provides them
         self.vllm_metrics = None
         if config.vllm_url:
@@ -84,21 +106,19 @@ class Agent:
                                                    timeout_s=min(2.0, config.vllm_metrics_interval_s))
             own, self.registry = self.registry, CollectorRegistry(auto_describe=False)
             self.registry.register(MergedCollector(own, self.vllm_metrics.latest))
-            self.registry.register(self.vllm_metrics.collector())
-        self._gpu_summary_at = 0.0
-        self._rings_read_s = time.monotonic()  # when the rings were last read (set again at each read)
-        self._gpu_written_ns = -1  # GPU readings up to here are in events/gpu.parquet
-        self.captures = CaptureController(config.capture_min_interval_s, CaptureRules(
-            config.auto_capture_ttft_p99_s, config.auto_capture_kv_usage, config.auto_capture_preemptions,
-            config.auto_capture_cooldown_s))
+            add(CollectorOnly("vllm_metrics", self.vllm_metrics.collector()))
+        target = None
         if self.vllm_metrics is not None and config.vllm_profiler_dir:  # captures through vLLM's profiler
             from infersight.sources.vllm_profiler import VllmProfilerConfig, VllmProfilerTarget
 
             target = VllmProfilerTarget(VllmProfilerConfig(config.vllm_url, config.vllm_profiler_dir,
                                                            config.vllm_capture_wait_s, config.vllm_capture_wait_s),
                                         self.vllm_metrics.step_count)
-            self.captures.target = target
-            self.registry.register(target.collector())
+        self.captures = CaptureController(config.capture_min_interval_s, CaptureRules(
+            config.auto_capture_ttft_p99_s, config.auto_capture_kv_usage, config.auto_capture_preemptions,
+            config.auto_capture_cooldown_s), target=target)
+        add(CapturesPart(self.captures, self.state, self._ring_names,
+                                  target.collector() if target is not None else None))
         self.recorder = None  # the flight recorder (opt-in: --flight-recorder): sampled kernel windows
         if config.flight_recorder is not None:
             from infersight.agent.recorder.flight_recorder import FlightRecorder
@@ -106,7 +126,8 @@ class Agent:
 
             self.recorder = FlightRecorder(config.flight_recorder, self.state, self.captures,
                                            self.state.slow_rule.slos)
-            self.registry.register(RecorderCollector(self.recorder))
+            add(RecorderPart(self.recorder, self._ring_names, lambda: self._rings_read_s,
+                                      RecorderCollector(self.recorder)))
         token_file = Path(config.token_file) if config.token_file else default_token_file(self.port)
         self.token = config.token or load_or_create_token(token_file, private_dir=not config.token_file)
         self.token_file = None if config.token else token_file
@@ -118,30 +139,29 @@ class Agent:
         self._stop_at: float | None = None
         self._http: threading.Thread | None = None
         # -- tracing (opt-in): spans and OTLP metrics built from the probe events --------------------
-        self.tracing = None
         if config.otlp_endpoint is not None:
+            from infersight.tracing.config import TracingConfig
             from infersight.tracing.hook import TracingHook  # load the OpenTelemetry SDK only when asked
 
+            tracing_config = TracingConfig.from_fields(config)
+            interval_ns = int(gpu_config.interval_s * 1e9)
             try:
-                self.tracing = TracingHook.from_config(config, self.state)
+                self.tracing = TracingHook.from_config(
+                    tracing_config, self.state.counters, kernels_for_request=self.state.kernel_by_request.get,
+                    gpu_for_step=lambda start, end: covering_samples(self.gpu.recent(), start, end, interval_ns))
             except ValueError as exc:  # e.g. grpc asked for but not installed
                 raise ConfigError(str(exc)) from None
-            self.registry.register(self.tracing.collector())
-            self.tracing.kernels_for_request = self.state.kernel_by_request.get
-            interval_ns = int(gpu_config.interval_s * 1e9)
-            self.tracing.gpu_for_step = lambda start, end: covering_samples(self.gpu.recent(), start, end,
-                                                                              interval_ns)
+            add(TracingPart(self.tracing, self.state))
         # -- OTLP receiver (opt-in): an engine's own spans, joined with the rows by the tracing hook ----
         self.otlp_receiver = None
         if self.tracing is not None and (config.otlp_receiver or config.otlp_receiver_grpc):
             from infersight.tracing.receiver import OtlpReceiver
 
             try:
-                self.otlp_receiver = OtlpReceiver.attach(config, self.tracing)
+                self.otlp_receiver = OtlpReceiver.attach(tracing_config, self.tracing)
             except ValueError as exc:  # a busy or malformed address, grpcio missing
                 raise ConfigError(str(exc)) from None
-            self.registry.register(self.otlp_receiver.collector())
-
+            add(CollectorOnly("tracing", self.otlp_receiver.collector()))
         # -- vLLM's KV cache events (opt-in): translated into the kv_events frame each poll ----------
         self.vllm_kv = None
         if config.vllm_kv_events:
@@ -155,20 +175,22 @@ class Agent:
                                                 wall_anchor=lambda: self.state.wall_anchor)
             except ValueError as exc:  # the endpoint is busy or not an address of this host
                 raise ConfigError(str(exc)) from None
-            self.registry.register(VllmKVCollector(self.vllm_kv))
+            add(VllmKvPart(self.vllm_kv, self.state, VllmKVCollector(self.vllm_kv),
+                                    self.frame_sink.write if self.frame_sink is not None else None))
+        self._gpu_part = GpuPart(self.gpu, self.state, self.captures.in_progress,
+                                 self.frame_sink.write_table if self.frame_sink is not None else None)
+        for part in (self._gpu_part, RingStatsPart(self.rings, self.state),
+                     ParquetPart(self.state, self.sink, self.frame_sink)):
+            add(part)
+        self.parts: tuple[AgentComponent, ...] = tuple(parts)
 
-    def _gpu_summary(self) -> None:
-        """Refresh the GPU part of the summary about once a second (not every poll)."""
-        now = time.monotonic()
-        if now - self._gpu_summary_at < 1.0:
-            return
-        self._gpu_summary_at = now
-        readings = self.gpu.recent()
-        # No readings (no GPU, or none yet): no phase has a sample, and phase_breakdown would say
-        # so from two empty frames it costs ms to build.
-        phases = (phase_breakdown(samples_frame(readings), self.state.recent_steps_frame()).to_dict("records")
-                  if readings else [])
-        self.state.set_gpu_summary(self.gpu.status_line(), phases)
+    def _on_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
+        """AgentState's finished rows (under its lock): to the tracing hook, when there is one."""
+        if self.tracing is not None:
+            self.tracing.add_rows(rows, events)
+
+    def _ring_names(self) -> list[str]:
+        return sorted(self.rings.attached)
 
     def start_http(self) -> None:
         self.gpu.start()
@@ -182,34 +204,18 @@ class Agent:
             self.vllm_metrics.start()
 
     def poll_once(self) -> int:
-        """Read every source once and fold what it had in; returns how many rings had data. A source
-        whose step raises is confined (agent.poll_guard): counted, logged once per kind, and the poll
-        goes on with the next source."""
+        """Read every source once and fold what it had in; returns how many rings had data. Each part's
+        hook runs confined (agent.poll_guard): one that raises is counted under the part's name and
+        logged once per kind, and the poll goes on with the next."""
         guard = self.poll_guard
-        # GPU readings first: the steps read below are measured against them (and none is missed
-        # for arriving before the account's first reading).
-        guard.run("gpu", self._poll_gpu)
+        for part in self.parts:  # the GPU's readings first: the steps read below are measured against them
+            guard.run(part.name, part.start_poll)
         batches = guard.run("rings", self._read_rings) or []
         for ring, frames in batches:  # each ring on its own: one ring's bad batch leaves the others theirs
             guard.run("rings", self._ingest_ring, ring, frames)
-        if self.tracing is not None:
-            guard.run("tracing", self._poll_tracing, bool(batches))
-        if self.vllm_kv is not None:
-            guard.run("vllm_kv_events", self._poll_vllm_kv)
-        guard.run("captures", self._captures_poll)
-        guard.run("gpu", self._gpu_summary)
-        guard.run("rings", self._ring_stats)
-        guard.run("parquet", self._write_rows)
+        for part in self.parts:
+            guard.run(part.name, part.end_poll, bool(batches))
         return len(batches)
-
-    def _poll_gpu(self) -> None:
-        readings = self.gpu.recent()
-        self.state.add_gpu_samples(readings)
-        if self.frame_sink is not None:  # events/gpu.parquet, for the report's GPU figure
-            new = [r for r in readings if r.ts_ns > self._gpu_written_ns]
-            if new:
-                self.frame_sink.write_table("gpu", samples_frame(new))
-                self._gpu_written_ns = max(r.ts_ns for r in new)
 
     def _read_rings(self) -> list[tuple[AttachedRing, EventFrames]]:
         self.rings.refresh()
@@ -220,39 +226,10 @@ class Agent:
 
     def _ingest_ring(self, ring: AttachedRing, frames: EventFrames) -> None:
         self.state.ingest(frames)
-        if self.recorder is not None:
-            self.recorder.add_steps(frames.steps)
-        if self.frame_sink is not None:
-            self.frame_sink.write(frames)
-        if self.tracing is not None:
-            self.tracing.ingest(frames, ring.index, ring.consumer.anchor)
+        anchor = ring.consumer.anchor
+        for part in self.parts:
+            part.on_frames(frames, ring.index, anchor)
         ring.consumer.commit()  # delivered: were we killed now, a successor would not count it lost
-
-    def _poll_tracing(self, had_batches: bool) -> None:
-        if not had_batches:
-            self.tracing.process()  # rows still waiting for their steps time out even when idle
-        self.state.source_stats["otlp_export"] = self.tracing.export_stats()
-
-    def _poll_vllm_kv(self) -> None:
-        self.state.source_stats["vllm_kv_events"] = self.vllm_kv.stats()
-        kv_frames = EventFrames(kv_events=self.vllm_kv.poll(deliver=self._fold_kv))
-        if not kv_frames.kv_events.empty and self.frame_sink is not None:
-            self.frame_sink.write(kv_frames)
-
-    def _ring_stats(self) -> None:
-        anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
-        self.state.set_ring_stats(self.rings.stats(), anchor)
-
-    def _write_rows(self) -> None:
-        if self.sink is not None:
-            self.sink.write(self.state.take_new_rows())
-        else:
-            self.state.drop_new_rows()  # rows kept for the Parquet sink: none, so they must not pile up
-
-    def _fold_kv(self, rows: pd.DataFrame) -> None:
-        """Inside the subscriber's poll: its batch counts and these folds become visible together."""
-        if not rows.empty:
-            self.state.ingest(EventFrames(kv_events=rows))
 
     @property
     def capture_records(self) -> list[CaptureRecord]:
@@ -260,33 +237,9 @@ class Agent:
 
     def request_capture(self, steps: int, tool: str, reason: str = "api", decode: str | None = None) -> CaptureRecord:
         """decode: "eager" | "graphs" | None (the tool's default): probes.control.CaptureDecode."""
-        record = self.captures.request(sorted(self.rings.attached), steps, tool, reason, decode=decode)
-        self._pause_gpu_profiling()
+        record = self.captures.request(self._ring_names(), steps, tool, reason, decode=decode)
+        self._gpu_part.pause_profiling()
         return record
-
-    def _pause_gpu_profiling(self) -> None:
-        """GPU profiling counters (GPM, DCGM profiling fields) are paused while any capture is
-        asked for or running, so Nsight tools and the profiler own the performance monitors."""
-        active = self.captures.in_progress()  # captures and the flight recorder's window
-        self.gpu.pause_profiling(bool(active))
-        for record in active:
-            record.gpu_profiling = self.gpu.pause_note or "paused"
-
-    def _captures_poll(self) -> None:
-        for record in self.captures.poll():
-            log.info("capture %d %s: %s", record.capture_id, record.state, record.path or "-")
-            if record.state == "done" and record.path and record.analysis is None:  # a target may analyse its own
-                first_step = self.captures.first_step(record)
-                record.analysis, per_request = analyze_capture(record.path, self.state.recent_batch_frame(),
-                                                               first_step, self.state.recent_steps_frame())
-                self.state.add_kernel_summaries(per_request)
-        last = self.state.last_step
-        kv_usage = last["kv_blocks_in_use"] / last["kv_blocks_total"] if last.get("kv_blocks_total") else None
-        preempted = int(last.get("preempted", 0)) if last else 0
-        self.captures.check_rules(sorted(self.rings.attached), self.state.recent_ttft_p99(), kv_usage, preempted)
-        if self.recorder is not None:
-            self.recorder.poll(sorted(self.rings.attached), read_s=self._rings_read_s)
-        self._pause_gpu_profiling()
 
     def run(self, duration_s: float | None = None) -> None:
         self.start_http()
@@ -321,7 +274,8 @@ class Agent:
         if self.tracing is not None:
             # within otlp_shutdown_timeout_s of the stop; what it could not send is counted
             self.tracing.close(max(0.2, stop_at + self.config.otlp_shutdown_timeout_s - time.monotonic()))
-            self.state.source_stats["otlp_export"] = stats = self.tracing.export_stats()
+            stats = self.tracing.export_stats()
+            self.state.set_source_stats("otlp_export", stats)
             log.info("OTLP export at exit: %d spans queued, %d exported, %d unsent at shutdown, dropped %s",
                      stats["spans_queued"], stats["spans_exported"], stats["unsent_at_shutdown"], stats["dropped"])
         if self.sink is not None:

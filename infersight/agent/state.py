@@ -48,7 +48,10 @@ NETWORK_WAIT_S = 10.0
 
 
 class AgentState:
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(self, config: AgentConfig,
+                 on_rows: Callable[[pd.DataFrame, pd.DataFrame], None] | None = None) -> None:
+        """on_rows: called under the lock with each batch of finished rows and their request events
+        (the agent's tracing)."""
         self.config = config
         self.lock = threading.Lock()
         self.started_wall = time.time()
@@ -76,8 +79,7 @@ class AgentState:
         self.recorder_summary: dict[str, object] | None = None  # the flight recorder's block (agent.recorder.flight_recorder)
         self.gpu_status = "GPU telemetry: not started"
         self.gpu_phases: list[dict[str, object]] = []
-        #: Called under the lock with each batch of finished rows and their request events (tracing).
-        self.on_rows: Callable[[pd.DataFrame, pd.DataFrame], None] | None = None
+        self.on_rows = on_rows
 
     # -- what the rest of the agent reads (each fold owns its part) ---------------------------------
     @property
@@ -159,6 +161,10 @@ class AgentState:
     def _emit_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
         if self.on_rows is not None:
             self.on_rows(rows, events)
+
+    def set_source_stats(self, source: str, stats: dict[str, object]) -> None:
+        """A non-ring source's health (vLLM KV events, the OTLP export), for the summary's `sources`."""
+        self.source_stats[source] = stats
 
     def count_rejected(self, rejected: dict[tuple[str, str], int]) -> None:
         """Probe records the agent refused since the last call, {(ring, reason): n} (agent.record_limits)."""

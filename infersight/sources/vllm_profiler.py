@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from infersight.agent.capture import CaptureOutcome, CaptureRefused
+from infersight.sources.capture_target import CaptureOutcome, CaptureRefused
 from infersight.exporters import catalogue as C
 from infersight.kernels.frames import TraceError
 from infersight.sources.vllm_trace import (TRACE_SUFFIXES, analyze_vllm_trace, complete_trace, pick_worker_trace,

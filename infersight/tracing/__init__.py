@@ -1,5 +1,6 @@
 """Traces built in the sidecar from probe events, after the fact, exported over OTLP.
 
+config.py    TracingConfig, the part's one config object
 semconv.py   attribute names and values (OpenTelemetry GenAI, OpenInference, Langfuse, infersight.*)
 sampling.py  which requests are kept (head ratio, parent decision, always slow and failed)
 spans.py     pure: a request's row and events -> span descriptions (no SDK objects)

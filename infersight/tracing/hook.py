@@ -1,7 +1,7 @@
 """The agent's tracing hook: probe batches and finished request rows in, spans (and metrics) out.
 
     Agent.poll_once ── frames ──> TracingHook.ingest ──> TraceBuffers (steps, memberships, served)
-    AgentState._requests ── finished rows + their events ──> TracingHook.add_rows (on_rows callback)
+    AgentState's ledger ── finished rows + their events ──> TracingHook.add_rows (its on_rows, via the agent)
                                         │
                sampling.decide ──> spans.request_trace ──> SpanEmitter ──> batch queue ──> OTLP
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, TYPE_CHECKING
 
 import pandas as pd
@@ -28,25 +29,48 @@ from infersight.correlate.frames import EventFrames
 from infersight.exporters import catalogue as C
 from infersight.tracing.bounded import Evictions
 from infersight.tracing.buffers import RING_SHIFT, TraceBuffers
+from infersight.tracing.config import TracingConfig
 from infersight.tracing.export_queue import ExportLimits
 from infersight.tracing.exporter import ExportCounts, SpanEmitter, SpanPipeline, otlp_span_exporter
 from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
-from infersight.tracing.span_join import EngineRequestSpan, SpanJoin, adopt, enrich
+from infersight.tracing.span_join import DEFAULT_MAX_BYTES, DEFAULT_WAIT_S, EngineRequestSpan, SpanJoin, adopt, enrich
 from infersight.tracing.spans import RequestInputs, kernel_attributes, request_trace, step_span
 
 if TYPE_CHECKING:
     from infersight.exporters.aggregates import LabelledCounter
-    from infersight.agent.config import AgentConfig
-    from infersight.agent.state import AgentState
 
 log = logging.getLogger("infersight.tracing")
 STEP_WAIT_S = 1.0
 MAX_STEP_SPANS = 20_000  # step span contexts remembered for links from later requests
 
 
+@dataclass(frozen=True)
+class JoinSettings:
+    """The span join of a hook whose agent receives an engine's own spans: how long a row or a span
+    waits for the other, the clock, and the join's share of the buffers (estimated bytes)."""
+
+    wait_s: float = DEFAULT_WAIT_S
+    clock: Callable[[], float] = time.monotonic
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    def build(self, hook: "TracingHook") -> SpanJoin:
+        from infersight.tracing.vllm_spans import vllm_request_span
+
+        return SpanJoin(hook.pipeline.forward, hook.export_row, vllm_request_span, self.wait_s, self.clock,
+                        max_bytes=self.max_bytes, evictions=hook.buffers.evictions_counts)
+
+
 class TracingHook:
     def __init__(self, pipeline: SpanPipeline, model: str, ratio: float = 1.0, export_content: bool = False,
-                 metrics: GenAIServerMetrics | None = None, buffers: TraceBuffers | None = None) -> None:
+                 metrics: GenAIServerMetrics | None = None, buffers: TraceBuffers | None = None,
+                 kernels_for_request: Callable[[int], Mapping[str, Any] | None] | None = None,
+                 gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None,
+                 join: JoinSettings | None = None, mirror: Mapping[str, LabelledCounter] | None = None) -> None:
+        """kernels_for_request: request id -> its kernel summary from a capture, if one covered it.
+        gpu_for_step: (start_ns, end_ns) -> GPU telemetry covering that step. join: set when the agent
+        receives an engine's own request spans (tracing.receiver): ready rows then wait in span_join for
+        their span and come back through export_row, joined with it or alone. mirror: the agent's
+        counters of TRACING_METRICS names, kept in step with the pipeline's counts."""
         self.pipeline = pipeline
         self.emitter = SpanEmitter(pipeline)
         self.model, self.ratio, self.export_content, self.metrics = model, ratio, export_content, metrics
@@ -55,40 +79,40 @@ class TracingHook:
         self._arrived: list[tuple[dict[str, Any], pd.DataFrame, float]] = []  # rows since the last process()
         self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
         self._step_spans: OrderedDict[int, SpanContext] = OrderedDict()
-        self._mirror: dict[str, LabelledCounter] = {}
-        #: request id -> its kernel summary from a capture, if one covered it; set by the agent.
-        self.kernels_for_request: Callable[[int], Mapping[str, Any] | None] | None = None
-        #: (start_ns, end_ns) -> GPU telemetry covering that step; set by the agent when it samples a GPU.
-        self.gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None
-        #: Set when the agent receives an engine's own request spans (tracing.receiver): ready rows then
-        #: wait there for their span and come back through export_row, joined with it or alone.
-        self.span_join: SpanJoin | None = None
+        self._mirror = dict(mirror or {})
+        self.kernels_for_request, self.gpu_for_step = kernels_for_request, gpu_for_step
+        self.span_join = join.build(self) if join is not None else None
         #: Set when the agent shuts down: rows are built until then; the ones left are counted unsent.
         self.build_deadline: float | None = None
         self.rows_unsent = 0
 
     @classmethod
-    def from_config(cls, config: "AgentConfig", state: "AgentState") -> "TracingHook":
-        """OTLP export as configured, fed by `state` (its on_rows callback is set here)."""
+    def from_config(cls, config: TracingConfig, counters: Mapping[str, LabelledCounter],
+                    kernels_for_request: Callable[[int], Mapping[str, Any] | None] | None = None,
+                    gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None) -> "TracingHook":
+        """OTLP export as configured. counters: the agent's; once TRACING_METRICS are merged into the
+        catalogue, the agent's collector renders them from there, so the hook keeps those in step
+        (until then, collector() serves them). The rows come in through add_rows, which the agent
+        hands the rows' producer."""
         endpoint = config.otlp_endpoint or None  # "": the OTEL_EXPORTER_OTLP_* variables decide
         limits = export_limits(config)
         exporter = otlp_span_exporter(endpoint, config.otlp_protocol, timeout_s=limits.export_timeout_s)
         pipeline = SpanPipeline.build(exporter, limits=limits)
         metrics = (GenAIServerMetrics(otlp_metric_reader(endpoint, config.otlp_protocol, limits.export_timeout_s))
                    if config.otlp_metrics else None)
-        hook = cls(pipeline, config.model_name, config.trace_sample_ratio, config.export_content, metrics,
-                   TraceBuffers(config.trace_buffer_bytes // 2))  # the span join has the other half
-        state.on_rows = hook.add_rows
-        # Once TRACING_METRICS are merged into the catalogue, the agent's collector renders them from
-        # its counters: keep those in step (until then, collector() serves them).
-        hook._mirror = {s.name: state.counters[s.name] for s in C.TRACING_METRICS if s.name in state.counters}
-        return hook
+        join = (JoinSettings(config.otlp_join_wait_s, max_bytes=config.trace_buffer_bytes // 2)
+                if config.receiver_on else None)
+        return cls(pipeline, config.model_name, config.trace_sample_ratio, config.export_content, metrics,
+                   TraceBuffers(config.trace_buffer_bytes // 2),  # the span join has the other half
+                   kernels_for_request, gpu_for_step, join,
+                   {s.name: counters[s.name] for s in C.TRACING_METRICS if s.name in counters})
 
     # -- input ------------------------------------------------------------------------------------
     def add_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
-        """AgentState.on_rows: runs under the state's lock, so it only queues. The next process() (in the
-        same poll) builds what is ready; only the rows that must wait for their steps are kept, in
-        buffers.rows, bounded in entries and bytes (what it forgets is counted)."""
+        """The rows' producer (AgentState's on_rows, through the agent) calls it under the state's lock,
+        so it only queues. The next process() (in the same poll) builds what is ready; only the rows that must
+        wait for their steps are kept, in buffers.rows, bounded in entries and bytes (what it forgets is
+        counted)."""
         now = time.monotonic()
         by_request = {int(rid): g for rid, g in events.groupby("request_id", sort=False)}
         for row in rows.to_dict("records"):
@@ -230,8 +254,8 @@ class TracingHook:
         return _TracingCollector(self.pipeline.counts, self.buffers.evictions_counts)
 
 
-def export_limits(config: "AgentConfig") -> ExportLimits:
-    """The export limits the agent's config asks for (unset ones: the OTEL_* variables, else defaults)."""
+def export_limits(config: TracingConfig) -> ExportLimits:
+    """The export limits the config asks for (unset ones: the OTEL_* variables, else defaults)."""
     return ExportLimits.from_env(max_queue_spans=config.otlp_queue_spans, max_queue_bytes=config.otlp_queue_bytes,
                                  export_timeout_s=config.otlp_export_timeout_s,
                                  shutdown_timeout_s=config.otlp_shutdown_timeout_s)

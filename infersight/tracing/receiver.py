@@ -40,10 +40,10 @@ from infersight.http.limits import HttpLimits, LimitedApp, grpc_status_error_bod
 from infersight.tracing import otlp_decode as D
 from infersight.tracing.receiver_address import ReceiverConfigError, bind_http, parse_hostport
 from infersight.tracing.receiver_grpc import GRPC_SERVICE, GrpcListener
-from infersight.tracing.span_join import JoinCounts, SpanJoin
+from infersight.tracing.config import TracingConfig
+from infersight.tracing.span_join import JoinCounts
 
 if TYPE_CHECKING:
-    from infersight.agent.config import AgentConfig
     from infersight.tracing.hook import TracingHook
 
 __all__ = ["OtlpReceiver", "ReceiverCounts", "ReceiverConfigError", "parse_hostport", "not_content",
@@ -104,13 +104,12 @@ class OtlpReceiver:
             self.grpc_port = self._grpc.port
 
     @classmethod
-    def attach(cls, config: "AgentConfig", hook: "TracingHook") -> "OtlpReceiver":
-        """The receiver of `config`, its spans joined with `hook`'s rows (hook.span_join is set here)."""
-        from infersight.tracing.vllm_spans import vllm_request_span
-
-        join = SpanJoin(hook.pipeline.forward, hook.export_row, vllm_request_span, config.otlp_join_wait_s,
-                        max_bytes=config.trace_buffer_bytes // 2, evictions=hook.buffers.evictions_counts)
-        hook.span_join = join
+    def attach(cls, config: TracingConfig, hook: "TracingHook") -> "OtlpReceiver":
+        """The receiver of `config`, its spans joined with `hook`'s rows (the hook was built with a span
+        join: TracingHook.from_config does so when the config has a receiver)."""
+        join = hook.span_join
+        if join is None:
+            raise ValueError("the tracing hook has no span join: build it from a config with a receiver")
         http = parse_hostport(config.otlp_receiver) if config.otlp_receiver else None
         grpc_address = parse_hostport(config.otlp_receiver_grpc) if config.otlp_receiver_grpc else None
         receiver = cls(join.add_spans, http, grpc_address, config.export_content,

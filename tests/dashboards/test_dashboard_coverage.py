@@ -1,11 +1,11 @@
-"""dashboards.grafana.coverage on a hand-written exposition: which queries have their series."""
+"""query_coverage (tests/dashboards/query_coverage.py) on a hand-written exposition: which queries have their series."""
 from __future__ import annotations
 
 import json
 
 from infersight.dashboards.grafana import build_dashboards, gpu, to_json
-from infersight.dashboards.grafana.coverage import query_coverage, sample_names
 from infersight.exporters import catalogue as C
+from query_coverage import query_coverage, sample_names
 
 EXPOSITION = f"""# TYPE {C.ENERGY.name} counter
 {C.ENERGY.name}_total{{task="chat"}} 12.5

@@ -30,7 +30,8 @@ def _graph() -> dict[str, set[str]]:
                 if node.level:
                     anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join(anchor + ([base] if base else []))
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+                # "from pkg import sub": the module pkg.sub when it is one, else pkg (a name in it)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
             for t in targets:
                 # the longest prefix that is one of our modules
                 while t and t not in modules:
@@ -81,13 +82,74 @@ def test_no_import_cycles() -> None:
     assert _cycles(graph) == []
 
 
-@pytest.mark.parametrize("layer, forbidden", [
-    ("infersight.runtime", ("infersight.agent", "infersight.exporters", "infersight.tracing", "infersight.dashboards")),
-    ("infersight.exporters", ("infersight.agent",)),
-    ("infersight.correlate", ("infersight.agent", "infersight.exporters")),
-    ("infersight.vllm", ("infersight.agent", "infersight.exporters", "infersight.dashboards")),
-])
-def test_layers_import_only_downstream(layer: str, forbidden: tuple[str, ...]) -> None:
-    bad = sorted(f"{m} -> {d}" for m, deps in _graph().items() if m == layer or m.startswith(layer + ".")
-                 for d in deps if any(d == f or d.startswith(f + ".") for f in forbidden))
-    assert bad == []
+#: Which top-level parts of the package may import which (dotted prefixes under infersight; "*": any).
+#: Read with docs/architecture.md section 3: data flows engine -> ring -> agent -> exporters, and
+#: nothing imports the stage that consumes its output. A part missing here fails the test.
+ANY = ("*",)
+RULES: dict[str, tuple[tuple[str, ...], str]] = {
+    "runtime": ((), "the engine pays for nothing it does not run: it imports nothing of ours"),
+    "models": ((), "model definitions, read by the runtime and the CLI"),
+    "workload": ((), "the demo workload, shared by the engine side and the tools"),
+    "probes": (("runtime",), "the engine's half of the ring observes the runtime (observer, stats, model config)"),
+    "kernels": (("runtime.config", "runtime.model_config"), "trace readers: model shapes for the roofline only"),
+    "correlate": (("kernels", "probes.records", "runtime.observer"),
+                  "pure analyses over frames decoded from the record layout and the observer's enums"),
+    "http": (("exporters.catalogue",), "the shared HTTP door: counts under catalogue names, serves no one part"),
+    "gpu": (("exporters.catalogue", "exporters.exposition_parse"),
+            "telemetry readers: the metric definitions and the text parser, never the exporters' collectors"),
+    "exporters": (("correlate", "gpu", "probes.ring_discovery"),
+                  "render what the agent hands them (MetricSource protocol), never the agent"),
+    "serve": (("runtime", "probes", "exporters.catalogue", "http"),
+              "the engine's process with an HTTP door: engine side plus the shared definitions"),
+    "vllm": (("probes", "serve", "workload"),
+             "the plugin loads inside vLLM's interpreter: only what the engine side needs"),
+    "sources": (("correlate", "exporters", "kernels", "probes", "runtime.observer", "vllm.ids"),
+                "the agent's engine sources: the agent builds them, so they never import it"),
+    "tracing": (("correlate", "exporters", "http", "vllm.ids"),
+                "the agent's tracing part: built by the agent with what it needs, never importing it"),
+    "dashboards": (("correlate", "exporters", "gpu", "kernels"),
+                   "generated from the catalogue and from the files a run wrote, not from a live agent"),
+    "agent": (("correlate", "exporters", "gpu", "http", "kernels", "probes", "runtime.observer", "sources",
+               "tracing"), "the top of the data path: it wires its parts and reads the engine side"),
+    "training": (("runtime", "workload"), "trains the reference model on the runtime"),
+    "bench": (("agent", "correlate", "kernels", "probes", "runtime", "workload"),
+              "measuring tools: run an engine with probes and an agent, above both"),
+    "commands": (ANY, "composition root: each command parses, calls a library function and prints"),
+    "cli": (ANY, "composition root: the subcommand table"),
+    "__main__": (ANY, "composition root: python -m infersight"),
+    "demo": (ANY, "composition root: the demo runs an engine, an agent and the dashboards"),
+    "demo_vllm": (ANY, "composition root: the demo beside a real vLLM"),
+}
+
+
+def _part(module: str) -> str:
+    """The top-level part of a module (a demo_* module is the demo's: it composes like demo.py)."""
+    part = module.split(".")[1] if "." in module else "__init__"
+    return "demo" if part.startswith("demo_") else part
+
+
+def _allowed(part: str, dep: str) -> bool:
+    allowed = RULES[part][0]
+    name = dep.removeprefix("infersight.")
+    return allowed == ANY or any(name == a or name.startswith(a + ".") for a in allowed)
+
+
+def test_every_part_has_a_rule() -> None:
+    parts = {_part(m) for m in _graph()} - {"__init__"}
+    assert sorted(parts - RULES.keys()) == []
+
+
+@pytest.mark.parametrize("part", sorted(RULES))
+def test_parts_import_only_what_their_rule_allows(part: str) -> None:
+    bad = sorted(f"{m} -> {d}" for m, deps in _graph().items() if _part(m) == part
+                 for d in deps if _part(d) != part and _part(d) != "__init__" and not _allowed(part, d))
+    assert bad == [], f"{part} may import only {RULES[part][0]}: {RULES[part][1]}"
+
+
+def test_the_rules_catch_a_backward_import() -> None:
+    """The check reads the rule, not the graph it was written from: an import of the agent from
+    tracing, as tracing/hook.py once had under TYPE_CHECKING, is refused."""
+    assert not _allowed("tracing", "infersight.agent.state")
+    assert not _allowed("sources", "infersight.agent.capture")
+    assert not _allowed("runtime", "infersight.probes.observer")
+    assert _allowed("agent", "infersight.tracing.hook") and _allowed("commands", "infersight.agent.service")

@@ -20,7 +20,8 @@ from infersight.runtime.config import ModelConfig
 from infersight.runtime.engine import Engine
 from infersight.runtime.moe import MoEFFN
 from infersight.runtime.parallel.group import EPGroup
-from infersight.runtime.parallel.launch import GenerationSpec, ep_ring_name, run_generation
+from infersight.commands.ep_launch import ep_ring_name
+from infersight.runtime.parallel.generation import GenerationSpec, run_generation
 from infersight.runtime.parallel.moe import ExpertParallelMoE
 from infersight.runtime.parallel.placement import LayerPlacement
 from infersight.runtime.parallel.stats import EPLayerStats, EPStatsCollector

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from ep_workers import REPLICATED, SPEC, TINY, generate_on_rank, generate_single
+from gloo_spawn import spawn_local
 from infersight.correlate import expert_parallel as epa
-from infersight.runtime.parallel.spawn import spawn_local
 
 WORLD = 2
 

@@ -12,7 +12,7 @@ import pytest
 
 from infersight.runtime.engine import Engine
 from infersight.runtime.parallel.group import free_port
-from infersight.runtime.parallel.launch import GenerationSpec, seeded_prompts, tokens_digest
+from infersight.runtime.parallel.generation import GenerationSpec, seeded_prompts, tokens_digest
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
@@ -22,7 +22,7 @@ def test_torchrun_launch_matches_single_process():
     n, length, max_tokens = 3, 12, 8
     cmd = [str(TORCHRUN) if TORCHRUN.exists() else "torchrun", "--nnodes", "1", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-           "-m", "infersight.runtime.parallel.launch", "--model", "tiny-moe", "--device", "cpu",
+           "-m", "infersight.commands.ep_launch", "--model", "tiny-moe", "--device", "cpu",
            "--prompts", str(n), "--prompt-len", str(length), "--max-tokens", str(max_tokens), "--probes"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from ep_workers import ENGINE_KWARGS, PROMPTS, generate_runs_keeping_rings, generate_single
+from gloo_spawn import spawn_local
 from infersight.agent.config import AgentConfig
 from infersight.agent.ingest import RING_ID_SHIFT, RingSet
 from infersight.agent.report import EP_SUMMARY_STEPS, expert_parallel
@@ -27,9 +28,8 @@ from infersight.correlate.expert_parallel import plan_replication
 from infersight.correlate.frames import EventFrames
 from infersight.correlate.moe import expert_load
 from infersight.probes.ring_discovery import remove_ring
-from infersight.runtime.parallel.launch import GenerationSpec
+from infersight.runtime.parallel.generation import GenerationSpec
 from infersight.runtime.parallel.placement import LayerPlacement
-from infersight.runtime.parallel.spawn import spawn_local
 
 SPEC = GenerationSpec("tiny-moe", PROMPTS[:6], max_tokens=12, engine_kwargs=ENGINE_KWARGS)
 D_MODEL, N_LAYERS, N_EXPERTS = 256, 4, 8

@@ -78,9 +78,8 @@ def _without_network(frames: EventFrames) -> EventFrames:
 
 def test_agent_holds_served_rows_until_their_network_record(served: tuple[Harness, EventFrames]) -> None:
     _, frames = served
-    state = AgentState(AgentConfig(rings=["x"], model_name=MODEL))
     seen: list[pd.DataFrame] = []
-    state.on_rows = lambda rows, events: seen.append(rows)
+    state = AgentState(AgentConfig(rings=["x"], model_name=MODEL), on_rows=lambda rows, events: seen.append(rows))
     state.ingest(_without_network(frames))  # FINISHED read, NETWORK not yet written
     assert len(state.finished) == 0 and not seen
     state.ingest(EventFrames(network=frames.network))  # the next read brings it

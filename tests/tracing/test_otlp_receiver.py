@@ -32,10 +32,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFl
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.correlate.frames import EventFrames
 from infersight.tracing.exporter import SpanPipeline
-from infersight.tracing.hook import TracingHook
+from infersight.tracing.hook import JoinSettings, TracingHook
 from infersight.tracing.receiver import OtlpReceiver, ReceiverConfigError, parse_hostport
-from infersight.tracing.span_join import SpanJoin
-from infersight.tracing.vllm_spans import vllm_request_span
 from infersight.vllm.ids import key_for_vllm_id
 
 MODEL = "tiny-llama"
@@ -76,11 +74,12 @@ class Agent:
 
     def __init__(self, wait_s: float = 10.0, export_content: bool = False) -> None:
         self.memory = InMemorySpanExporter()
-        self.hook = TracingHook(SpanPipeline.build(self.memory, batch=False), MODEL)
-        self.hook.buffers.step_end[0] = self.hook.buffers.step_end[1] = F  # the steps are all read
         self.clock = Clock()
-        self.join = SpanJoin(self.hook.pipeline.forward, self.hook.export_row, vllm_request_span, wait_s, self.clock)
-        self.hook.span_join = self.join
+        self.hook = TracingHook(SpanPipeline.build(self.memory, batch=False), MODEL,
+                                join=JoinSettings(wait_s, self.clock))
+        self.hook.buffers.step_end[0] = self.hook.buffers.step_end[1] = F  # the steps are all read
+        assert self.hook.span_join is not None
+        self.join = self.hook.span_join
         self.receiver = OtlpReceiver(self.join.add_spans, ("127.0.0.1", 0), ("127.0.0.1", 0), export_content)
         self.receiver.join_counts = self.join.counts
         self.receiver.start()

@@ -22,10 +22,9 @@ class AgentSide:
     memory: InMemorySpanExporter = field(default_factory=InMemorySpanExporter)
 
     def __post_init__(self) -> None:
-        self.state = AgentState(AgentConfig(rings=["unused"], model_name=MODEL,
-                                            min_requests_for_p99=self.min_requests_for_p99))
         self.hook = TracingHook(SpanPipeline.build(self.memory, batch=False), MODEL, self.ratio, self.export_content)
-        self.state.on_rows = self.hook.add_rows
+        self.state = AgentState(AgentConfig(rings=["unused"], model_name=MODEL,
+                                            min_requests_for_p99=self.min_requests_for_p99), on_rows=self.hook.add_rows)
 
     def poll(self, harness: Harness) -> None:
         frames = harness.read_frames()

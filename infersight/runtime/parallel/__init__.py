@@ -10,9 +10,9 @@ dispatched and combined by torch.distributed all-to-all (NCCL on GPUs, gloo on C
 | `local_model.py` | one rank's model: built on meta, sharded, then only its experts materialised and filled |
 | `engine.py` | `ExpertParallelEngine`: the single-process `Engine` with its MoE layers sharded |
 | `group.py` | the process group (torchrun environment, NCCL/gloo, NVLink multicast off) |
-| `spawn.py` | W local CPU processes on gloo, for tests |
-| `launch.py` | the torchrun entry point |
+| `generation.py` | one rank's generation: the same greedy requests on every rank, its totals |
 
 Every rank runs the same engine loop on the same requests; attention and the dense parts are
-replicated, so the generated tokens equal the single-process engine's.
+replicated, so the generated tokens equal the single-process engine's. The torchrun entry point
+(with probes) is infersight.commands.ep_launch; W local CPU ranks for tests: tests/parallel/gloo_spawn.py.
 """

@@ -1,7 +1,7 @@
 """The expert-parallel process group: who this rank is, and how to join the world.
 
 NCCL on CUDA devices, gloo on CPU. Under torchrun the world comes from the environment (RANK,
-WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); spawn.py builds the same environment for local
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); tests/parallel/gloo_spawn.py builds the same environment for local
 CPU runs (tests). NVLink multicast (NVLS) stays off: see NVLS_OFF_ENV.
 """
 from __future__ import annotations

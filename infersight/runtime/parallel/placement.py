@@ -19,11 +19,6 @@ def home_bounds(n_experts: int, world: int, rank: int) -> tuple[int, int]:
     return rank * n_experts // world, (rank + 1) * n_experts // world
 
 
-def home_rank(n_experts: int, world: int, expert: int) -> int:
-    """The rank whose home shard holds `expert` (the inverse of home_bounds)."""
-    return next(r for r in range(world) if home_bounds(n_experts, world, r)[1] > expert)
-
-
 @dataclass(frozen=True)
 class RouteTables:
     """Device tables for dispatch: for expert e, its copies j < n_replicas[e] live on rank

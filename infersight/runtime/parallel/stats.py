@@ -10,20 +10,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence, Union
+from typing import Sequence, Union
 
 import torch
 
 Mark = Union[int, "torch.cuda.Event"]
-
-
-class EPStatsSink(Protocol):
-    """What receives the stats: ProbeObserver.on_ep_stats has this signature."""
-
-    def on_ep_stats(self, step_id: int, layer: int, rank: int, world: int, dispatch_ns: int,
-                    combine_ns: int, compute_ns: int, bytes_to_peer: Sequence[int],
-                    tokens_per_local_expert: Sequence[int], local_expert_ids: Sequence[int],
-                    gather_ns: int = 0, total_ns: int = 0) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Run a function on W local CPU processes joined by gloo, and collect what each returns.
 
-For tests and CPU demos; on GPUs use torchrun (launch.py). Each process gets the environment
+For the tests; on GPUs use torchrun
+(infersight.commands.ep_launch). Each process gets the environment
 torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free MASTER_PORT)
 and one intra-op thread, so W processes do not oversubscribe a small machine.
 """

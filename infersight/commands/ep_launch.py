@@ -1,35 +1,34 @@
 """torchrun entry point: one expert-parallel engine per rank, the same greedy requests on every rank.
 
-    torchrun --nproc-per-node 2 -m infersight.runtime.parallel.launch --model tiny-moe --prompts 8
+    torchrun --nproc-per-node 2 -m infersight.commands.ep_launch --model tiny-moe --prompts 8
 
 Rank 0 prints `key: value` lines and then one JSON object as its last line (like `infersight
 bench`): whether every rank generated the same tokens, the tokens' digest, and per-rank totals of
 the expert-parallel stats. With --probes each rank writes its events to its own ring
 (`<ring-prefix>-r<rank>-<pid>`); `infersight agent --discover` merges them.
+
+(Not a subcommand: torchrun starts one process per rank with this module. The generation itself is
+runtime.parallel.generation's; this module adds the probes, which the runtime may not import.)
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
-import random
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
 
-from infersight.runtime.config import EngineConfig, ModelConfig, resolve_model
-from infersight.runtime.observer import EngineObserver
-from infersight.runtime.parallel.engine import ExpertParallelEngine
-from infersight.runtime.parallel.group import EPGroup, init_from_env
-from infersight.runtime.parallel.placement import LayerPlacement
-from infersight.runtime.parallel.stats import EPLayerStats
-from infersight.runtime.sampling import SamplingParams
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.runtime.config import ModelConfig, resolve_model
+from infersight.runtime.parallel.generation import (GenerationSpec, RankResult, run_generation, seeded_prompts,
+                                                    tokens_digest)
+from infersight.runtime.parallel.group import init_from_env
 
 
 def ep_ring_name(prefix: str, rank: int) -> str:
@@ -37,94 +36,8 @@ def ep_ring_name(prefix: str, rank: int) -> str:
     return f"{prefix}-r{rank}-{os.getpid()}"
 
 
-@dataclass(frozen=True)
-class GenerationSpec:
-    """What every rank runs: the same engine config and the same greedy requests."""
-
-    model: str | ModelConfig
-    prompts: tuple[str | tuple[int, ...], ...]
-    max_tokens: int
-    device: str = "cpu"
-    dtype: str = "float32"
-    seed: int = 0
-    engine_kwargs: Mapping[str, object] = field(default_factory=dict)
-    placements: Mapping[int, LayerPlacement] | None = None
-
-    def engine_config(self, device: str | None = None) -> EngineConfig:
-        return EngineConfig(model=self.model, device=device or self.device, dtype=self.dtype, seed=self.seed,
-                            **self.engine_kwargs)  # type: ignore[arg-type]
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(temperature=0.0, max_tokens=self.max_tokens, ignore_eos=True)
-
-
-@dataclass
-class RankTotals:
-    """Sums of one rank's EPLayerStats over a run."""
-
-    steps: int = 0
-    dispatch_ns: int = 0
-    compute_ns: int = 0
-    combine_ns: int = 0
-    gather_ns: int = 0
-    total_ns: int = 0
-    bytes_to_peer: list[int] = field(default_factory=list)
-    expert_tokens: dict[int, int] = field(default_factory=dict)  # global expert id -> tokens received
-
-    def add(self, stats: Sequence[EPLayerStats]) -> None:
-        self.steps += 1 if stats else 0
-        for s in stats:
-            self.dispatch_ns += s.dispatch_ns
-            self.compute_ns += s.compute_ns
-            self.combine_ns += s.combine_ns
-            self.gather_ns += s.gather_ns
-            self.total_ns += s.total_ns
-            if len(self.bytes_to_peer) < len(s.bytes_to_peer):
-                self.bytes_to_peer += [0] * (len(s.bytes_to_peer) - len(self.bytes_to_peer))
-            for p, b in enumerate(s.bytes_to_peer):
-                self.bytes_to_peer[p] += b
-            for e, n in zip(s.expert_ids, s.expert_tokens):
-                self.expert_tokens[e] = self.expert_tokens.get(e, 0) + n
-
-
-@dataclass
-class RankResult:
-    rank: int
-    world: int
-    tokens: list[list[int]]
-    totals: RankTotals
-    elapsed_s: float
-
-
-def run_generation(group: EPGroup, spec: GenerationSpec, observer: EngineObserver | None = None) -> RankResult:
-    """Generate spec's prompts on this rank's expert-parallel engine; every rank must call it."""
-    engine = ExpertParallelEngine(spec.engine_config(group.device if spec.device == "auto" else None), group,
-                                  observer, spec.placements)
-    params = spec.sampling()
-    ids = [engine.add_request(list(p) if isinstance(p, tuple) else p, params) for p in spec.prompts]
-    totals = RankTotals()
-    dist.barrier(group.group)  # ranks finish building at different times; keep that out of step 1's dispatch
-    start = time.perf_counter()
-    while engine.has_unfinished():
-        engine.step()
-        totals.add(engine.last_ep_stats)
-    elapsed = time.perf_counter() - start
-    tokens = [engine.release(rid).token_ids for rid in ids]
-    return RankResult(group.rank, group.world, tokens, totals, elapsed)
-
-
-def seeded_prompts(n: int, length: int, seed: int) -> tuple[tuple[int, ...], ...]:
-    """n byte prompts of `length` tokens, the same on every rank (same seed)."""
-    rng = random.Random(seed)
-    return tuple(tuple(rng.randrange(256) for _ in range(length)) for _ in range(n))
-
-
-def tokens_digest(tokens: list[list[int]]) -> str:
-    return hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:16]
-
-
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m infersight.runtime.parallel.launch", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m infersight.commands.ep_launch", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="tiny-moe")
     ap.add_argument("--layers", type=int, default=None, help="override the model's layer count")
@@ -154,8 +67,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                           device=group.device, dtype=args.dtype, seed=args.seed)
     observer = None
     if args.probes:
-        from infersight.probes.config import ProbeConfig  # the probes observe the runtime: imported on demand
-        from infersight.probes.observer import ProbeObserver
         observer = ProbeObserver(ProbeConfig(ring_name=ep_ring_name(args.ring_prefix, group.rank)))
     try:
         result = run_generation(group, spec, observer)
