@@ -52,29 +52,9 @@ class AgentConfig:
     vllm_compat: bool = False
     model_name: str = "tiny-moe"
     retry_interval_s: float = 2.0
-    # -- tracing (opt-in; infersight.tracing): spans built from the probe events, exported over OTLP.
-    # otlp_endpoint None: off; "": on, endpoint from the OTEL_EXPORTER_OTLP_* variables; else the
-    # collector's base URL (http/protobuf: http://host:4318; grpc: host:4317).
-    otlp_endpoint: str | None = None
-    otlp_protocol: str | None = None  # http/protobuf (default) | grpc; None: OTEL_EXPORTER_OTLP_PROTOCOL
-    trace_sample_ratio: float = 1.0   # head ratio; slow and failed requests are always kept
-    export_content: bool = False      # prompt/completion text on spans (when the server sent it too)
-    otlp_metrics: bool = False        # gen_ai.server.* histograms over OTLP as well
-    # OTLP receiver (infersight.tracing.receiver) for an engine's own spans (vLLM's --otlp-traces-endpoint):
-    # "HOST:PORT" of the OTLP/HTTP and OTLP/gRPC listeners (None: off). Each request span is joined with
-    # the request's row, waiting at most otlp_join_wait_s for whichever comes second; needs otlp_endpoint.
-    otlp_receiver: str | None = None
-    otlp_receiver_grpc: str | None = None
-    otlp_join_wait_s: float = 10.0
-    # Bounded memory and a prompt shutdown (infersight.tracing.export_queue): the export queue's span and
-    # byte limits (spans None: OTEL_BSP_MAX_QUEUE_SIZE, else 2048), one export's timeout (None:
-    # OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, else 2 s), the whole flush at shutdown, and the hook's and the
-    # span join's buffers together (estimated bytes). What does not fit is dropped and counted.
-    otlp_queue_spans: int | None = None
-    otlp_queue_bytes: int = 16 << 20
-    otlp_export_timeout_s: float | None = None
-    otlp_shutdown_timeout_s: float = 3.0
-    trace_buffer_bytes: int = 64 << 20
+    # Tracing (opt-in; infersight.tracing): spans built from the probe events, exported over OTLP, and
+    # the receiver of an engine's own spans. Its own config object, validated when built.
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     # Captures: the bearer token of POST /api/v1/capture (None: read or create token_file, 0600).
     token: str | None = None
     token_file: str | None = None
@@ -152,10 +132,6 @@ class AgentConfig:
                 raise ConfigError(f"{name} must be > 0 s, got {getattr(self, name)}")
         if not 1 <= self.max_connections <= 65536:
             raise ConfigError(f"max connections must be in 1..65536, got {self.max_connections}")
-        try:  # the tracing part validates its own settings (even when off: a bad value is an error)
-            TracingConfig.from_fields(self)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
         self.energy_gpus = tuple(self.energy_gpus)
         if any(not isinstance(g, int) or g < 0 for g in self.energy_gpus):
             raise ConfigError(f"energy GPUs are device indices >= 0, got {self.energy_gpus}")

@@ -139,26 +139,24 @@ class Agent:
         self._stop_at: float | None = None
         self._http: threading.Thread | None = None
         # -- tracing (opt-in): spans and OTLP metrics built from the probe events --------------------
-        if config.otlp_endpoint is not None:
-            from infersight.tracing.config import TracingConfig
+        if config.tracing.otlp_endpoint is not None:
             from infersight.tracing.hook import TracingHook  # load the OpenTelemetry SDK only when asked
 
-            tracing_config = TracingConfig.from_fields(config)
             interval_ns = int(gpu_config.interval_s * 1e9)
             try:
                 self.tracing = TracingHook.from_config(
-                    tracing_config, self.state.counters, kernels_for_request=self.state.kernel_by_request.get,
+                    config.tracing, config.model_name, self.state.counters, kernels_for_request=self.state.kernel_by_request.get,
                     gpu_for_step=lambda start, end: covering_samples(self.gpu.recent(), start, end, interval_ns))
             except ValueError as exc:  # e.g. grpc asked for but not installed
                 raise ConfigError(str(exc)) from None
             add(TracingPart(self.tracing, self.state))
         # -- OTLP receiver (opt-in): an engine's own spans, joined with the rows by the tracing hook ----
         self.otlp_receiver = None
-        if self.tracing is not None and (config.otlp_receiver or config.otlp_receiver_grpc):
+        if self.tracing is not None and config.tracing.receiver_on:
             from infersight.tracing.receiver import OtlpReceiver
 
             try:
-                self.otlp_receiver = OtlpReceiver.attach(tracing_config, self.tracing)
+                self.otlp_receiver = OtlpReceiver.attach(config.tracing, self.tracing, config.max_connections)
             except ValueError as exc:  # a busy or malformed address, grpcio missing
                 raise ConfigError(str(exc)) from None
             add(CollectorOnly("tracing", self.otlp_receiver.collector()))
@@ -256,7 +254,7 @@ class Agent:
         if self._stop_at is None:
             self._stop_at = time.monotonic()  # the shutdown deadlines count from here (a signal, usually)
             if self.tracing is not None:  # a poll in progress stops building spans at half the shutdown time
-                self.tracing.build_deadline = self._stop_at + self.config.otlp_shutdown_timeout_s / 2
+                self.tracing.build_deadline = self._stop_at + self.config.tracing.otlp_shutdown_timeout_s / 2
         self._stop.set()
 
     def close(self) -> None:
@@ -273,7 +271,7 @@ class Agent:
             self.sink.write(self.state.take_new_rows())
         if self.tracing is not None:
             # within otlp_shutdown_timeout_s of the stop; what it could not send is counted
-            self.tracing.close(max(0.2, stop_at + self.config.otlp_shutdown_timeout_s - time.monotonic()))
+            self.tracing.close(max(0.2, stop_at + self.config.tracing.otlp_shutdown_timeout_s - time.monotonic()))
             stats = self.tracing.export_stats()
             self.state.set_source_stats("otlp_export", stats)
             log.info("OTLP export at exit: %d spans queued, %d exported, %d unsent at shutdown, dropped %s",

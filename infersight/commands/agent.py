@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from infersight.agent.config import AgentConfig
     from infersight.agent.service import Agent
     from infersight.commands.agent_recorder import recorder_config
+    from infersight.commands.agent_tracing import tracing_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s infersight-agent %(levelname)s %(message)s")
     host, port = parse_listen(args.listen)
@@ -48,15 +49,7 @@ def run(args: argparse.Namespace) -> int:
                               max_task_labels=args.max_task_labels, max_moe_layers=args.max_moe_layers,
                               max_moe_experts=args.max_moe_experts,
                               slow_window=args.slow_window, slo_ttft_s=args.slo_ttft_s, slo_itl_s=args.slo_itl_s,
-                              slo_e2e_s=args.slo_e2e_s, otlp_endpoint=args.otlp_endpoint,
-                              otlp_protocol=args.otlp_protocol, trace_sample_ratio=args.trace_sample_ratio,
-                              export_content=args.export_content, otlp_metrics=args.otlp_metrics,
-                              otlp_receiver=args.otlp_receiver, otlp_receiver_grpc=args.otlp_receiver_grpc,
-                              otlp_join_wait_s=args.otlp_join_wait,
-                              otlp_queue_spans=args.otlp_queue_spans, otlp_queue_bytes=args.otlp_queue_bytes,
-                              otlp_export_timeout_s=args.otlp_export_timeout,
-                              otlp_shutdown_timeout_s=args.otlp_shutdown_timeout,
-                              trace_buffer_bytes=args.trace_buffer_bytes,
+                              slo_e2e_s=args.slo_e2e_s, tracing=tracing_config(args),
                               vllm_kv_events=args.vllm_kv_events, vllm_kv_replay=args.vllm_kv_replay,
                               vllm_kv_topic=args.vllm_kv_topic, vllm_kv_replay_timeout_s=args.vllm_kv_replay_timeout,
                               vllm_url=args.vllm_url, vllm_metrics_interval_s=args.vllm_metrics_interval,
@@ -71,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from infersight.commands.agent_tracing import add_tracing_arguments
+
     agent = sub.add_parser("agent", help="the sidecar: attach to probe rings, serve /metrics and the JSON API")
     agent.add_argument("--ring", action="append", help="ring name to attach (repeatable)")
     agent.add_argument("--discover", action="store_true", help="also attach every infersight-* ring that appears")
@@ -104,35 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     slow.add_argument("--slo-itl-s", type=float, metavar="SECONDS",
                       help="slow: mean inter-token latency over this (replaces the quantile)")
     slow.add_argument("--slo-e2e-s", type=float, metavar="SECONDS", help="slow: e2e over this (replaces the quantile)")
-    tracing = agent.add_argument_group("tracing (OTLP; off unless --otlp-endpoint is given)")
-    tracing.add_argument("--otlp-endpoint", nargs="?", const="", metavar="URL",
-                         help="export request spans to this OTLP collector (http/protobuf: http://HOST:4318); "
-                              "without URL: from the OTEL_EXPORTER_OTLP_* variables")
-    tracing.add_argument("--otlp-protocol", choices=("http/protobuf", "grpc"),
-                         help="default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf")
-    tracing.add_argument("--trace-sample-ratio", type=float, default=1.0,
-                         help="share of requests traced (slow and failed ones always are; default 1.0)")
-    tracing.add_argument("--export-content", action="store_true",
-                         help="put prompt and completion text on spans (the server must send it: serve --export-content)")
-    tracing.add_argument("--otlp-metrics", action="store_true",
-                         help="also export gen_ai.server.* histograms over OTLP")
-    tracing.add_argument("--otlp-receiver", nargs="?", const="127.0.0.1:4318", metavar="HOST:PORT",
-                         help="receive an engine's spans over OTLP/HTTP (vLLM: --otlp-traces-endpoint "
-                              "http://HOST:PORT/v1/traces) and join them with its requests (default 127.0.0.1:4318)")
-    tracing.add_argument("--otlp-receiver-grpc", nargs="?", const="127.0.0.1:4317", metavar="HOST:PORT",
-                         help="the same over OTLP/gRPC (vLLM's default protocol; default 127.0.0.1:4317)")
-    tracing.add_argument("--otlp-join-wait", type=float, default=10.0, metavar="SECONDS",
-                         help="how long a request's span and row wait for each other (default 10)")
-    tracing.add_argument("--otlp-queue-spans", type=int, metavar="N",
-                         help="spans the export queue holds (default OTEL_BSP_MAX_QUEUE_SIZE, else 2048)")
-    tracing.add_argument("--otlp-queue-bytes", type=int, default=16 << 20, metavar="BYTES",
-                         help="bytes the export queue holds (estimated; default 16 MiB); beyond: dropped, counted")
-    tracing.add_argument("--otlp-export-timeout", type=float, metavar="SECONDS",
-                         help="one OTLP export, retries included (default OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, else 2)")
-    tracing.add_argument("--otlp-shutdown-timeout", type=float, default=3.0, metavar="SECONDS",
-                         help="the last flush at exit (<= 5; default 3): what is still unsent is counted and logged")
-    tracing.add_argument("--trace-buffer-bytes", type=int, default=64 << 20, metavar="BYTES",
-                         help="what the tracing hook and the span join keep between batches (default 64 MiB)")
+    add_tracing_arguments(agent)
     gpu = agent.add_argument_group("GPU telemetry and energy per request")
     gpu.add_argument("--gpu-source", default="auto", choices=("auto", "dcgm", "dcgm-exporter", "nvml", "none"),
                      help="auto: DCGM, then --gpu-url, then NVML, then none")

@@ -1,11 +1,10 @@
 """The tracing part's one config object: OTLP export, the receiver of an engine's own spans, and the
-bounds on both, validated when built. The agent's CLI fills AgentConfig, which holds the same fields
-and builds one of these to validate them; tracing reads only this, never the agent's config.
+bounds on both, validated when built. AgentConfig holds one (AgentConfig.tracing), filled from the
+agent's tracing flags (commands/agent_tracing.py); tracing reads only this, never the agent's config.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -16,20 +15,18 @@ class TracingConfig:
     The queue and buffer bounds: what does not fit is dropped and counted (tracing.export_queue)."""
 
     otlp_endpoint: str | None = None
-    otlp_protocol: str | None = None
-    model_name: str = "tiny-moe"
-    trace_sample_ratio: float = 1.0
-    export_content: bool = False
-    otlp_metrics: bool = False
+    otlp_protocol: str | None = None  # http/protobuf (default) | grpc; None: OTEL_EXPORTER_OTLP_PROTOCOL
+    trace_sample_ratio: float = 1.0   # head ratio; slow and failed requests are always kept
+    export_content: bool = False      # prompt/completion text on spans (when the server sent it too)
+    otlp_metrics: bool = False        # gen_ai.server.* histograms over OTLP as well
     otlp_receiver: str | None = None
     otlp_receiver_grpc: str | None = None
     otlp_join_wait_s: float = 10.0
-    otlp_queue_spans: int | None = None
+    otlp_queue_spans: int | None = None  # None: OTEL_BSP_MAX_QUEUE_SIZE, else 2048
     otlp_queue_bytes: int = 16 << 20
-    otlp_export_timeout_s: float | None = None
-    otlp_shutdown_timeout_s: float = 3.0
-    trace_buffer_bytes: int = 64 << 20
-    max_connections: int = 64  # per receiver listener
+    otlp_export_timeout_s: float | None = None  # one export; None: OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, else 2 s
+    otlp_shutdown_timeout_s: float = 3.0  # the whole flush at shutdown
+    trace_buffer_bytes: int = 64 << 20  # the hook's and the span join's buffers together (estimated bytes)
 
     def __post_init__(self) -> None:
         """ValueError for a setting tracing cannot run with (the agent's CLI shows it as one line)."""
@@ -49,11 +46,6 @@ class TracingConfig:
             raise ValueError(f"the OTLP export timeout must be in (0, 60] s, got {self.otlp_export_timeout_s}")
         if not 0 < self.otlp_shutdown_timeout_s <= 5:
             raise ValueError(f"the OTLP shutdown timeout must be in (0, 5] s, got {self.otlp_shutdown_timeout_s}")
-
-    @classmethod
-    def from_fields(cls, source: Any) -> "TracingConfig":
-        """The same-named fields of `source` (the agent's config)."""
-        return cls(**{f.name: getattr(source, f.name) for f in fields(cls)})
 
     @property
     def receiver_on(self) -> bool:

@@ -87,10 +87,10 @@ class TracingHook:
         self.rows_unsent = 0
 
     @classmethod
-    def from_config(cls, config: TracingConfig, counters: Mapping[str, LabelledCounter],
+    def from_config(cls, config: TracingConfig, model_name: str, counters: Mapping[str, LabelledCounter],
                     kernels_for_request: Callable[[int], Mapping[str, Any] | None] | None = None,
                     gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None) -> "TracingHook":
-        """OTLP export as configured. counters: the agent's; once TRACING_METRICS are merged into the
+        """OTLP export as configured; model_name: the gen_ai.request.model of the spans. counters: the agent's; once TRACING_METRICS are merged into the
         catalogue, the agent's collector renders them from there, so the hook keeps those in step
         (until then, collector() serves them). The rows come in through add_rows, which the agent
         hands the rows' producer."""
@@ -102,7 +102,7 @@ class TracingHook:
                    if config.otlp_metrics else None)
         join = (JoinSettings(config.otlp_join_wait_s, max_bytes=config.trace_buffer_bytes // 2)
                 if config.receiver_on else None)
-        return cls(pipeline, config.model_name, config.trace_sample_ratio, config.export_content, metrics,
+        return cls(pipeline, model_name, config.trace_sample_ratio, config.export_content, metrics,
                    TraceBuffers(config.trace_buffer_bytes // 2),  # the span join has the other half
                    kernels_for_request, gpu_for_step, join,
                    {s.name: counters[s.name] for s in C.TRACING_METRICS if s.name in counters})

@@ -104,16 +104,16 @@ class OtlpReceiver:
             self.grpc_port = self._grpc.port
 
     @classmethod
-    def attach(cls, config: TracingConfig, hook: "TracingHook") -> "OtlpReceiver":
+    def attach(cls, config: TracingConfig, hook: "TracingHook", max_connections: int = 64) -> "OtlpReceiver":
         """The receiver of `config`, its spans joined with `hook`'s rows (the hook was built with a span
-        join: TracingHook.from_config does so when the config has a receiver)."""
+        join: TracingHook.from_config does so when the config has a receiver). max_connections: per listener."""
         join = hook.span_join
         if join is None:
             raise ValueError("the tracing hook has no span join: build it from a config with a receiver")
         http = parse_hostport(config.otlp_receiver) if config.otlp_receiver else None
         grpc_address = parse_hostport(config.otlp_receiver_grpc) if config.otlp_receiver_grpc else None
         receiver = cls(join.add_spans, http, grpc_address, config.export_content,
-                       max_connections=config.max_connections)
+                       max_connections=max_connections)
         receiver.join_counts = join.counts
         return receiver
 

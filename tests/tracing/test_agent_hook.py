@@ -13,10 +13,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import generate_latest
 from serve_fixtures import MODEL, Harness
 
-from infersight.agent.config import AgentConfig, ConfigError
+from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
 from infersight.serve.config import ServeConfig
 from infersight.tracing import hook as hook_module
+from infersight.tracing.config import TracingConfig
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -34,7 +35,8 @@ def test_agent_poll_builds_spans_and_serves_the_counters(monkeypatch: pytest.Mon
                     assert r.status_code == 200
         asyncio.run(go())
         h.wait_idle()
-        agent = Agent(AgentConfig(rings=[h.ring], port=0, model_name=MODEL, otlp_endpoint="http://127.0.0.1:1"))
+        agent = Agent(AgentConfig(rings=[h.ring], port=0, model_name=MODEL,
+                                  tracing=TracingConfig(otlp_endpoint="http://127.0.0.1:1")))
         try:
             agent.poll_once()
             agent.tracing.flush()
@@ -49,10 +51,10 @@ def test_agent_poll_builds_spans_and_serves_the_counters(monkeypatch: pytest.Mon
 
 
 def test_bad_tracing_settings_are_config_errors() -> None:
-    with pytest.raises(ConfigError):
-        AgentConfig(rings=["x"], trace_sample_ratio=1.5)
-    with pytest.raises(ConfigError):
-        AgentConfig(rings=["x"], otlp_protocol="http/json")
+    with pytest.raises(ValueError, match="trace sample ratio"):  # the tracing part validates itself
+        TracingConfig(trace_sample_ratio=1.5)
+    with pytest.raises(ValueError, match="OTLP protocol"):
+        TracingConfig(otlp_protocol="http/json")
     res = subprocess.run([sys.executable, "-m", "infersight", "agent", "--ring", "x", "--otlp-endpoint",
                           "http://127.0.0.1:1", "--trace-sample-ratio", "2"],
                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60)
@@ -76,7 +78,8 @@ def test_request_spans_carry_the_kernel_summary_of_a_capture(monkeypatch: pytest
             return ids
         ids = asyncio.run(go())
         h.wait_idle()
-        agent = Agent(AgentConfig(rings=[h.ring], port=0, model_name=MODEL, otlp_endpoint="http://127.0.0.1:1"))
+        agent = Agent(AgentConfig(rings=[h.ring], port=0, model_name=MODEL,
+                                  tracing=TracingConfig(otlp_endpoint="http://127.0.0.1:1")))
         try:
             agent.state.add_kernel_summaries({ids[0]: {"kernel_ns": 1234, "top": [
                 {"category": "GEMM", "kernel_ns": 1000, "share": 0.81}, {"category": "norm", "kernel_ns": 234,

@@ -29,8 +29,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-from infersight.agent.config import AgentConfig, ConfigError
 from infersight.correlate.frames import EventFrames
+from infersight.tracing.config import TracingConfig
 from infersight.tracing.exporter import SpanPipeline
 from infersight.tracing.hook import JoinSettings, TracingHook
 from infersight.tracing.receiver import OtlpReceiver, ReceiverConfigError, parse_hostport
@@ -359,8 +359,8 @@ def test_receiver_counters_on_metrics(agent: Agent) -> None:
 
 
 def test_config_refuses_a_receiver_without_an_export_endpoint_and_a_busy_port(agent: Agent) -> None:
-    with pytest.raises(ConfigError, match="--otlp-endpoint"):
-        AgentConfig(rings=["r"], otlp_receiver="127.0.0.1:0")
+    with pytest.raises(ValueError, match="--otlp-endpoint"):
+        TracingConfig(otlp_receiver="127.0.0.1:0")
     with pytest.raises(ReceiverConfigError, match="in use"):
         OtlpReceiver(lambda spans: None, ("127.0.0.1", agent.receiver.http_port))
     with pytest.raises(ReceiverConfigError, match="OTLP/gRPC"):
