@@ -35,8 +35,9 @@ SPEC_COUNTS = "spec_accepted_over_proposed"
 EP_RANK = "ep_rank_out_of_range"
 TASK_LABEL_ID = "task_label_id_zero"
 TASK_LABEL_LIMIT = "task_label_over_limit"
+TOKENS_COUNT = "request_tokens_out_of_range"
 REASONS = (MOE_LAYER, MOE_EXPERTS, MOE_OFFSET, REQUEST_EVENT, KV_EVENT, TEXT_CHUNK, SPEC_COUNTS, EP_RANK,
-           TASK_LABEL_ID, TASK_LABEL_LIMIT)
+           TASK_LABEL_ID, TASK_LABEL_LIMIT, TOKENS_COUNT)
 
 def _known(codes: list[int]) -> np.ndarray:
     """A table over every u8 code: True for these. One take per record (an isin compares each
@@ -55,11 +56,15 @@ _TEXT_FIELDS = np.array(sorted(int(f) for f in TextField))
 @dataclass(frozen=True)
 class RecordLimits:
     """max_task_labels: distinct task names over all rings ("other" not counted); max_moe_layers,
-    max_moe_experts: the expert-load matrix is at most this big (layer ids 0..max-1, experts per layer)."""
+    max_moe_experts: the expert-load matrix is at most this big (layer ids 0..max-1, experts per layer);
+    max_tokens_per_event: the most tokens one TOKENS event may claim (a step emits one token per
+    request plus its accepted drafts: 4096 is far above any engine, and the ITL fold makes a row per
+    token, so a claim of 2^63 must not reach it)."""
 
     max_task_labels: int = 64
     max_moe_layers: int = 256
     max_moe_experts: int = 1024
+    max_tokens_per_event: int = 4096
 
 
 @dataclass
@@ -86,7 +91,10 @@ def _bad_masks(kind: int, rec: np.ndarray, limits: RecordLimits) -> list[tuple[s
                 (MOE_EXPERTS, n_experts > limits.max_moe_experts),
                 (MOE_OFFSET, rec["expert_offset"] >= n_experts)]
     if kind == RecordKind.REQUEST:
-        return [(REQUEST_EVENT, ~_REQUEST_EVENTS[rec["event"]])]
+        event, tokens = rec["event"], rec["value0"]
+        return [(REQUEST_EVENT, ~_REQUEST_EVENTS[event]),
+                (TOKENS_COUNT, (event == RequestEvent.TOKENS)
+                 & ((tokens < 0) | (tokens > limits.max_tokens_per_event)))]
     if kind == RecordKind.KV_BLOCK:
         return [(KV_EVENT, ~_KV_EVENTS[rec["event"]])]
     if kind == RecordKind.REQUEST_TEXT:

@@ -13,7 +13,7 @@ import struct
 
 import numpy as np
 
-from infersight.probes.records import RecordKind, RequestEvent, record_registry
+from infersight.probes.records import record_registry
 from infersight.probes.schema import SLOT_HEADER, SLOT_HEADER_SIZE
 
 FLOAT_LIMITS = (float("nan"), float("inf"), float("-inf"), 1e308, -1e308, 5e-324, -0.0, 1e18, 0.0)
@@ -94,29 +94,6 @@ def field_mutations(seeds: list[bytes], slot_size: int, count: int, seed: int) -
     return out
 
 
-#: The most tokens one TOKENS event may claim before a case is set aside (see claims_unbounded_tokens).
+#: The most tokens one TOKENS event may claim (agent.record_limits refuses more: the ITL fold makes a row
+#: per token, so 2^63 - 1 ended in numpy's "negative dimensions" and 4e9 would ask for 96 GB).
 MAX_TOKENS_PER_EVENT = 4096
-
-
-def claims_unbounded_tokens(case: bytes, slot_size: int) -> bool:
-    """Whether a slot of `case` holds a TOKENS event (a REQUEST record, or a TOKENS_BATCH entry below
-    its count) claiming more than MAX_TOKENS_PER_EVENT tokens.
-
-    Set aside, not fuzzed, until the agent's screen refuses them (agent/record_limits.py is owned
-    elsewhere; the fix is written up in the fuzz notes): the ITL fold repeats each event's latency
-    once per claimed token (correlate.requests.inter_token_latency_arrays), so 2^63 - 1 tokens end in
-    numpy's "negative dimensions" ValueError and 4e9 in a 96 GB allocation, in the agent's poll."""
-    registry = record_registry()
-    request, batch = registry.get(int(RecordKind.REQUEST)), registry.get(int(RecordKind.TOKENS_BATCH))
-    for i in range(len(case) // slot_size):
-        _, kind, _, length = SLOT_HEADER.unpack_from(case, i * slot_size)
-        at = i * slot_size + SLOT_HEADER_SIZE
-        if kind == request.kind and length == request.dtype.itemsize:
-            rec = np.frombuffer(case, request.dtype, 1, at)[0]
-            if rec["event"] == RequestEvent.TOKENS and int(rec["value0"]) > MAX_TOKENS_PER_EVENT:
-                return True
-        elif kind == batch.kind and length == batch.dtype.itemsize:
-            rec = np.frombuffer(case, batch.dtype, 1, at)[0]
-            if (rec["value0"][:min(int(rec["count"]), len(rec["value0"]))] > MAX_TOKENS_PER_EVENT).any():
-                return True
-    return False

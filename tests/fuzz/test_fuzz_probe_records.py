@@ -24,7 +24,7 @@ from prometheus_client.exposition import generate_latest
 from testkit import one_torch_thread, unique_ring
 
 from fuzzkit import case_count, check, mutations, run_fuzz
-from probe_slot_mutations import MAX_TOKENS_PER_EVENT, claims_unbounded_tokens, field_mutations, rebased
+from probe_slot_mutations import MAX_TOKENS_PER_EVENT, field_mutations, rebased
 from infersight.agent.config import AgentConfig
 from infersight.agent.record_limits import RecordLimits, RecordScreen
 from infersight.agent.ingest import RingSet
@@ -218,12 +218,8 @@ ONE_ROW_PER_RECORD = ("request_events", "steps", "batch", "kv_events", "spec", "
 
 
 def fuzzed(name: str, cases: list[bytes]) -> None:
-    """Run the cases through a FuzzRing, less those set aside (claims_unbounded_tokens), counted."""
-    size = _slot_size()
-    kept = [c for c in cases if not claims_unbounded_tokens(c, size)]
-    run = run_fuzz(FuzzRing().decode, kept, allowed=(), per_case_s=5.0, mem_mb=768)
-    run.tallies[f"cases set aside: a TOKENS count over {MAX_TOKENS_PER_EVENT} (screen fix pending)"] = len(cases) - len(kept)
-    check(name, run)
+    """Run the cases through a FuzzRing."""
+    check(name, run_fuzz(FuzzRing().decode, cases, allowed=(), per_case_s=5.0, mem_mb=768))
 
 
 def test_mutated_probe_records_never_crash_the_agent(seeds: list[bytes]) -> None:
@@ -261,9 +257,6 @@ def test_the_issues_moe_record_is_refused_in_the_fuzz_ring(seeds: list[bytes]) -
     assert ring.rejected == {"moe_layer_over_limit": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="the agent's screen (agent/record_limits.py, owned elsewhere) does not yet "
-                   "refuse a TOKENS count past any step; the fix is in the fuzz notes. Strict: passes once it lands, and "
-                   "then probe_slot_mutations.claims_unbounded_tokens should go")
 @pytest.mark.parametrize("tokens", [2**63 - 1, 4_000_000_000, MAX_TOKENS_PER_EVENT + 1])
 def test_regression_a_tokens_count_past_any_step_is_refused(tokens: int) -> None:
     # found by the structure-aware run (case 176 of 200): a REQUEST TOKENS event with value0 = 2^63 - 1
