@@ -28,6 +28,7 @@ from infersight.agent.parts import (
     CapturesPart, CollectorOnly, GpuPart, ParquetPart, RecorderPart, RingStatsPart, TracingPart, VllmKvPart,
 )
 from infersight.agent.poll_guard import PollGuard
+from infersight.agent.poll_timer import PollTimer
 from infersight.agent.record_limits import RecordLimits
 from infersight.agent.server import build_app, listener_options
 from infersight.agent.state import AgentState
@@ -82,6 +83,8 @@ class Agent:
         self.registry.register(DiscoveryCollector(self.rings.discovery))  # rings held by another agent
         self.poll_guard = PollGuard()  # a source that raises in a poll is counted, not the agent's end
         self.registry.register(self.poll_guard.collector())
+        self.poll_timer = PollTimer()  # the agent's own cost per poll
+        self.registry.register(self.poll_timer.collector())
         self._rings_read_s = time.monotonic()  # when the rings were last read (set again at each read)
         # The parts, in poll order. Each one's collector is registered as it is added, so /metrics keeps
         # the order it always had (the API listener's connection gate, registered with the server
@@ -205,7 +208,7 @@ class Agent:
         """Read every source once and fold what it had in; returns how many rings had data. Each part's
         hook runs confined (agent.poll_guard): one that raises is counted under the part's name and
         logged once per kind, and the poll goes on with the next."""
-        guard = self.poll_guard
+        guard, start = self.poll_guard, time.perf_counter()
         for part in self.parts:  # the GPU's readings first: the steps read below are measured against them
             guard.run(part.name, part.start_poll)
         batches = guard.run("rings", self._read_rings) or []
@@ -213,6 +216,7 @@ class Agent:
             guard.run("rings", self._ingest_ring, ring, frames)
         for part in self.parts:
             guard.run(part.name, part.end_poll, bool(batches))
+        self.poll_timer.observe(time.perf_counter() - start)
         return len(batches)
 
     def _read_rings(self) -> list[tuple[AttachedRing, EventFrames]]:

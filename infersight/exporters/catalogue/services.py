@@ -51,10 +51,15 @@ AGENT_POLL_FAILURES = MetricSpec(P + "agent_poll_failures", "counter",
                                  "vllm_kv_events, captures, parquet): that source's step was given up for that "
                                  "poll and the agent went on; the first of each kind is logged with its traceback.",
                                  ("source",))
+AGENT_POLL_DURATION = MetricSpec(P + "agent_poll_duration_seconds", "histogram",
+                                 "Wall-clock time of one agent poll (every source read and folded once): the "
+                                 "agent's own cost per poll; a poll that grows under constant load is falling behind.",
+                                 (), "seconds", buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                                         1.0, 2.5, 5.0))
 #: Served by the agent beside CATALOGUE, each by its own collector (http.connections, exporters.discovery,
-#: agent.poll_guard).
+#: agent.poll_guard, agent.poll_timer).
 AGENT_SERVICE_METRICS: tuple[MetricSpec, ...] = (HTTP_CONNECTIONS_REFUSED, HTTP_CONNECTIONS_OPEN, PROBE_RINGS_HELD,
-                                                 PROBE_RING_ATTACH_SKIPPED, AGENT_POLL_FAILURES)
+                                                 PROBE_RING_ATTACH_SKIPPED, AGENT_POLL_FAILURES, AGENT_POLL_DURATION)
 
 TRACING_METRICS: tuple[MetricSpec, ...] = (OTLP_SPANS_EXPORTED, OTLP_SPANS_DROPPED, TRACING_BUFFER_EVICTED)
 SERVE_METRICS: tuple[MetricSpec, ...] = (SERVER_TRACEPARENT_INVALID, SERVER_REJECTED, SERVER_REQUESTS_FAILED,
