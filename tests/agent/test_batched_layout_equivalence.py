@@ -29,8 +29,10 @@ from infersight.runtime import Engine, EngineConfig
 from infersight.runtime.observer import EngineObserver
 
 _EXEMPLAR_TIME = re.compile(r"(# \{[^}]*\} \S+) \S+$")
-#: Ring accounting, in slots: the one thing the layouts are allowed to count differently.
-_SLOT_COUNTS = ("infersight_probe_events_total", "infersight_probe_events_created")
+#: Ring accounting, in slots: the one thing the layouts are allowed to count differently; and each
+#: agent's own time per poll (its clock, not the engine's data).
+_SLOT_COUNTS = ("infersight_probe_events_total", "infersight_probe_events_created",
+                "infersight_agent_poll_duration_seconds")
 
 
 class Tee(EngineObserver):
@@ -83,7 +85,7 @@ def agents():
 
 def _exposition(agent: Agent, ring: str) -> list[str]:
     """The OpenMetrics lines, ring name replaced and each exemplar's timestamp (when this agent saw
-    it: the two agents poll one after the other) cut; the slot counts left out."""
+    it: the two agents poll one after the other) cut; the slot counts and poll times left out."""
     text = generate_latest(agent.registry).decode().replace(ring, "RING")
     return [_EXEMPLAR_TIME.sub(r"\1", line) for line in text.splitlines() if not line.startswith(_SLOT_COUNTS)]
 
