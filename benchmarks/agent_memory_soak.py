@@ -50,6 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from infersight.bench.agent import stop_agent, synthetic_workload  # noqa: E402
+from infersight.bench.serving import OtlpSink  # noqa: E402
 from infersight.probes.config import ProbeConfig  # noqa: E402
 from infersight.probes.observer import ProbeObserver  # noqa: E402
 
@@ -131,37 +132,6 @@ class KvPublisher:
     def close(self) -> None:
         self.pub.close(linger=0)
         self.ctx.destroy(linger=0)
-
-
-class OtlpSink:
-    """Where the agent exports its spans to (it needs an --otlp-endpoint beside a receiver): a local
-    OTLP/HTTP endpoint that answers every export 200 and counts the bytes."""
-
-    def __init__(self) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        sink = self
-        self.requests = self.bytes = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                sink.requests, sink.bytes = sink.requests + 1, sink.bytes + len(body)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
 
 
 class SpanSender:
@@ -320,7 +290,7 @@ def main() -> int:
         "kv_events": args.kv_events, "otlp": args.otlp,
         "kv_batches_sent": kv.seq if kv else 0, "spans_sent": rid if spans else 0,
         **{k.removeprefix("infersight_"): v for k, v in taken.items()},
-        "otlp_sink_exports": sink.requests if sink else 0, "otlp_sink_bytes": sink.bytes if sink else 0,
+        "otlp_sink_exports": sink.exports if sink else 0, "otlp_sink_bytes": sink.bytes if sink else 0,
         "summary_timeouts": summary_timeouts, "measured": True,
     }
     for key, value in result.items():

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from infersight.bench.agent import stop_agent
+
 ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 REFERENCE = "none"
 
@@ -87,26 +89,18 @@ def _wait_health(url: str, proc: subprocess.Popen, what: str, timeout_s: float =
     raise RuntimeError(f"{what} did not answer on /health within {timeout_s:.0f} s")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 class OtlpSink:
-    """A local OTLP/HTTP endpoint for the `full` arm's span export: answers every export 200."""
+    """A local OTLP/HTTP endpoint for span export (the `full` arm's; the soak's): answers every export
+    200 and counts exports and bytes."""
 
     def __init__(self) -> None:
         sink = self
-        self.exports = 0
+        self.exports = self.bytes = 0
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                sink.exports += 1
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                sink.exports, sink.bytes = sink.exports + 1, sink.bytes + len(body)
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -264,7 +258,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     cost = _recorder_cost(agent_url) if agent is not None else float("nan")
                 finally:
                     if agent is not None:
-                        _stop(agent)
+                        stop_agent(agent)
                 tok = pd.DataFrame(records.tokens, columns=["request", "t_s"]).assign(arm=arm, round=rnd)
                 req = pd.DataFrame(records.requests, columns=["request", "sent_s", "first_s", "done_s", "tokens",
                                                               "status"]).assign(arm=arm, round=rnd)
@@ -277,7 +271,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     f"TTFT p50 {figures['ttft_p50_s'] * 1e3:7.1f} ms ITL p50 {figures['itl_p50_s'] * 1e3:6.1f} ms")
     finally:
         sink.close()
-        _stop(serve)
+        stop_agent(serve)
         serve_log.close()
     report = summarise(pd.DataFrame(phases), config)
     report["frames"] = {"tokens": pd.concat(tokens, ignore_index=True) if tokens else pd.DataFrame(),
