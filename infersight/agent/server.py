@@ -6,6 +6,8 @@ GET /api/v1/requests?slowest=N    the N slowest finished requests with their dec
 GET /api/v1/diagnosis             findings and speculation recommendations
 POST /api/v1/capture              {"steps": N, "tool": "torch" | "cuda-profiler"}; bearer token required
 GET /api/v1/captures              captures so far, with their kernel analysis once written
+GET /api/v1/requests/{id}, /api/v1/compare, /api/v1/kv/evictions   one request, two windows, who evicted whom
+                                  (agent.detail_routes)
 GET /health
 
 Every route sits behind infersight.http.limits (64 KiB bodies, JSON nesting, header and body
@@ -29,6 +31,8 @@ from starlette.types import ASGIApp
 
 from infersight.agent import report
 from infersight.agent.capture import CaptureRecord, CaptureRefused
+from infersight.agent.detail_routes import detail_routes
+from infersight.agent.eviction_log import EvictionLog
 from infersight.agent.state import AgentState
 from infersight.http.connections import ConnectionGate
 from infersight.http.limits import HttpLimits, LimitedApp, routes_app, simple_error_body
@@ -76,7 +80,7 @@ def _steps(value: Any) -> int:
 
 
 def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurface | None = None,
-              limits: HttpLimits = AGENT_LIMITS) -> ASGIApp:
+              limits: HttpLimits = AGENT_LIMITS, evictions: EvictionLog | None = None) -> ASGIApp:
     async def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encoder(registry), media_type=content_type)
@@ -130,5 +134,6 @@ def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurf
     app = routes_app([
         Route("/metrics", metrics), Route("/api/v1/summary", summary), Route("/api/v1/requests", requests_),
         Route("/api/v1/diagnosis", diagnosis), Route("/health", health),
-        Route("/api/v1/capture", capture, methods=["POST"]), Route("/api/v1/captures", captures)])
+        Route("/api/v1/capture", capture, methods=["POST"]), Route("/api/v1/captures", captures),
+        *detail_routes(state, evictions)])
     return LimitedApp(app, limits, simple_error_body)

@@ -22,6 +22,7 @@ from infersight.agent.capture import (
 from infersight.agent.capture_analysis import analyze_capture
 from infersight.agent.component import AgentComponent
 from infersight.agent.config import AgentConfig, ConfigError
+from infersight.agent.eviction_log import EvictionLog
 from infersight.agent.ingest import AttachedRing, RingSet
 from infersight.agent.listen_socket import PortInUseError, bind_listener
 from infersight.agent.parts import (
@@ -136,7 +137,10 @@ class Agent:
         self.token_file = None if config.token else token_file
         if self.token_file is not None:
             log.info("capture token (bearer for POST /api/v1/capture): %s", self.token_file)
-        self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry, self), log_level="warning",
+        self.evictions = EvictionLog()  # who evicted whom, for /api/v1/kv/evictions
+        add(self.evictions)
+        self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry, self, evictions=self.evictions),
+                                                     log_level="warning",
                                                      access_log=False, **listener_options(config.max_connections, self.registry)))
         self._stop = threading.Event()
         self._stop_at: float | None = None

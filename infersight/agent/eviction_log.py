@@ -1,0 +1,96 @@
+"""EvictionLog: who evicted whom in the KV pool, as the probe records say, bounded.
+
+Our engine's pool (runtime/kv_pool.py) emits EVICTED when it hands out a cached free block: the
+event's request_id is the allocating request (the evictor). The content that was dropped is the
+content the block's last CACHED event left behind: that event's request_id is the request whose
+release cached it (the victim, whose prefix a later request can no longer hit). So each eviction
+is joined to the block's last CACHED before it, per ring (block ids are a ring's own).
+
+Kept: the last MAX_EVICTIONS evictions (ts, block, evictor, victim and their tasks), and counts by
+(evictor task, victim task) since the start; the block -> last CACHED map and the request -> task
+map are LRU-bounded (an id that fell out gives victim -1 / task "unknown", never a wrong name).
+Everything here is measured (probe records joined), nothing is modelled.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from typing import Any
+
+import numpy as np
+
+from infersight.agent.component import Component
+from infersight.correlate.frames import EventFrames
+
+#: Evictions kept for the API (the newest).
+MAX_EVICTIONS = 1024
+#: Blocks whose last CACHED owner is remembered (a vLLM ledger's ids go up to 2^18).
+MAX_BLOCKS = 1 << 18
+#: Requests whose task is remembered.
+MAX_TASKS = 1 << 16
+UNKNOWN = "unknown"
+
+
+class EvictionLog(Component):
+    """An agent part: reads every batch's kv_events and request_events (after AgentState ingested them)."""
+
+    name = "kv_evictions"
+
+    def __init__(self, max_evictions: int = MAX_EVICTIONS) -> None:
+        self.lock = threading.Lock()  # the HTTP thread reads while the poll thread writes
+        self.recent: deque[dict[str, Any]] = deque(maxlen=max_evictions)
+        self.by_tasks: dict[tuple[str, str], int] = {}
+        self.total = 0
+        self._last_cached: OrderedDict[tuple[int, int], int] = OrderedDict()
+        self._tasks: OrderedDict[tuple[int, int], str] = OrderedDict()
+
+    def on_frames(self, frames: EventFrames, ring_index: int, anchor: tuple[int, int]) -> None:
+        ev = frames.request_events
+        if not ev.empty:
+            arrived = ev[ev["event"] == "ARRIVED"]
+            for rid, task in zip(arrived["request_id"].tolist(), arrived["task"].astype(str).tolist()):
+                self._remember(self._tasks, (ring_index, int(rid)), task, MAX_TASKS)
+        kv = frames.kv_events
+        if kv.empty:
+            return
+        names = kv["event"].astype(str).to_numpy()
+        rows = np.flatnonzero((names == "cached") | (names == "evicted"))
+        if not len(rows):
+            return
+        wall_ns, mono_ns = anchor
+        ts, block, rid = (kv[c].to_numpy(np.int64)[rows] for c in ("ts_ns", "block_id", "request_id"))
+        with self.lock:
+            for name, t, b, r in zip(names[rows].tolist(), ts.tolist(), block.tolist(), rid.tolist()):
+                key = (ring_index, b)
+                if name == "cached":
+                    self._remember(self._last_cached, key, r, MAX_BLOCKS)
+                    continue
+                victim = self._last_cached.pop(key, -1)
+                evictor_task = self._tasks.get((ring_index, r), UNKNOWN)
+                victim_task = self._tasks.get((ring_index, victim), UNKNOWN)
+                self.recent.append({"wall_s": (wall_ns + t - mono_ns) / 1e9, "ring_index": ring_index, "block_id": b,
+                                    "evictor_request_id": r, "evictor_task": evictor_task,
+                                    "victim_request_id": victim, "victim_task": victim_task})
+                pair = (evictor_task, victim_task)
+                self.by_tasks[pair] = self.by_tasks.get(pair, 0) + 1
+                self.total += 1
+
+    @staticmethod
+    def _remember(table: OrderedDict, key: tuple[int, int], value: Any, bound: int) -> None:
+        table[key] = value
+        table.move_to_end(key)
+        while len(table) > bound:
+            table.popitem(last=False)
+
+    def document(self, limit: int) -> dict[str, Any]:
+        """The newest `limit` evictions (newest last) and the counts by task pair, for the JSON API."""
+        with self.lock:
+            recent = list(self.recent)[-limit:] if limit > 0 else []
+            pairs = [{"evictor_task": a, "victim_task": b, "evictions": n}
+                     for (a, b), n in sorted(self.by_tasks.items(), key=lambda kv: -kv[1])]
+            total = self.total
+        self_evictions = sum(1 for e in recent if e["victim_request_id"] == e["evictor_request_id"] >= 0)
+        return {"evictions_total": total, "by_task_pair": pairs, "recent": recent,
+                "recent_self_evictions": self_evictions, "kept_at_most": self.recent.maxlen,
+                "basis": "measured: EVICTED probe records (request = the allocating one) joined to the block's "
+                         "last CACHED record (request = the one whose release cached the content)"}
