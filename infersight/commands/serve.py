@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
                          header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
                          max_connections=args.max_connections)
     engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
-                                 dtype=resolve_dtype(args.dtype, device), seed=args.seed, num_kv_blocks=args.num_kv_blocks,
+                                 dtype=resolve_dtype(args.dtype, device, args.model), seed=args.seed, num_kv_blocks=args.num_kv_blocks,
                                  max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
                                  async_scheduling=args.async_scheduling,
                                  spec_probe_every=args.spec_probe_every if args.speculative_model else 0)
@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="an OpenAI-compatible HTTP server around the engine, probes on")
     p.add_argument("--listen", default="127.0.0.1:8000", help="HOST:PORT (default 127.0.0.1:8000)")
-    p.add_argument("--model", default="tiny-moe", help="model config name (default tiny-moe)")
+    p.add_argument("--model", default="tiny-moe",
+                   help="a model config name, or a Hugging Face model directory (config.json, safetensors, "
+                        "tokenizer.json) (default tiny-moe)")
     p.add_argument("--served-model-name", help="the name clients send as `model` (default: --model)")
     p.add_argument("--speculative-model", help="draft model config name (speculative decoding)")
     p.add_argument("--spec-probe-every", type=int, default=16, metavar="N",
@@ -52,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "speculation, so the agent measures the speedup (default 16; 0: never)")
     p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "float16", "bfloat16"),
-                   help="weights and activations (vLLM's flag; auto: bfloat16 on CUDA, float32 on the CPU)")
+                   help="weights and activations (vLLM's flag; auto: float32 on the CPU; on CUDA a checkpoint's own "
+                        "dtype, bfloat16 for a named config)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num-kv-blocks", type=int, help="device KV blocks (default: sized from the model)")
     p.add_argument("--max-model-len", type=int, metavar="N",

@@ -17,12 +17,16 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch
            "float16": torch.float16}
 
 
-def resolve_dtype(dtype: str, device: str) -> str:
-    """vLLM's `--dtype auto` for our models, which carry no dtype of their own: bfloat16 on a GPU
-    (half the bytes a decode step reads; every CUDA path is tested in it), float32 on the CPU."""
+def resolve_dtype(dtype: str, device: str, model: str | ModelConfig | None = None) -> str:
+    """vLLM's `--dtype auto`: float32 on the CPU; on a GPU a Hugging Face checkpoint's own dtype,
+    and bfloat16 for the named configs, which carry none (half the bytes a decode step reads;
+    every CUDA path is tested in it)."""
     if dtype != "auto":
         return dtype
-    return "bfloat16" if device.startswith("cuda") else "float32"
+    if not device.startswith("cuda"):
+        return "float32"
+    stored = resolve_model(model).checkpoint_dtype if model is not None else ""
+    return stored if stored in ("bfloat16", "float16", "float32") else "bfloat16"
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 
 from infersight.runtime.async_steps import InflightStep, TokenReadback, launchable
+from infersight.runtime.checkpoints.hf_tokenizer import tokenizer_for
 from infersight.runtime.config import EngineConfig
 from infersight.runtime.draft_proposer import propose
 from infersight.runtime.engine_async import AsyncSteps
@@ -29,7 +30,6 @@ from infersight.runtime.scheduler import Scheduler, ScheduledRequest
 from infersight.runtime.spec_probe import SpecProbe
 from infersight.runtime.speculative import DraftFallbacks, verify
 from infersight.runtime.stats import StepStats
-from infersight.runtime.tokenizer import ByteTokenizer
 from infersight.runtime.weights import build_model
 
 log = logging.getLogger("infersight.runtime")
@@ -53,7 +53,7 @@ class Engine(AsyncSteps):
     def __init__(self, config: EngineConfig, observer: EngineObserver | None = None) -> None:
         self.config = config
         self.observer = observer if observer is not None else EngineObserver()
-        self.tokenizer = ByteTokenizer()
+        self.tokenizer = tokenizer_for(config.model_config)  # a checkpoint's own, else bytes
         self.ranges = self.observer.ranges
         self.kv = KVCacheManager(config, self.observer)
         self.scheduler = Scheduler(config, self.kv, self.observer)
@@ -398,7 +398,7 @@ class Engine(AsyncSteps):
         for t in tokens:
             req.output_token_ids.append(t)
             emitted += 1
-            if t == self.tokenizer.eos_id and not req.params.ignore_eos:
+            if t in self.tokenizer.eos_ids and not req.params.ignore_eos:
                 reason = "stop"
             elif (len(req.output_token_ids) >= req.params.max_tokens
                   or req.num_tokens >= self.config.max_model_len):

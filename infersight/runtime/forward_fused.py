@@ -41,6 +41,8 @@ def fused_forward_problem(model: "Transformer", device: str, decode_attention: s
         return "not a CUDA device"
     if model.cfg.head_dim % 2:
         return "odd head_dim"
+    if model.cfg.qk_norm:  # rope_kv takes q and k straight from the projection
+        return "QK norm (Qwen3) is not fused"
     return None
 
 

@@ -12,13 +12,15 @@ from infersight.runtime.moe_experts import (
 from infersight.runtime.ranges import RangeMarker
 
 
-def route(router_logits: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax over experts, keep the top_k, renormalise so each token's weights sum to 1.
+def route(router_logits: torch.Tensor, top_k: int, renormalise: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax over experts, keep the top_k, renormalise so each token's weights sum to 1
+    (Mixtral; Qwen3-MoE where its config says norm_topk_prob; else the top-k probabilities as they are).
 
     Returns (weights [T, k], expert_ids [T, k])."""
     probs = torch.softmax(router_logits.float(), dim=-1)
     weights, expert_ids = torch.topk(probs, top_k, dim=-1)
-    weights = weights / weights.sum(dim=-1, keepdim=True)
+    if renormalise:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights, expert_ids
 
 
@@ -44,6 +46,7 @@ class MoEFFN(nn.Module):
         super().__init__()
         self.ranges, self.router_range, self.experts_range = ranges, names["moe.router"], names["moe.experts"]
         self.top_k = cfg.top_k
+        self.renormalise = cfg.norm_topk_prob
         self.n_experts = cfg.n_experts
         self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
         self.experts = nn.ModuleList(SwiGLU(cfg.d_model, cfg.ffn_dim) for _ in range(cfg.n_experts))
@@ -57,7 +60,7 @@ class MoEFFN(nn.Module):
         counter; it is incremented on the device so no host sync happens here."""
         path = self._path(x)
         with self.ranges.range(self.router_range):
-            weights, expert_ids = route(self.router(x), self.top_k)
+            weights, expert_ids = route(self.router(x), self.top_k, self.renormalise)
             counts = None
             if path != "loop" or expert_counts is not None:
                 counts = expert_histogram(expert_ids, self.n_experts)
@@ -89,7 +92,7 @@ class MoEFFN(nn.Module):
         the mean router probability of expert i; it is 1.0 when routing is perfectly balanced."""
         flat = x.reshape(-1, x.shape[-1])
         logits = self.router(flat)
-        weights, expert_ids = route(logits, self.top_k)
+        weights, expert_ids = route(logits, self.top_k, self.renormalise)
         probs = torch.softmax(logits.float(), dim=-1)
         share = torch.zeros_like(probs).scatter(1, expert_ids, 1.0).mean(0) / self.top_k  # f_i
         aux = self.n_experts * (share * probs.mean(0)).sum()

@@ -6,6 +6,7 @@ from typing import Mapping
 
 import torch
 
+from infersight.runtime.checkpoints.loader import load_checkpoint
 from infersight.runtime.config import ModelConfig
 from infersight.runtime.errors import WeightsError
 from infersight.runtime.model import Transformer
@@ -84,14 +85,18 @@ def save_safetensors(model: Transformer, path: str | Path) -> None:
 def build_model(cfg: ModelConfig, *, dtype: torch.dtype, device: str, seed: int,
                 weights: str | Path | None = None, attention_backend: str = "flash",
                 ranges: RangeMarker | None = None, decode_attention: str = "torch") -> Transformer:
-    """A model in eval mode on `device`: explicit weights, else shipped weights, else random by seed."""
+    """A model in eval mode on `device`: explicit weights, else its Hugging Face checkpoint, else
+    shipped weights, else random by seed."""
     # Built on the meta device and materialised once on the target: no throw-away host init.
     with torch.device("meta"):
         model = Transformer(cfg, attention_backend, ranges, decode_attention).to(dtype)
     model = model.to_empty(device=device)
+    model.tie_weights()
     model.rope.reset_tables()
     path = weights if weights is not None else shipped_weights(cfg.name)
-    if path is not None:
+    if cfg.checkpoint and weights is None:
+        load_checkpoint(model, cfg)
+    elif path is not None:
         load_safetensors(model, path)
     else:
         init_random(model, seed)

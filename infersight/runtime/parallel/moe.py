@@ -45,7 +45,7 @@ class ExpertParallelMoE(MoEFFN):
             raise ValueError(f"placement for {placement.n_experts} experts on {placement.world} ranks does "
                              f"not fit a layer of {moe.n_experts} experts on {group.world} ranks")
         self.layer_idx, self.group, self.placement, self.stats = layer_idx, group, placement, stats
-        self.top_k, self.n_experts = moe.top_k, moe.n_experts
+        self.top_k, self.n_experts, self.renormalise = moe.top_k, moe.n_experts, moe.renormalise
         self.router, self.shared = moe.router, moe.shared
         self.local_ids = placement.slots[group.rank]
         self.local_experts = nn.ModuleList(moe.experts[e] for e in self.local_ids)
@@ -67,7 +67,7 @@ class ExpertParallelMoE(MoEFFN):
         rank, world, k = self.group.rank, self.group.world, self.top_k
         start = mark()
         with ranges.range(names["router"]):
-            weights, expert_ids = route(self.router(x), k)
+            weights, expert_ids = route(self.router(x), k, self.renormalise)
         sizes = shard_sizes(x.shape[0], world)
         lo = sum(sizes[:rank])
         shard, ids, w = x[lo:lo + sizes[rank]], expert_ids[lo:lo + sizes[rank]], weights[lo:lo + sizes[rank]]
