@@ -21,6 +21,10 @@
 #   speculation_check  `bench speculation` on CUDA at another seed: the CUDA model error checked
 #   energy        benchmarks/energy_split_check.py: request classes alone, then mixed (NVML energy),
 #                 the counter read every 1 s and every 0.1 s
+#   energy_once   the same, the counter read every 1 s only
+#   serving_profile  `bench runtime` decode at batch 48 (the engine's own rate), then `bench serving`'s
+#                 no-agent arm at 48 clients with py-spy sampling the serve process mid-phase
+#                 (py-spy carried in .whl/): where the serving loop's time goes
 #   expert_parallel_x4, expert_parallel_x8   benchmarks/ep_bench.py at W = 4 / 8, one rank per GPU,
 #                 NCCL with NVLink multicast off (device kinds nvidia-h200-x4 / -x8);
 #   expert_parallel_cpu   the same script at W = 4 on gloo (tiny-moe): checks that it runs
@@ -73,6 +77,31 @@ energy() {
   timeout 400 python3 benchmarks/energy_split_check.py --device cuda --out "$OUT/energy_split.json"
   stamp "energy split, NVML every 0.1 s"
   timeout 400 python3 benchmarks/energy_split_check.py --device cuda --interval-s 0.1 --out "$OUT/energy_split_0.1.json"
+}
+
+energy_once() {
+  stamp "energy split, NVML every 1 s"
+  timeout 330 python3 benchmarks/energy_split_check.py --device cuda --out "$OUT/energy_split.json"
+}
+
+serving_profile() {
+  [[ -n ${SKIP_RUNTIME:-} ]] || {
+  stamp "engine decode rate, batch 48, async scheduling"
+  timeout 120 python3 -m infersight bench runtime --device cuda --dtype bfloat16 --json --model llama-1b-shape \
+    --prompt-len 256 --batch 48 --decode-steps 100 --async-scheduling > "$OUT/runtime_b48.json"; tail -n 3 "$OUT/runtime_b48.json"; }
+  stamp "bench serving, no agent, 48 clients, py-spy on serve"
+  timeout 200 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 --phase-s 50 --warmup-s 10 \
+    --rounds 1 --arms none --json > "$OUT/serving_none.json" 2> "$OUT/serving_none.err" &
+  local bench=$! pid="" i
+  for i in $(seq 1 90); do pid=$(pgrep -f "infersight serve" | head -n 1); [[ -n $pid ]] && break; sleep 1; done
+  # serve's start (model build, graph capture) and the phase's warm-up, then 20 s of samples
+  sleep 40
+  PY_SPY=$(command -v py-spy || echo /tmp/site/bin/py-spy)
+  timeout 40 "$PY_SPY" record --pid "$pid" --duration 15 --rate 100 --idle --threads --format raw \
+    --output "$OUT/serve_pyspy.txt" --nonblocking > "$OUT/pyspy.log" 2>&1
+  tail -n 3 "$OUT/pyspy.log"
+  wait $bench
+  tail -n 2 "$OUT/serving_none.json"
 }
 
 speculation_check() {
@@ -151,7 +180,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check ceilings energy expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check ceilings energy energy_once serving_profile expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
