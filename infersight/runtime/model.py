@@ -59,8 +59,11 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, backend: str, decode_attention: str = "torch") -> None:
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.qkv = nn.Linear(cfg.d_model, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, bias=False)
+        self.qkv = nn.Linear(cfg.d_model, (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim, bias=cfg.qkv_bias)
         self.out = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        # Qwen3's QK norm: RMSNorm over each head of q and k, before RoPE; None elsewhere.
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps) if cfg.qk_norm else None
         self.backend = backend
         self.paged_decode = paged_decode_attention
         if decode_attention == "triton":  # imported only here: triton is a GPU-only dependency
@@ -73,8 +76,10 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(
             [self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim, self.n_kv_heads * self.head_dim], -1)
         lead = x.shape[:-1]
-        q = rope(q.view(*lead, self.n_heads, self.head_dim), positions)
-        k = rope(k.view(*lead, self.n_kv_heads, self.head_dim), positions)
+        q, k = q.view(*lead, self.n_heads, self.head_dim), k.view(*lead, self.n_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rope(q, positions), rope(k, positions)
         return q, k, v.view(*lead, self.n_kv_heads, self.head_dim)
 
     def forward(self, x: torch.Tensor, rope: RotaryEmbedding, batch: ForwardBatch,
@@ -165,7 +170,14 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, attention_backend, i, ranges, decode_attention) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta, cfg.rope_scaling)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """With tie_word_embeddings the LM head is the embedding matrix (one parameter); again after
+        a to_empty(), which gives each module its own tensor."""
+        if self.cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
 
     def forward(self, batch: ForwardBatch, k_caches: torch.Tensor, v_caches: torch.Tensor) -> torch.Tensor:
         """k_caches/v_caches [n_layers, num_blocks, block_size, n_kv_heads, head_dim]."""
