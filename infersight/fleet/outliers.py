@@ -1,0 +1,103 @@
+"""Outlier nodes: for each column, each node is compared with the other nodes serving the same
+model by a robust statistic, the modified z-score (Iglewicz and Hoaglin):
+
+    z = direction * (x - median(others)) / scale,   scale = max(1.4826 * MAD(others), 0.1 * |median(others)|, 1e-12)
+
+- median and MAD (median absolute deviation) of the *other* nodes (leave-one-out): in a small fleet
+  the slow node would otherwise widen the very spread it is judged against (with three nodes, by
+  half). 1.4826 * MAD estimates a standard deviation under normal noise.
+- The scale's floor, 10% of the median, keeps near-identical nodes (MAD ~ 0) from flagging noise: a
+  node must be worse than its peers by more than 3.5 x 10% of their median. Where the peers' median
+  is 0 (no preemptions anywhere else), any amount on one node stands out, which is the point.
+- direction: +1 where higher is worse (latency, queueing, preemptions), -1 where lower is (hit and
+  acceptance rates). A node is flagged on a column when z > 3.5 (Iglewicz and Hoaglin's cut).
+
+A (node, model) is an outlier when it is flagged on a symptom (a latency quantile or its share of
+slow requests). Its cause is the flagged cause column with the largest z (a preemption rate that
+stands out names "preemption"); without one, the largest share of its slow-cause mix (the agent's
+own attribution, slow_requests by cause); without that, "unexplained".
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from infersight.fleet.table import KEYS
+
+Z_CUT = 3.5
+MAD_TO_SIGMA = 1.4826
+RELATIVE_FLOOR = 0.1
+
+#: Symptom columns: what a slow node shows. +1: higher is worse.
+SYMPTOMS: dict[str, int] = {"ttft_p50_s": 1, "ttft_p99_s": 1, "itl_p50_s": 1, "itl_p99_s": 1, "e2e_p50_s": 1,
+                            "e2e_p99_s": 1, "slow_share": 1}
+#: Cause columns: why it is slow, and the cause each names (the slow-cause names where one fits:
+#: exporters.catalogue.SLOW_CAUSES).
+CAUSES: dict[str, tuple[int, str]] = {
+    "preemptions_per_request": (1, "preemption"),
+    "queue_share": (1, "queue_wait"),
+    "kv_usage_ratio": (1, "kv_pressure"),
+    "prefix_hit_rate": (-1, "prefix_cache_misses"),
+    "spec_accept_rate": (-1, "speculation_rejections"),
+    "probe_events_dropped": (1, "dropped_probe_events"),
+    "energy_per_output_token_j": (1, "energy"),
+}
+
+
+def direction(column: str) -> int:
+    return SYMPTOMS.get(column) or CAUSES[column][0]
+
+
+def scores(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (node, model, judged column) with a value and at least one peer:
+    node, model, column; value; peers (how many other nodes); peer_median, peer_mad, scale; z
+    (signed so that positive is worse); flagged (z > Z_CUT). Input: table.node_table's frame."""
+    rows = []
+    for column in [c for c in [*SYMPTOMS, *CAUSES] if c in table]:
+        sign = direction(column)
+        for _model, group in table.groupby("model"):
+            values = group[["node", "model", column]].dropna()
+            for i, row in values.iterrows():
+                peers = values.loc[values.index != i, column]
+                if peers.empty:
+                    continue
+                med = float(peers.median())
+                mad = float((peers - med).abs().median())
+                scale = max(MAD_TO_SIGMA * mad, RELATIVE_FLOOR * abs(med), 1e-12)
+                z = sign * (float(row[column]) - med) / scale
+                rows.append({"node": row["node"], "model": row["model"], "column": column,
+                             "value": float(row[column]), "peers": len(peers), "peer_median": med, "peer_mad": mad,
+                             "scale": scale, "z": z, "flagged": z > Z_CUT})
+    cols = [*KEYS, "column", "value", "peers", "peer_median", "peer_mad", "scale", "z", "flagged"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def outliers(judged: pd.DataFrame, slow_mix: pd.DataFrame) -> pd.DataFrame:
+    """One row per outlier (node, model), the worst first:
+    node, model; score (its largest symptom z); symptoms (flagged symptom columns, worst first);
+    causes (flagged cause columns, worst first); cause (see the module docstring); cause_from
+    ("cause column <name>", "slow-cause mix" or ""); top_slow_cause and top_slow_cause_share (its
+    mix's largest, "" and NaN without slow requests).
+    Inputs: scores()'s frame and table.mix(slow causes, "cause")."""
+    rows = []
+    for (node, model), group in judged[judged["flagged"]].groupby(KEYS):
+        symptoms = group[group["column"].isin(SYMPTOMS)].sort_values("z", ascending=False)
+        if symptoms.empty:
+            continue
+        causes = group[group["column"].isin(CAUSES)].sort_values("z", ascending=False)
+        own = slow_mix[(slow_mix["node"] == node) & (slow_mix["model"] == model) & (slow_mix["count"] > 0)]
+        own = own.sort_values(["count", "cause"], ascending=[False, True])
+        top, share = (str(own["cause"].iloc[0]), float(own["share"].iloc[0])) if not own.empty else ("", math.nan)
+        if not causes.empty:
+            cause, source = CAUSES[causes["column"].iloc[0]][1], f"cause column {causes['column'].iloc[0]}"
+        elif top:
+            cause, source = top, "slow-cause mix"
+        else:
+            cause, source = "unexplained", ""
+        rows.append({"node": node, "model": model, "score": float(symptoms["z"].iloc[0]),
+                     "symptoms": list(symptoms["column"]), "causes": list(causes["column"]), "cause": cause,
+                     "cause_from": source, "top_slow_cause": top, "top_slow_cause_share": share})
+    cols = [*KEYS, "score", "symptoms", "causes", "cause", "cause_from", "top_slow_cause", "top_slow_cause_share"]
+    out = pd.DataFrame(rows, columns=cols)
+    return out.sort_values("score", ascending=False).reset_index(drop=True)
