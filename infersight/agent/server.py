@@ -16,7 +16,6 @@ checked as RFC 7235 says: the scheme `Bearer` in any case, the credentials compa
 """
 from __future__ import annotations
 
-import hmac
 import json
 import math
 from dataclasses import asdict, replace
@@ -34,6 +33,7 @@ from infersight.agent.capture import CaptureRecord, CaptureRefused
 from infersight.agent.detail_routes import detail_routes
 from infersight.agent.eviction_log import EvictionLog
 from infersight.agent.state import AgentState
+from infersight.http.bearer import bearer_matches  # noqa: F401  (re-exported: the agent's token check)
 from infersight.http.connections import ConnectionGate
 from infersight.http.limits import HttpLimits, LimitedApp, routes_app, simple_error_body
 
@@ -60,14 +60,6 @@ class CaptureSurface(Protocol):
 
     @property
     def capture_records(self) -> Sequence[CaptureRecord]: ...
-
-
-def bearer_matches(authorization: str, token: str) -> bool:
-    """Whether an Authorization header carries `token` as Bearer credentials (scheme in any case,
-    RFC 7235 2.1); compared in constant time, as bytes (a non-ASCII header is just a mismatch)."""
-    scheme, _, credentials = authorization.strip().partition(" ")
-    ok_scheme = scheme.lower() == "bearer"
-    return hmac.compare_digest(credentials.strip().encode("latin-1", "replace"), token.encode()) and ok_scheme
 
 
 def _steps(value: Any) -> int:

@@ -1,5 +1,5 @@
 """BearerGuard: the HTTP transport's door. Every request must carry the agent's token as Bearer
-credentials (the check agent.server uses for captures: scheme in any case, constant-time compare);
+credentials (infersight.http.bearer, the check the agent uses for captures: scheme in any case, constant-time compare);
 without it the answer is 401 with a JSON error, and the MCP app never sees the request."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from infersight.agent.server import bearer_matches
+from infersight.http.bearer import bearer_matches
 
 
 class BearerGuard:
