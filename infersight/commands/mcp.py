@@ -8,11 +8,13 @@ from pathlib import Path
 def run(args: argparse.Namespace) -> int:
     from infersight.commands.agent import parse_listen
     from infersight.mcp.config import McpConfig
-    from infersight.mcp.server import serve
 
     host, port = parse_listen(args.listen)
-    serve(McpConfig(agent_url=args.agent, transport=args.transport, host=host, port=port,
-                    token_file=Path(args.token_file) if args.token_file else None, timeout_s=args.timeout))
+    config = McpConfig(agent_url=args.agent, transport=args.transport, host=host, port=port,
+                       token_file=Path(args.token_file) if args.token_file else None, timeout_s=args.timeout)
+    from infersight.mcp.server import serve  # the SDK loads after the arguments are known to be good
+
+    serve(config)
     return 0
 
 

@@ -24,9 +24,8 @@ def build_server(config: McpConfig) -> MCPServer:
 
 
 def serve(config: McpConfig) -> None:
-    server = build_server(config)
     if config.transport == "stdio":
-        server.run("stdio")
+        build_server(config).run("stdio")
         return
     import uvicorn
 
@@ -34,5 +33,5 @@ def serve(config: McpConfig) -> None:
     from infersight.mcp.bearer_guard import BearerGuard
 
     token = read_token(config.resolved_token_file())  # a one-line refusal (ValueError) when it cannot be trusted
-    app = BearerGuard(server.streamable_http_app(host=config.host), token)
+    app = BearerGuard(build_server(config).streamable_http_app(host=config.host), token)
     uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")).run()
