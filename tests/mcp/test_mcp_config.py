@@ -12,7 +12,7 @@ import pytest
 from mcp import Client
 from mcp_session import mcp_command
 
-from conftest import ENV, REPO
+from mcp_live_agent import ENV, REPO
 from infersight.agent.token_file import TokenFileError
 from infersight.mcp.config import McpConfig
 from infersight.mcp.server import build_server, serve

@@ -14,7 +14,7 @@ from mcp_session import mcp_command, over_http
 from testkit import one_torch_thread, wait_for_process
 
 from agent_workload import free_port
-from conftest import ENV, REPO, LiveAgent
+from mcp_live_agent import ENV, REPO, LiveAgent
 from infersight.runtime import SamplingParams
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",

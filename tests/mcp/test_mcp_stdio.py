@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 from mcp_session import over_stdio
 
-from conftest import ENV, REPO, LiveAgent
+from mcp_live_agent import ENV, REPO, LiveAgent
 from infersight.exporters.catalogue import CATALOGUE
 
 
@@ -99,8 +99,12 @@ def test_diagnosis_speculation_and_experts_are_the_agents(session, live_agent) -
         {k: (v["accept_rate"], v["predicted_speedup"], v["basis"]) for k, v in summary["spec"]["by_task"].items()}
     advice = {r["task"]: r["action"] for r in api["speculation_recommendations"]}
     assert {t["task"]: t["advice"] for t in spec["tasks"]} == {t: advice.get(t) for t in summary["spec"]["by_task"]}
+    tasks = {rid: task for rid, (_, task) in live_agent.work.prompts.items()}
+    raw_rates = live_agent.tee.accept_rate_by_task(tasks)
+    assert raw_rates and {t["task"]: t["accept_rate"] for t in spec["tasks"]} == pytest.approx(raw_rates)
     experts = ok(session, "experts")
     assert [layer["tokens"] for layer in experts["layers"]] == summary["moe"]["expert_tokens"]
+    assert [layer["tokens"] for layer in experts["layers"]] == live_agent.tee.expert_tokens
     for layer in experts["layers"]:
         assert layer["hottest_expert"] == layer["tokens"].index(max(layer["tokens"]))
 
