@@ -4,9 +4,12 @@ The GPU sampler reads the total-energy counter (NVML nvmlDeviceGetTotalEnergyCon
 field 156, dcgm-exporter DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION; all in joules once collected) every
 interval, not every step. The meter keeps those readings and, once a reading after a step's end
 has come, measures the step's window on the interpolated counter (correlate.energy) and splits
-it over the step's requests by their modelled cost (correlate.token_cost: joules per prefill,
-decode and draft token, fitted on the measured energy of the counter's intervals so far; token
-share until that fit can tell the kinds apart). A request's joules are therefore a modelled split of measured energy; with
+it over the step's requests by their modelled cost (correlate.token_cost: the GPU's static power
+and dynamic joules per prefill, decode and draft token, fitted on the measured energy of the
+counter's intervals so far; token share until that fit can tell them apart). Once the fit is
+usable a step's energy is also cut into its dynamic and static parts (token_cost.step_dynamic_share),
+each split over the requests by the same weights, so a request's energy_j = dynamic + static
+exactly. A request's joules are therefore a modelled split of measured energy; with
 them goes the most the counter's sampling interval can have moved into or out of them
 (correlate.sampling_bound). Time it has accounted for ends at `cursor_ns`; what accrued between
 steps is idle energy:
@@ -37,6 +40,10 @@ SM_FIELD = "sm_active_ratio"
 POWER_FIELD = "power_watts"
 #: What every per-request joule figure is, in the summary, the API and the docs.
 BASIS = "modelled split of measured energy"
+#: What `EnergyMeter.take` gives each finished request (columns of its row): energy_j = energy_dynamic_j
+#: + energy_static_j (the step's energy cut by the fitted model: tokens x dynamic J/token, static W x
+#: step time, in proportion), each split over the step's requests by modelled cost.
+REQUEST_ENERGY_FIELDS = ("energy_j", "energy_dynamic_j", "energy_static_j", "gpu_sm_active_s", "energy_sampling_bound_j")
 #: Bounds on what waits for readings (steps), for its step (prefill chunks) or for its request to
 #: finish (open shares).
 MAX_PENDING_STEPS = 20_000
@@ -95,14 +102,21 @@ class EnergyMeter:
         self.chunks = _int_frame("request_id", "ts_ns")  # PREFILL_CHUNK events of steps not yet measured
         # The energy model's running normal equations over complete counter intervals, the intervals
         # some of whose steps are still to come, and the fit the last steps were split by.
-        self._xtx, self._xty, self._fit_intervals = np.zeros((3, 3)), np.zeros(3), 0
+        k = len(T.REGRESSORS)
+        self._xtx, self._xty, self._fit_intervals = np.zeros((k, k)), np.zeros(k), 0
         self.open_rows = T.interval_rows(pd.DataFrame(), np.empty(0, np.int64))
         self.costs = T.TokenCosts()
         self.steps_by_model = 0  # steps split by modelled cost
         self.steps_by_tokens = 0  # steps split by token share (no usable fit yet, or members not told apart)
+        # requests_uj cut by the model into dynamic and static (steps split with a usable fit); the
+        # rest of requests_uj was split before the fit was usable and has no such cut.
+        self.dynamic_uj = 0
+        self.static_uj = 0
         self.bound_open = B.merge_shares(pd.DataFrame())  # sampling-bound shares of intervals still open
         self.bound_taken_uj = 0.0  # the sampling bounds of the requests taken, summed
-        self.open: dict[int, list[float]] = {}  # request id -> [energy uJ, SM-active ns, bound uJ] (NaN: none)
+        # request id -> [energy uJ, SM-active ns, bound uJ, dynamic uJ] (NaN: none; dynamic stays NaN once
+        # one of its steps had no usable fit: its static part is then unknown)
+        self.open: dict[int, list[float]] = {}
         self._held: dict[int, int] = {}  # request id -> when its row was first held (monotonic ns)
         self.closed = False
 
@@ -211,11 +225,12 @@ class EnergyMeter:
         batch = self.pending_batch[done].reset_index(drop=True)
         per_step = measured.set_index("step_id")
         weight = self._weights(ready, windows, batch, to_ns)
-        energy_uj = cost.split_in_proportion(batch, weight, per_step["energy_uj"])
+        energy_uj, dynamic_uj = self._split_energy(ready, windows, batch, weight)
         sm_ns = cost.split_in_proportion(batch, weight, per_step["gpu_sm_active_ns"])
-        for rid, e, s in zip(batch["request_id"].tolist(), energy_uj.tolist(), sm_ns.tolist()):
-            acc = self.open.setdefault(int(rid), [0.0, float("nan"), 0.0])
+        for rid, e, d, s in zip(batch["request_id"].tolist(), energy_uj.tolist(), dynamic_uj.tolist(), sm_ns.tolist()):
+            acc = self.open.setdefault(int(rid), [0.0, float("nan"), 0.0, 0.0])
             acc[0] += e
+            acc[3] += d  # NaN sticks
             if s == s:  # not NaN
                 acc[1] = s if acc[1] != acc[1] else acc[1] + s
         self._add_bounds(windows, batch, weight, to_ns)
@@ -243,6 +258,29 @@ class EnergyMeter:
         self.steps_by_model += modelled
         self.steps_by_tokens += int(members["step_id"].nunique()) - modelled
         return T.member_weights(members, self.costs)
+
+    def _split_energy(self, ready: pd.DataFrame, windows: pd.DataFrame, batch: pd.DataFrame,
+                      weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(energy uJ, dynamic uJ) of each batch row. A step's measured energy E is cut into dynamic
+        D = rint(E x its modelled dynamic share) and static E - D (token_cost.step_dynamic_share), and
+        each is split by `weight` (largest remainder), so a row's energy = its dynamic + its static,
+        both >= 0, and the rows of a step sum to E exactly. A step without a usable fit is split whole;
+        its rows' dynamic part is NaN."""
+        step = ready[["step_id", *T.STEP_KIND_COLUMNS.values()]].merge(
+            windows[["step_id", "start_ns", "end_ns", "value"]], on="step_id")
+        value = pd.Series(step["value"].to_numpy(np.int64), index=step["step_id"].to_numpy(np.int64))
+        whole = cost.split_in_proportion(batch, weight, value)
+        share = T.step_dynamic_share(step, self.costs)
+        if np.isnan(share).all():
+            return whole, np.full(len(batch), np.nan)
+        dynamic = pd.Series(np.rint(value.to_numpy() * share), index=value.index)  # NaN: no usable fit
+        dynamic_uj = cost.split_in_proportion(batch, weight, dynamic)
+        static_uj = cost.split_in_proportion(batch, weight, value - dynamic)
+        energy_uj = np.where(np.isnan(dynamic_uj), whole, dynamic_uj + static_uj)
+        cut = dynamic.notna().to_numpy() & step["step_id"].isin(batch["step_id"]).to_numpy()  # nobody's: idle
+        self.dynamic_uj += int(dynamic[cut].sum())
+        self.static_uj += int((value - dynamic)[cut].sum())
+        return energy_uj, dynamic_uj
 
     def _refit(self, ready: pd.DataFrame, windows: pd.DataFrame, to_ns: int) -> None:
         """Add the measured steps that ran a batch to their counter intervals (those of the first GPU's
@@ -313,18 +351,20 @@ class EnergyMeter:
     def holding(self) -> bool:
         return bool(self._held)
 
-    def take(self, request_id: int) -> tuple[float, float, float]:
-        """(energy_j, gpu_sm_active_s, energy_sampling_bound_j) of a finished request; NaN where
-        nothing was measured. Its part of an interval still open counts as it stands: it has finished."""
+    def take(self, request_id: int) -> dict[str, float]:
+        """A finished request's REQUEST_ENERGY_FIELDS (joules, seconds); NaN where nothing was
+        measured (energy_dynamic_j and energy_static_j: also where a step of it was split before the
+        fit was usable). Its part of an interval still open counts as it stands: it has finished."""
         acc = self.open.pop(int(request_id), None)
         if acc is None:
-            return float("nan"), float("nan"), float("nan")
+            return dict.fromkeys(REQUEST_ENERGY_FIELDS, float("nan"))
         mine = self.bound_open["request_id"].to_numpy(np.int64) == int(request_id)
         if mine.any():
             acc[2] += float(self._bounds(self.bound_open[mine]).sum())
             self.bound_open = self.bound_open[~mine].reset_index(drop=True)
         self.bound_taken_uj += acc[2]
-        return acc[0] / 1e6, acc[1] / 1e9, acc[2] / 1e6
+        return {"energy_j": acc[0] / 1e6, "energy_dynamic_j": acc[3] / 1e6, "energy_static_j": (acc[0] - acc[3]) / 1e6,
+                "gpu_sm_active_s": acc[1] / 1e9, "energy_sampling_bound_j": acc[2] / 1e6}
 
     def forget(self, request_ids: Iterable[int]) -> None:
         ids = [int(r) for r in request_ids]
@@ -357,16 +397,28 @@ class EnergyMeter:
         status = (f"energy_j is a {BASIS}. Measured: the total-energy counter of GPU(s) {gpus}, read at the "
                   "sampler's interval and interpolated linearly at each step's start and end; the steps' energy "
                   "plus idle_j (between steps) is the counter's rise exactly. Modelled: each step's energy is "
-                  "split over its requests by their modelled cost (split_model: joules per prefill, decode and draft "
-                  "token, fitted on the measured energy of the counter's intervals; "
-                  f"{self.steps_by_model} of {split} steps split so, the rest by token share). energy_sampling_bound_j: the most the interpolation between readings can have moved "
+                  "split over its requests by their modelled cost (split_model: the GPU's static power and dynamic "
+                  "joules per prefill, decode and draft token, fitted on the measured energy of the counter's "
+                  f"intervals; {self.steps_by_model} of {split} steps split so, the rest by token share); once that "
+                  "fit is usable each step's energy is also cut into dynamic_j (its tokens' modelled cost) and "
+                  "static_j (static power x step time) in the model's proportion, and a request's energy_j = "
+                  "energy_dynamic_j + energy_static_j, its static part shared in proportion to its dynamic cost "
+                  "(unsplit_j: energy of steps split before the fit was usable, not cut). "
+                  "energy_sampling_bound_j: the most the interpolation between readings can have moved "
                   f"into or out of a request, were the GPU's power anywhere between 0 W and the most seen ({watts})")
         headline = (f"{self.requests_uj / 1e6:.1f} J in requests' steps ({BASIS}), {self.idle_uj / 1e6:.1f} J idle "
                     f"between steps, over {(self.cursor_ns - self.from_ns) / 1e9:.1f} s (GPU energy counter)")
+        if self.costs.usable:
+            headline += (f"; of the requests' joules {self.dynamic_uj / 1e6:.1f} J dynamic, {self.static_uj / 1e6:.1f} J "
+                         f"static (fitted {self.costs.static_w:.0f} W while steps run)")
         return {"measured": True, "basis": BASIS, "headline": headline, "status": status, "gpus": list(self.gpus),
                 "window_s": (self.cursor_ns - self.from_ns) / 1e9,
                 "counter_delta_j": delta_uj / 1e6,
                 "requests_j": self.requests_uj / 1e6, "idle_j": self.idle_uj / 1e6,
+                # requests_j cut by the model ("modelled split of measured energy"): dynamic + static + unsplit.
+                "dynamic_j": self.dynamic_uj / 1e6, "static_j": self.static_uj / 1e6,
+                "unsplit_j": (self.requests_uj - self.dynamic_uj - self.static_uj) / 1e6,
+                "static_w_fitted": self.costs.static_w if self.costs.usable else None,
                 "split_model": self.costs.describe(), "steps_split_by_model": self.steps_by_model,
                 "steps_split_by_token_share": self.steps_by_tokens,
                 "sampling_bound_j_of_requests_taken": self.bound_taken_uj / 1e6,

@@ -34,6 +34,10 @@ BASES = {
     "engine_seconds": "modelled: the request's token share of its engine steps' wall-clock time (host work "
                       "included; not GPU time)",
     "energy_j": ENERGY_BASIS + " (null without a GPU energy counter)",
+    "energy_dynamic_j": ENERGY_BASIS + ": the part of energy_j on its tokens (dynamic joules per token fitted on "
+                        "the counter's intervals; null for a request split before that fit was usable)",
+    "energy_static_j": ENERGY_BASIS + ": energy_j - energy_dynamic_j, its share of the GPU's static draw in its "
+                       "steps (fitted static watts x step time), in proportion to its dynamic cost",
     "gpu_kernel_s": "measured: GPU kernel time of a profiler capture, split over the step's requests by tokens "
                     "(null when no capture covered the request)",
     "steps": "measured: the engine's STEP and BATCH probe records (wall-clock step duration, tokens fed)",

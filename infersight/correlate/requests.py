@@ -22,13 +22,16 @@ NS = 1e9
 #: Cost (correlate.cost): engine_seconds is the request's token share of its steps' wall-clock time,
 #: on any device; the GPU figures are NaN unless a GPU measured them: energy_j (a modelled split of
 #: measured energy: the GPU energy counter over its steps, each step split by modelled cost,
-#: correlate.token_cost), energy_sampling_bound_j (the most the counter's sampling interval can have
-#: moved into or out of energy_j, correlate.sampling_bound), gpu_sm_active_s (SM activity x step
+#: correlate.token_cost) = energy_dynamic_j (its tokens' share of the steps' dynamic energy) +
+#: energy_static_j (its share of the GPU's static draw in its steps), energy_sampling_bound_j (the
+#: most the counter's sampling interval can have moved into or out of energy_j,
+#: correlate.sampling_bound), gpu_sm_active_s (SM activity x step
 #: time from GPU telemetry, split as energy_j is) and gpu_kernel_s (its share of kernel time in a
 #: profiler capture).
 REQUEST_FIELDS = ("request_id", "trace_id", "task", "prompt_tokens", "cached_tokens", "output_tokens", "finish_reason",
                   "num_preemptions", "queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s", "e2e_s",
-                  "ttft_s", "itl_mean_s", "engine_seconds", "energy_j", "energy_sampling_bound_j", "gpu_sm_active_s",
+                  "ttft_s", "itl_mean_s", "engine_seconds", "energy_j", "energy_dynamic_j",
+                  "energy_static_j", "energy_sampling_bound_j", "gpu_sm_active_s",
                   "gpu_kernel_s", "slow_cause")
 
 

@@ -1,21 +1,35 @@
 """What each request costs a step, by the kind of tokens it fed: the weights that split a step's
-measured energy (and SM activity) over its batch.
+measured energy (and SM activity) over its batch, and the part of a step's energy that is static.
 
-The energy of each kind of token is fitted on the run's own measured energy. Over each interval
-between two readings of the GPU's energy counter, the energy of the steps in it (the counter,
-interpolated at the steps' ends, summed over the interval's steps) is modelled as
+The energy of each kind of token, and the GPU's static power, are fitted on the run's own measured
+energy. Over each interval between two readings of the GPU's energy counter, the energy of the steps
+in it (the counter, interpolated at the steps' ends, summed over the interval's steps) is modelled as
 
-    energy_uj  ~  prefill_uj * prefill_tokens + decode_uj * decode_tokens + spec_uj * spec_tokens
+    energy_uj  ~  static_uw * busy_s
+                  + prefill_uj * prefill_tokens + decode_uj * decode_tokens + spec_uj * spec_tokens
 
-by least squares with every coefficient >= 0 (`fit_token_costs`, on the running sums of
-`normal_equations` over `interval_rows`). Why these choices:
+(busy_s: the summed duration of the interval's steps) by least squares with every coefficient >= 0
+(`fit_token_costs`, on the running sums of `normal_equations` over `interval_rows`). Why these choices:
 - intervals, not steps: inside one interval the counter is interpolated linearly, so one step's
   energy is only its share of the interval's time; the sum over a whole interval is what was measured.
 - energy, not step time: on a GPU a long prompt's step is largely host work (block hashing,
   scheduling) that draws little power. A fit on step time put 330 us on an H200 prefill token against
   128 us on a decode token, and gave long outputs 42% less than they cost alone (BENCHMARKS.md).
-- no intercept: what a step costs whoever is in it (static power, weight reads) is carried by the
-  per-token figures, as it is in what a class of requests costs when it runs alone.
+- a static term, per second of step time, not per interval: a GPU draws its static power (on an H200
+  ~100 W of the 140-270 W it drew under load, BENCHMARKS.md) whether or not a token is fed, for as
+  long as the steps take. Without it the fit folded static power into joules per token, and a
+  class's joules alone then depended on how fast its phase ran (not a property of the request:
+  no split could match it). With it, joules per token are the DYNAMIC cost of a token.
+- no other intercept: the static term is the part of a step that does not scale with its tokens.
+
+A step's measured energy E (its interpolated window) is then cut in two by the model
+(`step_dynamic_share`): dynamic = E * D / (D + S), static = E - dynamic, where D is the step's
+modelled token cost and S = static_uw * its duration. Both parts are split over the step's members
+by the same weights (below): the static part in proportion to the members' dynamic cost, because a
+step lasts, and so draws static power, about as long as its work takes (a 512-token prefill chunk
+keeps the GPU on far longer than one decode token beside it), so the requests whose work set the
+step's length bear its static energy; an even split by time in the batch would charge each decode
+token in a prefill step as much static energy as the prefill that made the step long.
 
 A member's modelled cost, and so its weight in its step, is
 
@@ -30,8 +44,8 @@ way (a chunk event lost, a mixed step without them) is marked unresolved: it is 
 Frames:
   measured  step_id, start_ns, end_ns, energy_uj (float64: the step's interpolated energy),
             prefill_tokens, decode_tokens, spec_tokens
-  rows      end_ns (the reading that closes the interval), energy_uj, prefill_tokens, decode_tokens,
-            spec_tokens (float64 sums over the interval's steps)
+  rows      end_ns (the reading that closes the interval), energy_uj, busy_s, prefill_tokens,
+            decode_tokens, spec_tokens (float64 sums over the interval's steps; busy_s: their durations)
   members   step_id, request_id, num_tokens, prefill, decode, spec (int64), resolved (bool, per step)
 """
 from __future__ import annotations
@@ -42,36 +56,44 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-#: Regressors of the energy model, in the order of `normal_equations`.
+#: Kinds of tokens, and the step columns that count them.
 KINDS = ("prefill", "decode", "spec")
 STEP_KIND_COLUMNS = {"prefill": "prefill_tokens", "decode": "decode_tokens", "spec": "spec_tokens"}
+#: Regressors of the energy model, in the order of `normal_equations`: step seconds, then tokens.
+REGRESSORS = ("busy_s", *STEP_KIND_COLUMNS.values())
 MEMBER_COLUMNS = {"step_id": "int64", "request_id": "int64", "num_tokens": "int64", "prefill": "int64",
                   "decode": "int64", "spec": "int64", "resolved": "bool"}
-ROW_COLUMNS = ("end_ns", "energy_uj", *STEP_KIND_COLUMNS.values())
-#: A fit is used once it has at least this many intervals per kind it has seen (an overdetermined
-#: system: one noisy interval cannot set a coefficient alone), and MIN_FIT_INTERVALS in all; until
-#: then token share.
+ROW_COLUMNS = ("end_ns", "energy_uj", *REGRESSORS)
+#: A fit is used once it has at least this many intervals per regressor it has seen (static power
+#: included: an overdetermined system, one noisy interval cannot set a coefficient alone), and
+#: MIN_FIT_INTERVALS in all; until then token share.
 MIN_INTERVALS_PER_KIND = 2
 MIN_FIT_INTERVALS = 4
 
 
 @dataclass(frozen=True)
 class TokenCosts:
-    """A fitted energy model (uJ per token). intervals: how many counter intervals it was fitted on;
-    usable: enough intervals, and every kind seen in them could be told apart (full rank)."""
+    """A fitted energy model: dynamic uJ per token of each kind, and static power (W) while steps run.
+    intervals: how many counter intervals it was fitted on; usable: enough intervals, and every
+    regressor seen in them could be told apart (full rank)."""
 
     prefill_uj: float = 0.0
     decode_uj: float = 0.0
     spec_uj: float = 0.0
+    static_w: float = 0.0
     intervals: int = 0
     usable: bool = False
 
     def describe(self) -> dict[str, object]:
-        return {"prefill_mj_per_token": self.prefill_uj / 1e3, "decode_mj_per_token": self.decode_uj / 1e3,
-                "spec_mj_per_token": self.spec_uj / 1e3, "intervals_fitted": self.intervals, "usable": self.usable,
-                "how": "least squares of the measured energy of the steps in each interval between two counter "
-                       "readings on their prefill, decode and draft token counts, coefficients >= 0, no intercept; "
-                       "a request's weight in a step is its tokens times their kind's joules per token"}
+        return {"static_w": self.static_w, "prefill_mj_per_token": self.prefill_uj / 1e3,
+                "decode_mj_per_token": self.decode_uj / 1e3, "spec_mj_per_token": self.spec_uj / 1e3,
+                "intervals_fitted": self.intervals, "usable": self.usable,
+                "how": "modelled from measured intervals: least squares of the measured energy of the steps in each "
+                       "interval between two counter readings on their duration (static_w: the GPU's static power "
+                       "while steps run) and their prefill, decode and draft token counts (dynamic joules per "
+                       "token), coefficients >= 0; a step's energy is cut into dynamic and static in the model's "
+                       "proportion, and both are split over its requests by their tokens times their kind's "
+                       "dynamic joules per token"}
 
 
 def interval_rows(measured: pd.DataFrame, readings_ns: np.ndarray) -> pd.DataFrame:
@@ -83,28 +105,33 @@ def interval_rows(measured: pd.DataFrame, readings_ns: np.ndarray) -> pd.DataFra
     mid = (measured["start_ns"].to_numpy(np.int64) + measured["end_ns"].to_numpy(np.int64)) // 2
     at = np.minimum(np.searchsorted(readings_ns, mid, side="right"), len(readings_ns) - 1)
     rows = measured[["energy_uj", *STEP_KIND_COLUMNS.values()]].astype(np.float64).assign(
+        busy_s=(measured["end_ns"].to_numpy(np.int64) - measured["start_ns"].to_numpy(np.int64)) / 1e9,
         end_ns=np.asarray(readings_ns, np.int64)[at])
     return rows.groupby("end_ns", sort=True, as_index=False).sum()[list(ROW_COLUMNS)]
 
 
 def normal_equations(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
-    """(X'X 3x3, X'y 3, rows used) of complete intervals: X = [prefill, decode, spec] tokens,
-    y = energy_uj. Sums, so a run's fit is the sum over its polls."""
-    x = rows[list(STEP_KIND_COLUMNS.values())].to_numpy(np.float64)
+    """(X'X 4x4, X'y 4, rows used) of complete intervals: X = REGRESSORS (busy seconds, prefill,
+    decode and spec tokens), y = energy_uj. Sums, so a run's fit is the sum over its polls."""
+    x = rows[list(REGRESSORS)].to_numpy(np.float64)
     y = rows["energy_uj"].to_numpy(np.float64)
     return x.T @ x, x.T @ y, len(rows)
 
 
 def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, intervals: int) -> TokenCosts:
-    """The non-negative least-squares fit from the normal equations: among the kinds that ever held
-    a token, every subset is solved unconstrained and the best one whose coefficients are all >= 0
-    wins (with three columns that is exact NNLS)."""
-    seen = [i for i in range(len(KINDS)) if xtx[i, i] > 0]
+    """The non-negative least-squares fit from the normal equations: among the regressors that were
+    ever nonzero, every subset is solved unconstrained and the best one whose coefficients are all
+    >= 0 wins (with four columns, 15 subsets, that is exact NNLS). The columns are scaled to unit
+    norm first: seconds and token counts lie orders of magnitude apart."""
+    seen = [i for i in range(len(REGRESSORS)) if xtx[i, i] > 0]
     if not seen:
         return TokenCosts(intervals=intervals)
+    scale = np.zeros(len(REGRESSORS))
+    scale[seen] = 1 / np.sqrt(np.diag(xtx)[seen])
+    xtx, xty = xtx * np.outer(scale, scale), xty * scale  # the fit of y on X diag(scale): b = scale * b'
     usable = (intervals >= max(MIN_FIT_INTERVALS, MIN_INTERVALS_PER_KIND * len(seen))
               and np.linalg.matrix_rank(xtx[np.ix_(seen, seen)]) == len(seen))
-    best, best_obj = np.zeros(len(KINDS)), 0.0  # all zeros: objective 0 (of b'Gb - 2h'b)
+    best, best_obj = np.zeros(len(REGRESSORS)), 0.0  # all zeros: objective 0 (of b'Gb - 2h'b)
     for r in range(1, len(seen) + 1):
         for cols in combinations(seen, r):
             g, h = xtx[np.ix_(cols, cols)], xty[list(cols)]
@@ -115,9 +142,22 @@ def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, intervals: int) -> TokenCo
                 continue
             obj = float(b @ g @ b - 2 * h @ b)
             if obj < best_obj:
-                best, best_obj = np.zeros(len(KINDS)), obj
+                best, best_obj = np.zeros(len(REGRESSORS)), obj
                 best[list(cols)] = b
-    return TokenCosts(*map(float, best), intervals=intervals, usable=bool(usable))
+    static_uw, prefill, decode, spec = (best * scale).tolist()
+    return TokenCosts(prefill, decode, spec, static_w=static_uw / 1e6, intervals=intervals, usable=bool(usable))
+
+
+def step_dynamic_share(steps: pd.DataFrame, costs: TokenCosts) -> np.ndarray:
+    """Each step's modelled dynamic share of its energy, D / (D + S) (module docstring): D its token
+    cost from its own totals (prefill_tokens, decode_tokens, spec_tokens), S static_w times its
+    duration (end_ns - start_ns). NaN while `costs` is not usable, or where D + S is 0."""
+    d = sum(getattr(costs, f"{k}_uj") * steps[c].to_numpy(np.float64) for k, c in STEP_KIND_COLUMNS.items())
+    s = costs.static_w * (steps["end_ns"].to_numpy(np.int64) - steps["start_ns"].to_numpy(np.int64)) / 1e3  # uJ
+    d = np.broadcast_to(np.asarray(d, np.float64), (len(steps),))
+    total = d + s
+    share = np.divide(d, total, out=np.full(len(steps), np.nan), where=total > 0)
+    return share if costs.usable else np.full(len(steps), np.nan)
 
 
 def member_tokens(steps: pd.DataFrame, batch: pd.DataFrame, chunks: pd.DataFrame) -> pd.DataFrame:

@@ -26,6 +26,12 @@ COLUMN_DOCS = {
                 "(joules per prefill, decode and draft token, fitted on the counter's measured intervals; "
                 "infersight.correlate.token_cost). Null "
                 "without a GPU energy counter",
+    "energy_dynamic_j": "modelled split of measured energy: the part of energy_j the fitted model puts on the "
+                        "request's tokens (each step's energy cut into dynamic and static in the model's "
+                        "proportion: tokens x dynamic joules per token against static watts x step time); null "
+                        "where a step of it was split before the fit was usable",
+    "energy_static_j": "modelled split of measured energy: energy_j - energy_dynamic_j, the request's share of the "
+                       "GPU's static draw in its steps (shared in proportion to the members' dynamic cost)",
     "energy_sampling_bound_j": "the most the energy counter's sampling interval can have moved into or out of "
                                "energy_j (power anywhere between 0 W and the most seen; "
                                "infersight.correlate.sampling_bound); the split model's own error is not in it",

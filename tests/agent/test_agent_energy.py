@@ -97,6 +97,15 @@ def test_the_requests_together_get_their_steps_naive_joules(run) -> None:
     # Each step is split by modelled cost once the step-time fit is usable, and the summary says so.
     meter = agent.state.energy
     assert meter.costs.usable and meter.steps_by_model > 0
+    # Once the fit is usable each row's joules are cut into dynamic + static, exactly (in uJ), and the
+    # meter's totals with the part split before the fit add up to the requests' joules.
+    cut = [r for r in rows.values() if r["energy_dynamic_j"] == r["energy_dynamic_j"]]
+    assert cut and all(round(r["energy_dynamic_j"] * 1e6) + round(r["energy_static_j"] * 1e6)
+                       == round(r["energy_j"] * 1e6) and r["energy_static_j"] >= 0 for r in cut)
+    assert all(parquet.loc[r["request_id"], "energy_dynamic_j"] == r["energy_dynamic_j"] for r in cut)
+    assert schema.field("energy_static_j").metadata[b"doc"].startswith(b"modelled split of measured energy")
+    energy = report.summary(agent.state)["cost"]["energy"]
+    assert energy["dynamic_j"] + energy["static_j"] + energy["unsplit_j"] == pytest.approx(energy["requests_j"])
 
 
 def test_requests_plus_idle_is_the_counters_rise_exactly(run) -> None:

@@ -125,8 +125,11 @@ def test_before_a_usable_fit_each_request_gets_its_token_share_and_the_account_c
     assert meter.requests_uj + meter.idle_uj == delta == sum(got.values()) + idle
     summary = meter.describe()
     assert summary["counter_delta_j"] == delta / 1e6 and summary["steps_measured"] == 4
-    energy_j, _, _ = meter.take(3)
-    assert energy_j == expected[3] / 1e6 and 3 not in meter.open
+    taken = meter.take(3)
+    assert taken["energy_j"] == expected[3] / 1e6 and 3 not in meter.open
+    # No usable fit: no dynamic/static cut, and the summary does not pretend one.
+    assert math.isnan(taken["energy_dynamic_j"]) and math.isnan(taken["energy_static_j"])
+    assert summary["dynamic_j"] == summary["static_j"] == 0 and summary["static_w_fitted"] is None
     # The tail after the last step is idle at close: the account then spans every reading.
     meter.close()
     assert meter.requests_uj + meter.idle_uj == (POLLS[-1][1] - POLLS[0][1]) * 1000
@@ -155,7 +158,7 @@ def test_a_cpu_host_measures_nothing_and_holds_no_row() -> None:
     meter.add_steps(steps, batch)
     assert not meter.active and meter.attribute() == 0 and meter.pending_steps.empty
     assert meter.ready([1, 2], [5, 6]) == [1, 2]
-    assert all(math.isnan(x) for x in meter.take(1))
+    assert all(math.isnan(x) for x in meter.take(1).values())
     assert meter.describe()["measured"] is False
 
 
@@ -170,9 +173,10 @@ def test_rows_stop_waiting_when_readings_stop(gpu) -> None:
 
 
 #: The known answer: the counter rises by EP mJ per prefill token and ED mJ per decode token the steps
-#: feed, and by nothing else. The fit must find these, and the split of each step must follow
-#: EP x a member's prefill tokens + ED x its decode tokens.
-EP, ED = 2, 15
+#: feed, and by PS watts over the steps' time (static power). The fit must find these; each step's
+#: energy is cut into dynamic EP x prefill + ED x decode and static PS x its time in that proportion, and
+#: both are split by EP x a member's prefill tokens + ED x its decode tokens.
+EP, ED, PS = 2, 15, 100
 #: Step time (ns), only where the steps lie: the counter is read at step boundaries, so each interval's
 #: rise is its steps' energy; inside an interval a step gets its share of the time (interpolation).
 C0, TP, TD = 2 * MS, 100_000, 1 * MS
@@ -182,8 +186,10 @@ MODEL_STEPS = [(1, [(1, 20, 0)]), (2, [(2, 10, 0), (1, 0, 1)]), (3, [(1, 0, 1), 
                (4, [(3, 30, 0), (1, 0, 1), (2, 0, 1)]), (5, [(1, 0, 1), (2, 0, 1), (3, 0, 1)]),
                (6, [(4, 5, 0), (1, 0, 1), (2, 0, 1), (3, 0, 1)]), (7, [(1, 0, 1), (2, 0, 1), (3, 0, 1), (4, 0, 1)]),
                (8, [(2, 0, 1), (3, 0, 1), (4, 0, 1)]), (9, [(3, 0, 1), (4, 0, 1)]), (10, [(4, 0, 1)])]
-#: The counter is read before step 1 and after every second step.
-READ_AFTER = (2, 4, 6, 8, 10)
+#: The counter is read before step 1 and after these steps: some intervals hold two steps (a step's
+#: energy is then its share of the interval's time), and there are enough intervals (8) for a fit of
+#: three regressors (static, prefill, decode: token_cost.MIN_INTERVALS_PER_KIND each).
+READ_AFTER = (1, 2, 4, 5, 6, 8, 9, 10)
 
 
 def model_timeline() -> tuple[list[tuple[int, int, int, list]], list[tuple[int, int]]]:
@@ -194,8 +200,8 @@ def model_timeline() -> tuple[list[tuple[int, int, int, list]], list[tuple[int, 
         steps.append((sid, t, end, members))
         t = end
     readings, mj = [(10 * MS, 500_000)], 500_000
-    for sid, _, end, members in steps:
-        mj += sum(EP * pt + ED * dt for _, pt, dt in members)
+    for sid, start, end, members in steps:
+        mj += sum(EP * pt + ED * dt for _, pt, dt in members) + PS * (end - start) // 1_000_000  # W x ns -> mJ
         if sid in READ_AFTER:
             readings.append((end, mj))
     return steps, readings
@@ -221,17 +227,22 @@ def model_counter_uj(t: int) -> Fraction:
     raise AssertionError(t)
 
 
-def modelled_reference() -> dict[int, int]:
-    """Each step's energy (exact interpolation) split by cost from the true EP, ED, as fractions
-    of 2**-20 (the documented resolution of a weight), then largest remainder by hand."""
-    out: dict[int, int] = {}
+def modelled_reference() -> tuple[dict[int, int], dict[int, int]]:
+    """(request -> uJ, request -> dynamic uJ): each step's energy (exact interpolation) cut into
+    dynamic (its true token cost over that plus PS x its time, rounded) and static, each split by
+    cost from the true EP, ED as fractions of 2**-20 (the documented resolution of a weight), then
+    largest remainder by hand."""
+    energy: dict[int, int] = {}
+    dynamic: dict[int, int] = {}
     for _, start, end, members in model_timeline()[0]:
         amount = round(model_counter_uj(end)) - round(model_counter_uj(start))
         cost = [Fraction(EP * pt + ED * dt) for _, pt, dt in members]
         weights = [round(c / sum(cost) * 2**20) for c in cost]
-        for r, uj in naive_shares(amount, [(m[0], w) for m, w in zip(members, weights)]).items():
-            out[r] = out.get(r, 0) + uj
-    return out
+        dyn = round(amount * sum(cost) / (sum(cost) + Fraction(PS * (end - start), 1_000_000)))
+        shares = [(m[0], w) for m, w in zip(members, weights)]
+        for (r, d), (_, st) in zip(naive_shares(dyn, shares).items(), naive_shares(amount - dyn, shares).items()):
+            energy[r], dynamic[r] = energy.get(r, 0) + d + st, dynamic.get(r, 0) + d
+    return energy, dynamic
 
 
 def model_meter(gpu, with_chunks: bool = True) -> EnergyMeter:
@@ -255,9 +266,12 @@ def test_once_the_fit_is_usable_each_step_is_split_by_modelled_cost(gpu) -> None
     costs = meter.costs
     assert costs.usable and costs.intervals == len(READ_AFTER)
     assert (costs.prefill_uj, costs.decode_uj, costs.spec_uj) == pytest.approx((EP * 1000, ED * 1000, 0), rel=1e-6)
+    assert costs.static_w == pytest.approx(PS, rel=1e-6)
     assert meter.steps_by_model == 10 and meter.steps_by_tokens == 0
-    expected = modelled_reference()
+    expected, dynamic = modelled_reference()
     assert {r: meter.open[r][0] for r in expected} == expected
+    assert {r: meter.open[r][3] for r in dynamic} == dynamic
+    assert meter.dynamic_uj == sum(dynamic.values()) and meter.static_uj == sum(expected.values()) - meter.dynamic_uj
     # Token share would have given request 1 (a long prompt, 6 decodes) a different figure: the check bites.
     token_share = sum(naive_shares(round(model_counter_uj(e)) - round(model_counter_uj(s)),
                                    [(m[0], m[1] + m[2]) for m in ms]).get(1, 0)
@@ -266,6 +280,10 @@ def test_once_the_fit_is_usable_each_step_is_split_by_modelled_cost(gpu) -> None
     described = meter.describe()
     assert described["basis"] == "modelled split of measured energy"
     assert described["split_model"]["decode_mj_per_token"] == pytest.approx(ED, rel=1e-6)
+    assert described["static_w_fitted"] == pytest.approx(PS, rel=1e-6) and described["unsplit_j"] == 0
+    taken = meter.take(1)
+    assert round(taken["energy_dynamic_j"] * 1e6) == dynamic[1]
+    assert round(taken["energy_static_j"] * 1e6) == expected[1] - dynamic[1] > 0
 
 
 def test_a_mixed_step_without_its_chunk_event_goes_by_token_share(gpu) -> None:

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from infersight.agent.energy_meter import EnergyMeter
+from infersight.agent.energy_meter import REQUEST_ENERGY_FIELDS, EnergyMeter
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import LabelledCounter
 from infersight.gpu.samples import GpuSample
@@ -58,14 +58,13 @@ class EnergyAccount:
         ready = self.meter.ready(ids, [int(fin.get(r, -1)) for r in ids])
         return np.asarray(ready, dtype=np.int64)
 
-    def take(self, request_ids: Sequence[int]) -> tuple[list[float], list[float], list[float]]:
-        """(energy_j, gpu_sm_active_s, energy_sampling_bound_j) of each request, taken out of the
+    def take(self, request_ids: Sequence[int]) -> dict[str, list[float]]:
+        """Column -> values of each request (energy_meter.REQUEST_ENERGY_FIELDS), taken out of the
         account (NaN: not measured)."""
         if not self.meter.open:  # nothing measured (always so without a GPU): no per-row lookups
-            nan = [float("nan")] * len(request_ids)  # type: ignore[arg-type]
-            return nan, list(nan), list(nan)
+            return {c: [float("nan")] * len(request_ids) for c in REQUEST_ENERGY_FIELDS}
         measured = [self.meter.take(int(r)) for r in request_ids]
-        return [m[0] for m in measured], [m[1] for m in measured], [m[2] for m in measured]
+        return {c: [m[c] for m in measured] for c in REQUEST_ENERGY_FIELDS}
 
     def forget(self, request_ids: list[int]) -> None:
         self.meter.forget(request_ids)

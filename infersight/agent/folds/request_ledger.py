@@ -75,7 +75,8 @@ class RequestLedger:
         ids = rows["request_id"].to_numpy(np.int64)
         id_list, engine_seconds = ids.tolist(), self.steps.engine_seconds
         rows["engine_seconds"] = [engine_seconds.pop(r, 0.0) for r in id_list]
-        rows["energy_j"], rows["gpu_sm_active_s"], rows["energy_sampling_bound_j"] = self.energy.take(ids)
+        for column, values in self.energy.take(ids).items():
+            rows[column] = values
         rows["gpu_kernel_s"] = self.kernel_seconds(ids)
         # Only these requests' verifications, picked frame by frame (the window is not joined per poll).
         spec = self.spec.window.rows_of("request_id", ids)
