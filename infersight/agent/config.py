@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from infersight.tracing.config import TracingConfig  # light: no OpenTelemetry
+from infersight.tracing.identity import IdentityConfig  # light: OpenTelemetry only when the resource is built
 
 if TYPE_CHECKING:
     from infersight.agent.recorder.config import RecorderConfig
@@ -55,6 +56,9 @@ class AgentConfig:
     # Tracing (opt-in; infersight.tracing): spans built from the probe events, exported over OTLP, and
     # the receiver of an engine's own spans. Its own config object, validated when built.
     tracing: TracingConfig = field(default_factory=TracingConfig)
+    # Identity (tracing.identity): the OpenTelemetry resource of every span, OTLP metric and target_info;
+    # from OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME (the pod's downward API fills them), these defaults beneath.
+    identity: IdentityConfig = field(default_factory=IdentityConfig)
     # Captures: the bearer token of POST /api/v1/capture (None: read or create token_file, 0600).
     token: str | None = None
     token_file: str | None = None

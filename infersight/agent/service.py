@@ -39,6 +39,7 @@ from infersight.exporters.discovery import DiscoveryCollector
 from infersight.exporters.prometheus import build_registry
 from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector
 from infersight.gpu.frames import covering_samples
+from infersight.tracing.identity import identity_resource, resource_attributes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,7 +81,8 @@ class Agent:
         log.info("GPU telemetry: %s", self.gpu.status_line())
         log.info("retention: finished requests' rows up to %g MiB of row data (--retention-mib), the oldest first out",
                  config.retention_bytes / (1 << 20))
-        self.registry = build_registry(self.state, self.gpu)
+        self.resource = identity_resource(config.identity)  # who we are: on target_info, spans and OTLP metrics
+        self.registry = build_registry(self.state, self.gpu, resource_attributes(self.resource))
         self.registry.register(DiscoveryCollector(self.rings.discovery))  # rings held by another agent
         self.poll_guard = PollGuard()  # a source that raises in a poll is counted, not the agent's end
         self.registry.register(self.poll_guard.collector())
@@ -109,7 +111,7 @@ class Agent:
             self.vllm_metrics = VllmMetricsScraper(config.vllm_url, config.vllm_metrics_interval_s,
                                                    timeout_s=min(2.0, config.vllm_metrics_interval_s))
             own, self.registry = self.registry, CollectorRegistry(auto_describe=False)
-            self.registry.register(MergedCollector(own, self.vllm_metrics.latest))
+            self.registry.register(MergedCollector(own, self.vllm_metrics.latest, config.model_name))
             add(CollectorOnly("vllm_metrics", self.vllm_metrics.collector()))
         target = None
         if self.vllm_metrics is not None and config.vllm_profiler_dir:  # captures through vLLM's profiler
@@ -153,7 +155,8 @@ class Agent:
             try:
                 self.tracing = TracingHook.from_config(
                     config.tracing, config.model_name, self.state.counters, kernels_for_request=self.state.kernel_by_request.get,
-                    gpu_for_step=lambda start, end: covering_samples(self.gpu.recent(), start, end, interval_ns))
+                    gpu_for_step=lambda start, end: covering_samples(self.gpu.recent(), start, end, interval_ns),
+                    resource=self.resource)
             except ValueError as exc:  # e.g. grpc asked for but not installed
                 raise ConfigError(str(exc)) from None
             add(TracingPart(self.tracing, self.state))

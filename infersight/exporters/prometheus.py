@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterator, Protocol
+from typing import TYPE_CHECKING, Iterator, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,7 @@ from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 from infersight.correlate import moe, spec_speedup
 from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
+from infersight.exporters.target_info import TargetInfoCollector
 from infersight.gpu.exposition import gpu_metric_families
 
 if TYPE_CHECKING:
@@ -75,17 +76,28 @@ def _histogram(spec: MetricSpec, data: LabelledHistogram, name: str | None = Non
     return fam
 
 
-def _gauge(spec: MetricSpec, rows: list[tuple[list[str], float]], name: str | None = None) -> GaugeMetricFamily:
-    fam = GaugeMetricFamily(name or spec.name, spec.help, labels=list(spec.labels))
+def _gauge(spec: MetricSpec, rows: list[tuple[list[str], float]], name: str | None = None,
+           extra: tuple[tuple[str, str], ...] = ()) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name or spec.name, spec.help, labels=[*spec.labels, *(k for k, _ in extra)])
     for labels, value in rows:
-        fam.add_metric(labels, value)
+        fam.add_metric([*labels, *(v for _, v in extra)], value)
     return fam
+
+
+def identity_values(spec: MetricSpec, values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The (label, value) pairs a family of `spec` is served with after its own labels: its identity
+    labels (catalogue.identity), valued from the agent's `values` (model_name: the served model)."""
+    return tuple((label, values[label]) for label in spec.identity_labels)
 
 
 class AgentCollector(Collector):
     def __init__(self, state: MetricSource, gpu: "GpuSampler | None" = None) -> None:
         self.state = state
         self.gpu = gpu
+        self.identity = {C.MODEL_LABEL: state.config.model_name}  # the engine families' identity labels
+
+    def _id(self, spec: MetricSpec) -> tuple[tuple[str, str], ...]:
+        return identity_values(spec, self.identity)
 
     def collect(self) -> Iterator[Metric]:
         state, cfg = self.state, self.state.config
@@ -96,9 +108,9 @@ class AgentCollector(Collector):
                 if spec.kind == "counter" and spec.name not in (C.EXPERT_TOKENS.name, C.PROBE_EVENTS.name,
                                                                C.PROBE_DROPPED.name, C.PROBE_CORRUPT.name,
                                                                C.PROBE_LOST.name):
-                    yield _counter(spec, state.counters[spec.name])
+                    yield _counter(spec, state.counters[spec.name], extra=self._id(spec))
                 elif spec.kind == "histogram":
-                    yield _histogram(spec, state.histograms[spec.name])
+                    yield _histogram(spec, state.histograms[spec.name], extra=self._id(spec))
             yield from self._engine_gauges()
             yield from self._moe(cfg.max_expert_series, cfg.top_hot_pairs)
             yield from self._spec_gauges()
@@ -112,44 +124,50 @@ class AgentCollector(Collector):
         last = self.state.last_step
         if not last:
             return
-        yield _gauge(C.REQUESTS_RUNNING, [([], last["running"])])
-        yield _gauge(C.REQUESTS_WAITING, [([], last["waiting"])])
-        yield _gauge(C.REQUESTS_SWAPPED, [([], last["swapped"])])
+        yield _gauge(C.REQUESTS_RUNNING, [([], last["running"])], extra=self._id(C.REQUESTS_RUNNING))
+        yield _gauge(C.REQUESTS_WAITING, [([], last["waiting"])], extra=self._id(C.REQUESTS_WAITING))
+        yield _gauge(C.REQUESTS_SWAPPED, [([], last["swapped"])], extra=self._id(C.REQUESTS_SWAPPED))
         total, used, cached = last["kv_blocks_total"], last["kv_blocks_in_use"], last["kv_blocks_cached"]
-        yield _gauge(C.KV_BLOCKS, [(["in_use"], used), (["cached"], cached), (["free"], total - used - cached)])
-        yield _gauge(C.KV_USAGE, [([], used / total if total else 0.0)])
+        yield _gauge(C.KV_BLOCKS, [(["in_use"], used), (["cached"], cached), (["free"], total - used - cached)],
+                     extra=self._id(C.KV_BLOCKS))
+        yield _gauge(C.KV_USAGE, [([], used / total if total else 0.0)], extra=self._id(C.KV_USAGE))
 
     def _moe(self, cap: int, top_n: int) -> Iterator[Metric]:
         m = self.state.expert_tokens
         if m.size == 0:
             return
-        fam = CounterMetricFamily(C.EXPERT_TOKENS.name, C.EXPERT_TOKENS.help, labels=list(C.EXPERT_TOKENS.labels))
+        ident = self._id(C.EXPERT_TOKENS)
+        fam = CounterMetricFamily(C.EXPERT_TOKENS.name, C.EXPERT_TOKENS.help,
+                                  labels=[*C.EXPERT_TOKENS.labels, *(k for k, _ in ident)])
+        values = [v for _, v in ident]
         if m.size <= cap:
             for (layer, expert), v in zip(((l, e) for l in range(m.shape[0]) for e in range(m.shape[1])), m.ravel()):
-                fam.add_metric([str(layer), str(expert)], float(v))
+                fam.add_metric([str(layer), str(expert), *values], float(v))
         else:
             for expert, v in enumerate(m.sum(axis=0)):
-                fam.add_metric(["all", str(expert)], float(v))
+                fam.add_metric(["all", str(expert), *values], float(v))
         # The hottest pairs under the cap too: the dashboards read them from this one gauge (top_n
         # series), whichever shape the expert counter has.
         top = moe.top_pairs(moe.matrix_frame(self.state.expert_tokens), top_n)
         yield _gauge(C.HOT_EXPERT_TOKENS, [([str(r.layer), str(r.expert)], float(r.tokens))
-                                           for r in top.itertuples(index=False)])
+                                           for r in top.itertuples(index=False)], extra=self._id(C.HOT_EXPERT_TOKENS))
         yield fam
         imb = moe.layer_imbalance(moe.matrix_frame(self.state.expert_tokens))
         rows = []
         for r in imb.itertuples(index=False):
             for stat in ("max_over_mean", "cv", "hot_cold_ratio"):
                 rows.append(([str(r.layer), stat], float(getattr(r, stat))))
-        yield _gauge(C.MOE_IMBALANCE, rows)
+        yield _gauge(C.MOE_IMBALANCE, rows, extra=self._id(C.MOE_IMBALANCE))
 
     def _spec_gauges(self) -> Iterator[Metric]:
         by_task = spec_speedup.speedup_by_task(self.state.spec_events, self.state.spec_step_timing)
         if by_task.empty:
             return
         yield _gauge(C.SPEC_PREDICTED_SPEEDUP, [([str(r.task)], float(r.predicted_speedup))
-                                                for r in by_task.itertuples(index=False) if r.basis == spec_speedup.PREDICTED])
-        yield _gauge(C.SPEC_ACCEPT_RATE, [([str(r.task)], float(r.accept_rate)) for r in by_task.itertuples(index=False)])
+                                                for r in by_task.itertuples(index=False) if r.basis == spec_speedup.PREDICTED],
+                     extra=self._id(C.SPEC_PREDICTED_SPEEDUP))
+        yield _gauge(C.SPEC_ACCEPT_RATE, [([str(r.task)], float(r.accept_rate)) for r in by_task.itertuples(index=False)],
+                     extra=self._id(C.SPEC_ACCEPT_RATE))
 
     def _probe_counters(self) -> Iterator[Metric]:
         for spec, key in ((C.PROBE_EVENTS, "produced"), (C.PROBE_DROPPED, "dropped"), (C.PROBE_CORRUPT, "corrupt"),
@@ -157,7 +175,7 @@ class AgentCollector(Collector):
             data = LabelledCounter()
             for ring, stats in self.state.ring_stats.items():
                 data.inc((ring,), stats.get(key, 0))
-            yield _counter(spec, data)
+            yield _counter(spec, data, extra=self._id(spec))
 
     def _vllm(self, model: str) -> Iterator[Metric]:
         """vLLM names for dashboards that already query them: same numbers, vLLM's label model_name."""
@@ -194,7 +212,12 @@ class AgentCollector(Collector):
                 yield fam
 
 
-def build_registry(state: MetricSource, gpu: "GpuSampler | None" = None) -> CollectorRegistry:
+def build_registry(state: MetricSource, gpu: "GpuSampler | None" = None,
+                   resource_attributes: Mapping[str, object] | None = None) -> CollectorRegistry:
+    """resource_attributes: the agent's OpenTelemetry resource (tracing.identity), served as target_info
+    before everything else (None: no target_info, as in tests of the state alone)."""
     registry = CollectorRegistry(auto_describe=False)
+    if resource_attributes is not None:
+        registry.register(TargetInfoCollector(resource_attributes))
     registry.register(AgentCollector(state, gpu))
     return registry

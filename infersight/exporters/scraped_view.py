@@ -66,30 +66,33 @@ class ScrapedView:
         return set(self.values) | set(self.histograms)
 
 
-def scraped_family(spec: MetricSpec, view: ScrapedView) -> Metric:
+def scraped_family(spec: MetricSpec, view: ScrapedView, model_name: str = "") -> Metric:
     """The catalogue family of `spec` holding the view's samples (same name, help, labels, unit as the
-    agent's own rendering of it)."""
-    labels = list(spec.labels)
+    agent's own rendering of it, model_name included where the spec has it as an identity label)."""
+    ident = [model_name for label in spec.identity_labels if label == C.MODEL_LABEL]
+    labels = [*spec.labels, *spec.identity_labels]
     if spec.kind == "histogram":
         fam = HistogramMetricFamily(spec.name, spec.help, labels=labels, unit=spec.unit)
         for key, h in sorted(view.histograms.get(spec.name, {}).items()):
             les = [floatToGoString(b) for b in h.bounds] + ["+Inf"]
-            fam.add_metric(list(key), list(zip(les, h.cumulative)), h.sum)
+            fam.add_metric([*key, *ident], list(zip(les, h.cumulative)), h.sum)
         return fam
     cls = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
     fam = cls(spec.name, spec.help, labels=labels)
     for key, value in sorted(view.values.get(spec.name, {}).items()):
-        fam.add_metric(list(key), value)
+        fam.add_metric([*key, *ident], value)
     return fam
 
 
 class MergedCollector(Collector):
     """The agent's own families (`inner`: its registry) with the scraped view merged in by the rule in
-    the module docstring. `view` returns the latest view (None before the first good scrape)."""
+    the module docstring. `view` returns the latest view (None before the first good scrape);
+    model_name: the served model, the engine families' identity label (as the agent's own carry it)."""
 
-    def __init__(self, inner: Collector, view: Callable[[], ScrapedView | None]) -> None:
+    def __init__(self, inner: Collector, view: Callable[[], ScrapedView | None], model_name: str = "") -> None:
         self.inner = inner
         self.view = view
+        self.model_name = model_name
         self.ring_owned: set[str] = set()  # families the ring has provided; the scrape never serves them again
         self._specs = {spec.name: spec for spec in C.CATALOGUE}
 
@@ -107,4 +110,4 @@ class MergedCollector(Collector):
                 continue  # replaced below (an empty ring-fed family), or a compat copy of zeros
             yield fam
         for name in sorted(served):
-            yield scraped_family(self._specs[name], view)  # type: ignore[arg-type]  # served is empty without a view
+            yield scraped_family(self._specs[name], view, self.model_name)  # type: ignore[arg-type]  # served is empty without a view

@@ -34,6 +34,7 @@ from opentelemetry.trace.span import TraceState
 from infersight.tracing.export_queue import (
     BoundedBatchSpanProcessor, CountingExporter, ExportCounts, ExportLimits, close_pipeline_processor,
 )
+from infersight.tracing.identity import DEFAULT_SERVICE_NAME, IdentityConfig, identity_resource
 from infersight.tracing.spans import RequestTrace, SpanDesc
 
 log = logging.getLogger("infersight.tracing")
@@ -103,10 +104,10 @@ def otlp_span_exporter(endpoint: str | None, protocol: str | None = None,
     return OTLPSpanExporter(**given)
 
 
-def default_resource(service_name: str = "infersight") -> Resource:
-    """service.name `infersight` unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES name one."""
-    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
-    return Resource.create({} if named else {"service.name": service_name})
+def default_resource(service_name: str = DEFAULT_SERVICE_NAME) -> Resource:
+    """The resource from the environment (tracing.identity), service.name `infersight` unless
+    OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES name one."""
+    return identity_resource(IdentityConfig(service_name))
 
 
 @dataclass

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, TYPE_CHECKING
 import pandas as pd
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import SpanContext
 
 from infersight.correlate.frames import EventFrames
@@ -31,6 +32,7 @@ from infersight.tracing.bounded import Evictions
 from infersight.tracing.buffers import RING_SHIFT, TraceBuffers
 from infersight.tracing.config import TracingConfig
 from infersight.tracing.export_queue import ExportLimits
+from infersight.tracing.identity import identity_resource
 from infersight.tracing.exporter import ExportCounts, SpanEmitter, SpanPipeline, otlp_span_exporter
 from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
 from infersight.tracing.span_join import DEFAULT_MAX_BYTES, DEFAULT_WAIT_S, EngineRequestSpan, SpanJoin, adopt, enrich
@@ -89,17 +91,20 @@ class TracingHook:
     @classmethod
     def from_config(cls, config: TracingConfig, model_name: str, counters: Mapping[str, LabelledCounter],
                     kernels_for_request: Callable[[int], Mapping[str, Any] | None] | None = None,
-                    gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None) -> "TracingHook":
-        """OTLP export as configured; model_name: the gen_ai.request.model of the spans. counters: the agent's; once TRACING_METRICS are merged into the
+                    gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None,
+                    resource: Resource | None = None) -> "TracingHook":
+        """OTLP export as configured; model_name: the gen_ai.request.model of the spans; resource: who
+        exports them and the OTLP metrics (tracing.identity; None: built from the environment). counters: the agent's; once TRACING_METRICS are merged into the
         catalogue, the agent's collector renders them from there, so the hook keeps those in step
         (until then, collector() serves them). The rows come in through add_rows, which the agent
         hands the rows' producer."""
         endpoint = config.otlp_endpoint or None  # "": the OTEL_EXPORTER_OTLP_* variables decide
         limits = export_limits(config)
         exporter = otlp_span_exporter(endpoint, config.otlp_protocol, timeout_s=limits.export_timeout_s)
-        pipeline = SpanPipeline.build(exporter, limits=limits)
-        metrics = (GenAIServerMetrics(otlp_metric_reader(endpoint, config.otlp_protocol, limits.export_timeout_s))
-                   if config.otlp_metrics else None)
+        resource = resource or identity_resource()
+        pipeline = SpanPipeline.build(exporter, limits=limits, resource=resource)
+        metrics = (GenAIServerMetrics(otlp_metric_reader(endpoint, config.otlp_protocol, limits.export_timeout_s),
+                                      resource) if config.otlp_metrics else None)
         join = (JoinSettings(config.otlp_join_wait_s, max_bytes=config.trace_buffer_bytes // 2)
                 if config.receiver_on else None)
         return cls(pipeline, model_name, config.trace_sample_ratio, config.export_content, metrics,

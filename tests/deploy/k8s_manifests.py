@@ -47,6 +47,20 @@ class Container:
         env = {e["name"]: e["value"] for e in self.spec.get("env", []) if "value" in e}
         return [_expand(a, env) for a in [*self.spec.get("command", []), *self.spec.get("args", [])]]
 
+    def environment(self, downward: dict[str, str]) -> dict[str, str]:
+        """The container's environment as the kubelet builds it: `downward` stands for what each
+        valueFrom (fieldRef) variable would be given; a $(VAR) in a value expands from the variables
+        defined before it in the list (a later or undefined one stays as written)."""
+        env: dict[str, str] = {}
+        for e in self.spec.get("env", []):
+            env[e["name"]] = _expand(e["value"], env) if "value" in e else downward[e["name"]]
+        return env
+
+    def field_refs(self) -> dict[str, str]:
+        """Variable -> the downward API field it is set from (fieldRef.fieldPath)."""
+        return {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in self.spec.get("env", [])
+                if "fieldRef" in e.get("valueFrom", {})}
+
 
 def _expand(text: str, env: dict[str, str]) -> str:
     # $$ escapes a literal $ (Kubernetes' rule); $(NAME) is replaced only when NAME is defined.

@@ -23,7 +23,8 @@ from infersight.commands.agent import parse_listen
 SANDBOX = Path(__file__).with_name("pod_sandbox.py")
 AGENTS = [c for c in all_containers() if c.sidecar]
 #: What the downward API would give the pod (status.hostIP and the rest).
-DOWNWARD = {"NODE_IP": "127.0.0.1", "POD_NAME": "pod-0", "POD_NAMESPACE": "inference", "NODE_NAME": "node-0"}
+DOWNWARD = {"NODE_IP": "127.0.0.1", "POD_NAME": "pod-0", "POD_NAMESPACE": "inference", "NODE_NAME": "node-0",
+            "POD_UID": "5d8a2f7e-0c1b-4e9a-8f3d-2b6c7a1e9d04"}
 #: Log lines that mean the container's volumes or permissions are not enough.
 WRITE_FAILURES = ("Read-only file system", "Permission denied", "PermissionError", "Traceback")
 
@@ -36,15 +37,7 @@ def _sandbox_available() -> str | None:
 
 
 def _environment(container: Container) -> dict[str, str]:
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
-    for e in container.spec["env"]:
-        env[e["name"]] = e["value"] if "value" in e else DOWNWARD[e["name"]]
-    # $(VAR) in a value expands from the variables defined before it (the kubelet's rule).
-    for name, value in env.items():
-        for ref, sub in env.items():
-            value = value.replace(f"$({ref})", sub)
-        env[name] = value
-    return env
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", **container.environment(DOWNWARD)}
 
 
 @pytest.mark.parametrize("container", AGENTS, ids=lambda c: c.name)

@@ -143,7 +143,7 @@ def test_promtool_over_the_expert_cap(inproc) -> None:
     hot = sorted((s.value for s in fams[C.HOT_EXPERT_TOKENS.name].samples), reverse=True)
     assert hot == sorted(m.ravel().astype(float), reverse=True)[:3]
     for s in fams[C.HOT_EXPERT_TOKENS.name].samples:
-        assert set(s.labels) == set(C.HOT_EXPERT_TOKENS.labels)
+        assert set(s.labels) == set(C.HOT_EXPERT_TOKENS.exposed_labels)
         assert m[int(s.labels["layer"]), int(s.labels["expert"])] == s.value
 
 
@@ -248,7 +248,7 @@ def test_vllm_compat_names_and_counts(compat) -> None:
 
 def test_every_family_is_in_the_catalogue(compat) -> None:
     _, text, *_ = compat
-    specs = {**C.by_name(), **{spec.name: spec for spec in C.AGENT_SERVICE_METRICS}}  # (own collectors)
+    specs = {**C.by_name(), **{spec.name: spec for spec in C.AGENT_SERVICE_METRICS + C.IDENTITY_METRICS}}  # (own collectors)
     aliases = {spec.vllm_name: spec for spec in C.CATALOGUE if spec.vllm_name}
     served_aliases = set()
     for name, fam in _families(text).items():
@@ -261,7 +261,10 @@ def test_every_family_is_in_the_catalogue(compat) -> None:
             spec = specs.get(name)
             assert spec is not None, f"{name} is not in the catalogue"
             assert fam.documentation == spec.help, name
-            want = set(spec.labels)
+            want = set(spec.exposed_labels)
+        if spec is C.TARGET_INFO:  # an info family (a gauge in this format); its labels are the resource's
+            assert fam.type == "gauge" and [s.value for s in fam.samples] == [1.0]
+            continue
         assert fam.type == spec.kind, name
         for s in fam.samples:
             assert set(s.labels) - {"le"} == want, (name, s)
@@ -291,5 +294,5 @@ def test_every_catalogue_entry_is_exposed_with_its_labels(inproc) -> None:
             assert not fam.samples
             continue
         assert fam.samples, spec.name
-        assert {frozenset(set(s.labels) - {"le"}) for s in fam.samples} == {frozenset(spec.labels)}, spec.name
+        assert {frozenset(set(s.labels) - {"le"}) for s in fam.samples} == {frozenset(spec.exposed_labels)}, spec.name
 

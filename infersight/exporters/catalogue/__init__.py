@@ -5,11 +5,16 @@ name is typed anywhere else. Names follow Prometheus conventions: prefix `infers
 units in the name, `_total` on counters (added by the exposition), no colons. Label sets are
 bounded: task labels are capped by the probes' config and again by the agent's (--max-task-labels),
 causes, phases and events are enums, and (layer, expert) pairs are capped by the agent's config.
+Identity (which model, pod, node) is catalogue.identity's: model_name on the engine's families
+(MetricSpec.identity_labels), the rest once on target_info.
 """
 from __future__ import annotations
 
 from infersight.exporters.catalogue.spec import (  # noqa: F401  (re-exported)
     LATENCY_BUCKETS, ITL_BUCKETS, BLOCK_AGE_BUCKETS, MetricSpec, P
+)
+from infersight.exporters.catalogue.identity import (  # noqa: F401  (re-exported)
+    MODEL_LABEL, TARGET_LABELS, TARGET_INFO, IDENTITY_METRICS
 )
 from infersight.exporters.catalogue.engine import (  # noqa: F401  (re-exported)
     REQUESTS, TTFT, ITL, E2E, PHASE, PHASES, SLOW, SLOW_CAUSES, PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS,

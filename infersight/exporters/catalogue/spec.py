@@ -21,6 +21,14 @@ class MetricSpec:
     buckets: tuple[float, ...] | None = None
     views: dict[str, str] = field(default_factory=dict)  # derived PromQL, by view name
     vllm_name: str | None = None  # the vLLM metric users' dashboards already query, if we have it
+    #: Labels the exporter appends from the agent's identity, one value per agent (catalogue.identity:
+    #: model_name on the engine's families). The folds never set them; queries and dashboards see them.
+    identity_labels: tuple[str, ...] = ()
+
+    @property
+    def exposed_labels(self) -> tuple[str, ...]:
+        """The labels of every sample as served: the spec's own, then its identity labels."""
+        return (*self.labels, *self.identity_labels)
 
     @property
     def sample(self) -> str:
