@@ -25,6 +25,10 @@
 #   serving_profile  `bench runtime` decode at batch 48 (the engine's own rate), then `bench serving`'s
 #                 no-agent arm at 48 clients with py-spy sampling the serve process mid-phase
 #                 (py-spy carried in .whl/): where the serving loop's time goes
+#   serving_arms  `bench serving` on CUDA, llama-1b-shape, 48 clients: no agent (twice: the A/A floor),
+#                 agent, agent + recorder, everything on
+#   hf_decode     a Llama Hugging Face checkpoint of llama-1b-shape's dimensions (written by transformers)
+#                 against the named config: decode steps at batch 1 and 32 (benchmarks/hf_decode_check.py)
 #   expert_parallel_x4, expert_parallel_x8   benchmarks/ep_bench.py at W = 4 / 8, one rank per GPU,
 #                 NCCL with NVLink multicast off (device kinds nvidia-h200-x4 / -x8);
 #   expert_parallel_cpu   the same script at W = 4 on gloo (tiny-moe): checks that it runs
@@ -104,6 +108,19 @@ serving_profile() {
   tail -n 2 "$OUT/serving_none.json"
 }
 
+serving_arms() {
+  stamp "bench serving, five arms, 48 clients"
+  timeout 330 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 \
+    --phase-s ${PHASE_S:-15} --warmup-s 3 --rounds ${ROUNDS:-2} --arms none,none_again,agent,agent_recorder,full \
+    > "$OUT/serving_arms.txt" 2>&1
+  tail -n 25 "$OUT/serving_arms.txt"
+}
+
+hf_decode() {
+  stamp "Hugging Face checkpoint against the named config, decode batch 1 and 32"
+  timeout 240 python3 benchmarks/hf_decode_check.py --device cuda | tee "$OUT/hf_decode.txt" | tail -n 1
+}
+
 speculation_check() {
   stamp "bench speculation on CUDA, seed 1 (not the calibration's), batch 16"
   timeout 300 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch 16 --requests 128 \
@@ -180,7 +197,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check ceilings energy energy_once serving_profile expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check ceilings energy energy_once serving_profile serving_arms hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
