@@ -1,6 +1,8 @@
 """The MCP tests' live agent (imported, not a conftest): `infersight agent` as a separate process beside
 the reference engine (in the test process: the agent tests' tiny engine and workload), with the probe
-calls teed here (tests/agent/probe_tee.py) as the independent record of what happened."""
+calls teed here (tests/agent/probe_tee.py) as the independent record of what happened; and
+`infersight mcp --transport streamable-http` in front of it, started while the workload runs (its
+imports take seconds on a loaded machine)."""
 from __future__ import annotations
 
 import os
@@ -21,6 +23,9 @@ from testkit import wait_for_process  # noqa: E402
 from infersight.runtime import Engine  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+#: An MCP initialize request, as a client without the SDK would send it (the 401 checks).
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
@@ -31,6 +36,7 @@ class LiveAgent:
     work: Workload
     tee: ProbeTee
     engine: Engine
+    mcp_url: str  # the streamable-HTTP MCP server's endpoint (behind the agent's token)
 
     def api(self, path: str, **params: object) -> dict:
         """The agent's JSON API, fetched by the test itself (not through the MCP server)."""
@@ -51,21 +57,34 @@ def start_live_agent(tmp: Path) -> Iterator[LiveAgent]:
         proc = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen",
                                  f"127.0.0.1:{port}", "--gpu-source", "none", "--poll-interval", "0.05"],
                                 cwd=REPO, env=env, stdout=log_f, stderr=subprocess.STDOUT)
+    procs = [proc]
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_process(proc, log.read_text, "the agent attached to its ring",
                          lambda: ring in httpx.get(url + "/health", timeout=2).json()["rings"], timeout=90,
                          transient=(OSError, httpx.HTTPError))
+        mcp_port, mcp_log = free_port(), tmp / "mcp.log"
+        with open(mcp_log, "w") as log_f:  # the agent wrote its token before it served /health
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "infersight", "mcp", "--transport", "streamable-http", "--listen",
+                 f"127.0.0.1:{mcp_port}", "--agent", url, "--token-file", str(token_file)],
+                cwd=REPO, env=ENV, stdout=log_f, stderr=subprocess.STDOUT))
         work = run_workload(engine)
         wait_for_process(proc, log.read_text, "the agent's rows of every request",
                          lambda: httpx.get(url + "/api/v1/summary", timeout=5).json()["requests"] == len(work.prompts),
                          timeout=60, transient=(OSError, httpx.HTTPError))
-        yield LiveAgent(url, token_file, work, tee, engine)
+        mcp_url = f"http://127.0.0.1:{mcp_port}/mcp"
+        wait_for_process(procs[-1], mcp_log.read_text, "the MCP server's port",
+                         lambda: httpx.post(mcp_url, json=INIT, timeout=2).status_code == 401, timeout=90,
+                         transient=(OSError, httpx.HTTPError))
+        yield LiveAgent(url, token_file, work, tee, engine, mcp_url)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
         probe.close()

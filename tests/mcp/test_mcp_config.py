@@ -14,18 +14,29 @@ from mcp_session import mcp_command
 
 from mcp_live_agent import ENV, REPO
 from infersight.agent.token_file import TokenFileError
+from infersight.cli import main
 from infersight.mcp.config import McpConfig
 from infersight.mcp.server import build_server, serve
 
 
-@pytest.mark.parametrize("args,words", [(["--agent", "ftp://x"], "--agent must be"),
-                                        (["--listen", "nonsense"], "--listen must be"),
+def test_a_bad_flag_is_one_line_and_exit_2() -> None:
+    res = subprocess.run(mcp_command("--agent", "ftp://x"), cwd=REPO, env=ENV, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines() == ["infersight: error: --agent must be an http(s)://HOST:PORT URL, "
+                                               "got 'ftp://x'"]
+
+
+@pytest.mark.parametrize("args,words", [(["--listen", "nonsense"], "--listen must be"),
                                         (["--timeout", "0"], "--timeout must be"),
                                         (["--transport", "sse"], "invalid choice")])
-def test_bad_flags_are_one_line_and_exit_2(args: list[str], words: str) -> None:
-    res = subprocess.run(mcp_command(*args), cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 2 and res.stdout == "" and "Traceback" not in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1 and words in res.stderr, res.stderr
+def test_other_bad_flags_are_one_line_and_exit_2(args: list[str], words: str, capsys) -> None:
+    try:
+        code = main(["mcp", *args])
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
 
 
 def test_http_without_a_token_file_is_refused(tmp_path) -> None:

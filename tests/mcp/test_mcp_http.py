@@ -3,44 +3,22 @@ is 401 before the MCP app; with it, the SDK's client reads the summary and start
 analysis the `captures` tool then reads as the agent's API has it."""
 from __future__ import annotations
 
-import subprocess
 import time
 from typing import Any
 
 import httpx
 import pytest
 from mcp import Client
-from mcp_session import mcp_command, over_http
-from testkit import one_torch_thread, wait_for_process
+from mcp_live_agent import INIT, LiveAgent
+from mcp_session import over_http
+from testkit import one_torch_thread
 
-from agent_workload import free_port
-from mcp_live_agent import ENV, REPO, LiveAgent
 from infersight.runtime import SamplingParams
-
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
 
 
 @pytest.fixture(scope="module")
-def http_server(live_agent: LiveAgent, tmp_path_factory):
-    port, log = free_port(), tmp_path_factory.mktemp("mcp-http") / "mcp.log"
-    with open(log, "w") as log_f:
-        proc = subprocess.Popen(mcp_command("--transport", "streamable-http", "--listen", f"127.0.0.1:{port}",
-                                            "--agent", live_agent.url, "--token-file", str(live_agent.token_file)),
-                                cwd=REPO, env=ENV, stdout=log_f, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        wait_for_process(proc, log.read_text, "the MCP server's port",
-                         lambda: httpx.post(url, json=INIT, timeout=2).status_code == 401, timeout=90,
-                         transient=(OSError, httpx.HTTPError))
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def http_server(live_agent: LiveAgent) -> str:
+    return live_agent.mcp_url
 
 
 def test_no_token_or_a_wrong_one_is_401(http_server: str) -> None:
