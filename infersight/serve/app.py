@@ -20,6 +20,7 @@ JSON nesting 400, and JSON bodies for 404, 405 and 500), each refusal counted by
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -163,8 +164,10 @@ def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters 
     async def completions(request: Request) -> Response:
         return await generate(request, P.parse_completion)
 
+    render_chat = P.chat_renderer(engine.engine.tokenizer)  # a checkpoint's chat template, if it has one
+
     async def chat(request: Request) -> Response:
-        return await generate(request, P.parse_chat)
+        return await generate(request, functools.partial(P.parse_chat, render=render_chat))
 
     async def models(request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": config.model_name, "object": "model", "created": 0,

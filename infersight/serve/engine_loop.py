@@ -18,7 +18,6 @@ decodes without speculation (runtime.speculative.DraftFallbacks), counted apart.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import logging
 import queue
 import threading
@@ -89,8 +88,8 @@ class Submission:
 @dataclass
 class _Active:
     sub: Submission
+    decoder: Any  # the engine tokenizer's stream_decoder(): text of each new piece of tokens
     sent: int = 0
-    decoder: Any = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
 
 class EngineLoop:
@@ -200,7 +199,7 @@ class EngineLoop:
             sub.post(Failed(exc, 400, getattr(exc, "param", "prompt")))
             return
         sub.request_id = rid
-        self._active[rid] = _Active(sub)
+        self._active[rid] = _Active(sub, self.engine.tokenizer.stream_decoder())
         sub.post(Accepted(rid))
         if self.writer is not None:  # right after ARRIVED, so the sidecar sees it before FINISHED
             self._write(self.writer.served, rid, sub.record)
@@ -223,10 +222,10 @@ class EngineLoop:
             new = req.output_token_ids[act.sent:]
             if new:
                 act.sent += len(new)
-                text = act.decoder.decode(bytes(t for t in new if t < 256))
+                text = act.decoder.step(new)
                 act.sub.post(Delta(text, len(new)))
             if req.is_finished:
-                tail = act.decoder.decode(b"", final=True)
+                tail = act.decoder.finish()
                 if tail:
                     act.sub.post(Delta(tail, 0))
                 error = req.error

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from infersight.runtime.errors import InvalidRequestError
 from infersight.runtime.request import InvalidParamError, checked_sampling_fields
@@ -23,7 +23,7 @@ from infersight.serve import fields as F
 from infersight.serve.api_error import APIError
 from infersight.serve.fields import check
 
-__all__ = ["APIError", "GenerationRequest", "parse_completion", "parse_chat", "render_chat", "usage",
+__all__ = ["APIError", "GenerationRequest", "parse_completion", "parse_chat", "render_chat", "chat_renderer", "usage",
            "response_body", "chunk_body", "finish_reason"]
 
 _ROLES = ("system", "user", "assistant", "tool", "developer")
@@ -152,13 +152,24 @@ def _message(i: int, m: Any) -> dict[str, str]:
     return {"role": m["role"], "content": F.utf8(content, param)}
 
 
+def chat_renderer(tokenizer: Any) -> Callable[[list[dict[str, str]]], str | list[int]]:
+    """The engine tokenizer's chat_prompt (a Hugging Face checkpoint's chat template, rendered and
+    tokenized), else render_chat for the byte tokenizer of the named configs."""
+    return getattr(tokenizer, "chat_prompt", render_chat)
+
+
 def parse_chat(body: Mapping[str, Any], served_model: str, default_max_tokens: int = 16,
-               max_model_len: int = _NO_MODEL_LIMIT) -> GenerationRequest:
+               max_model_len: int = _NO_MODEL_LIMIT,
+               render: Callable[[list[dict[str, str]]], str | list[int]] = render_chat) -> GenerationRequest:
     model, stream, include_usage, user, max_tokens, key = _common(body, served_model, "max_completion_tokens")
     raw = body.get("messages")
     check(isinstance(raw, list) and len(raw) > 0, "messages", "messages must be a non-empty list")
     messages = [_message(i, m) for i, m in enumerate(raw)]
-    return GenerationRequest("chat", model, render_chat(messages),
+    try:
+        prompt = render(messages)
+    except InvalidRequestError as exc:  # the template refused these messages (raise_exception)
+        raise APIError(400, str(exc), param="messages") from None
+    return GenerationRequest("chat", model, prompt,
                              _params(body, max_tokens, key, default_max_tokens, max_model_len),
                              stream, include_usage, user, json.dumps(messages, ensure_ascii=False))
 

@@ -17,10 +17,8 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from infersight.runtime.checkpoints.model_dir import CHAT_TEMPLATE_FILE
 from infersight.runtime.errors import InvalidRequestError
-
-#: Where transformers 5 saves a single template, beside tokenizer_config.json.
-TEMPLATE_FILE = "chat_template.jinja"
 
 
 class GenerationBlock(jinja2.ext.Extension):
@@ -60,7 +58,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
 def template_source(directory: str | Path, tokenizer_config: Mapping[str, Any]) -> str | None:
     """The default template: chat_template.jinja, else tokenizer_config.json's chat_template (a
     string, or a list of named templates of which "default"); None when the model has none."""
-    path = Path(directory) / TEMPLATE_FILE
+    path = Path(directory) / CHAT_TEMPLATE_FILE
     if path.is_file():
         return path.read_text(encoding="utf-8")
     value = tokenizer_config.get("chat_template")

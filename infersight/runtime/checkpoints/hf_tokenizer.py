@@ -7,14 +7,16 @@ add_bos), decode(ids), eos_ids, stream_decoder(); this one adds chat_prompt(mess
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from infersight.runtime.checkpoints.chat_template import ChatTemplate, template_source
 from infersight.runtime.checkpoints.generation_config import eos_token_ids
-from infersight.runtime.checkpoints.model_dir import read_json
+from infersight.runtime.checkpoints.model_dir import CHAT_TEMPLATE_FILE, read_json
 from infersight.runtime.errors import InvalidRequestError, WeightsError
 from infersight.runtime.model_config import ModelConfig
 from infersight.runtime.tokenizer import ByteTokenizer
+
+if TYPE_CHECKING:
+    from infersight.runtime.checkpoints.chat_template import ChatTemplate
 
 #: The named special tokens transformers passes to a chat template (its special_tokens_map).
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -29,19 +31,26 @@ def _token_text(value: Any) -> str | None:
 
 class HFStreamDecoder:
     """Text of a growing token sequence, piece by piece: a token that ends mid-character yields
-    nothing until the character is complete (tokenizers' DecodeStream)."""
+    nothing until the character is complete (tokenizers' DecodeStream). finish() gives what a
+    sequence cut mid-character leaves (U+FFFD), so the pieces add up to decode(all ids)."""
 
     def __init__(self, tokenizer: Any) -> None:
         from tokenizers.decoders import DecodeStream
 
         self.tokenizer = tokenizer
         self.stream = DecodeStream(skip_special_tokens=True)
+        self.ids: list[int] = []
+        self.sent = ""
 
     def step(self, ids: Sequence[int]) -> str:
-        return "".join(piece for i in ids if (piece := self.stream.step(self.tokenizer, i)) is not None)
+        self.ids.extend(ids)
+        text = "".join(piece for i in ids if (piece := self.stream.step(self.tokenizer, i)) is not None)
+        self.sent += text
+        return text
 
     def finish(self) -> str:
-        return ""
+        whole = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        return whole[len(self.sent):] if whole.startswith(self.sent) else ""
 
 
 class HFTokenizer:
@@ -62,8 +71,13 @@ class HFTokenizer:
         eos = self.special_tokens.get("eos_token")
         self.eos_id = self.tokenizer.token_to_id(eos) if eos is not None else None
         self.eos_ids = eos_token_ids(directory, self.eos_id)
-        source = template_source(directory, config)
-        self.chat_template = ChatTemplate(source, self.special_tokens) if source is not None else None
+        self.chat_template: ChatTemplate | None = None
+        if (directory / CHAT_TEMPLATE_FILE).is_file() or config.get("chat_template"):
+            # Imported here: jinja2 is paid for by models with a template only.
+            from infersight.runtime.checkpoints.chat_template import ChatTemplate, template_source
+
+            source = template_source(directory, config)
+            self.chat_template = ChatTemplate(source, self.special_tokens) if source is not None else None
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """add_bos: the tokenizer's special tokens (its post-processor's BOS), as vLLM adds them to a

@@ -7,6 +7,9 @@ from typing import Any
 
 from infersight.runtime.errors import WeightsError
 
+#: Where transformers 5 saves a single chat template, beside tokenizer_config.json.
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
 
 def is_model_dir(path: str | Path) -> bool:
     """A directory holding a config.json (what transformers' from_pretrained and vLLM take)."""
