@@ -32,9 +32,11 @@ class AgentClient:
             async with httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout_s) as client:
                 answer = await client.request(method, path, params=params, json=json_body, headers=headers)
         except httpx.TimeoutException:
-            raise AgentError(f"the agent at {self.base_url} did not answer {path} within {self.timeout_s:g} s") from None
+            raise AgentError(f"the agent at {self.base_url} did not answer {path} within {self.timeout_s:g} s"
+                             ) from None
         except httpx.HTTPError as exc:
-            raise AgentError(f"cannot reach the agent at {self.base_url}: {exc.__class__.__name__}: {exc}"[:300]) from None
+            why = f"{exc.__class__.__name__}: {exc}"[:240]
+            raise AgentError(f"cannot reach the agent at {self.base_url}: {why}") from None
         if len(answer.content) > MAX_ANSWER_BYTES:
             raise AgentError(f"the agent's answer to {path} is over {MAX_ANSWER_BYTES >> 20} MiB")
         try:

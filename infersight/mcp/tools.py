@@ -101,12 +101,13 @@ def register_tools(server: MCPServer, agent: AgentClient, config: McpConfig) -> 
         findings = [R.Finding(kind=f["kind"], message=f["message"],
                               details={k: v for k, v in f.items() if k not in ("kind", "message")})
                     for f in d["findings"]]
+        roofline = R.Roofline(last_window_category_shares=recorder.get("last_window_category_shares", {}),
+                              windows_measured=recorder.get("windows_measured"), captures=roof,
+                              note=ROOFLINE_NOTE if recorder or roof else
+                              "no roofline yet: no flight recorder window and no analysed capture")
         return R.Diagnosis(findings=findings,
                            speculation_recommendations=[R.SpecAdvice(**r) for r in d["speculation_recommendations"]],
-                           roofline=R.Roofline(last_window_category_shares=recorder.get("last_window_category_shares", {}),
-                                               windows_measured=recorder.get("windows_measured"), captures=roof,
-                                               note=ROOFLINE_NOTE if recorder or roof else
-                                               "no roofline yet: no flight recorder window and no analysed capture"),
+                           roofline=roofline,
                            dropped_events=d["dropped_events"],
                            provenance={"findings": "from measured figures (see summary)",
                                        "speculation_recommendations": "modelled: from the predicted speedup's interval",
@@ -145,7 +146,8 @@ def register_tools(server: MCPServer, agent: AgentClient, config: McpConfig) -> 
         return R.KvPressure(**kv, usage=kv["blocks_in_use"] / total if total else None,
                             evictions_logged=ev["evictions_total"],
                             by_task_pair=[R.TaskPair(**p) for p in ev["by_task_pair"]],
-                            recent_evictions=[R.Eviction(**{k: e[k] for k in R.Eviction.model_fields}) for e in ev["recent"]],
+                            recent_evictions=[R.Eviction(**{k: e[k] for k in R.Eviction.model_fields})
+                                              for e in ev["recent"]],
                             provenance=KV_PROVENANCE)
 
     @server.tool(description="Start a profiler capture of the engine's next N steps (needs the agent's token); "
@@ -178,7 +180,10 @@ def register_tools(server: MCPServer, agent: AgentClient, config: McpConfig) -> 
                              "causes, and each p50's change with a 95% interval. Times: Unix seconds, or <= 0 for "
                              "seconds before now (e.g. -600,-300 vs -300,0).")
     async def compare_windows(a_start: float, a_end: float, b_start: float, b_end: float) -> R.WindowComparison:
-        now = time.time()
-        a, b = [(v + now if v <= 0 else v) for v in (a_start, a_end)], [(v + now if v <= 0 else v) for v in (b_start, b_end)]
-        doc = await get("/api/v1/compare", a=f"{a[0]!r},{a[1]!r}", b=f"{b[0]!r},{b[1]!r}")
+        now = time.time()  # this machine's clock: the agent's, when both run on one host
+
+        def window(start: float, end: float) -> str:
+            return ",".join(repr(v + now if v <= 0 else v) for v in (start, end))
+
+        doc = await get("/api/v1/compare", a=window(a_start, a_end), b=window(b_start, b_end))
         return R.WindowComparison(**{k: v for k, v in doc.items() if k != "basis"}, provenance=doc["basis"])

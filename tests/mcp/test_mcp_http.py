@@ -23,7 +23,8 @@ def http_server(live_agent: LiveAgent) -> str:
 
 def test_no_token_or_a_wrong_one_is_401(http_server: str) -> None:
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic eDp5"}):
-        answer = httpx.post(http_server, json=INIT, headers={"Accept": "application/json, text/event-stream", **headers})
+        accept = {"Accept": "application/json, text/event-stream"}
+        answer = httpx.post(http_server, json=INIT, headers={**accept, **headers})
         assert answer.status_code == 401 and "bearer token" in answer.json()["error"]
         assert answer.headers["www-authenticate"] == "Bearer"
 
