@@ -24,8 +24,9 @@ from infersight.correlate.frames import EventFrames
 
 #: Evictions kept for the API (the newest).
 MAX_EVICTIONS = 1024
-#: Blocks whose last CACHED owner is remembered (a vLLM ledger's ids go up to 2^18).
-MAX_BLOCKS = 1 << 18
+#: Blocks whose last CACHED owner is remembered (~100 B each: 6.5 MB at most). Our engine's pool is far
+#: smaller; a vLLM ledger's ids go up to 2^18, and the least recently cached beyond this give victim -1.
+MAX_BLOCKS = 1 << 16
 #: Requests whose task is remembered.
 MAX_TASKS = 1 << 16
 UNKNOWN = "unknown"
