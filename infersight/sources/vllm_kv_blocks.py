@@ -23,12 +23,15 @@ block}, so that block tables stay append-only), so two requests that computed th
 same steps store, and later remove, the hash twice. A BlockStored for a hash already cached is
 therefore another copy, with its own id; each BlockRemoved drops one copy (the newest id first).
 
-Bounds, in entries of every kind (a broken or hostile producer can repeat a store without end):
+Bounds, in bytes and in entries of every kind (a broken or hostile producer can repeat a store
+without end):
 
-    ids      every id of every copy of every remembered hash, together <= max_remembered_blocks
-             (which bounds the hashes too: each has >= 1 id). Past it the least recently touched
-             hash is forgotten; its copies still cached are counted (dropped["forgotten_cached"]),
-             and a later BlockRemoved of it is an eviction whose store was not seen.
+    ids      every id of every copy of every remembered hash lives in one table allocated once at
+             `remember_bytes` (vllm_kv_remembered: 32-byte slots filled to 3/4 at most, 42.7 bytes an
+             id; the default 8 MiB holds 196,608 ids). Past it the least recently touched hash is
+             forgotten with all its copies (dropped["forgotten"] counts the hashes); its copies still
+             cached are counted too (dropped["forgotten_cached"]), and a later BlockRemoved of it is an
+             eviction whose store was not seen.
     copies   live copies of one hash <= max_copies_per_hash. vLLM makes a copy only for blocks
              computed concurrently, at most its batch's blocks; a store past the bound is dropped
              with no row and counted (dropped["copies"]), so `cached` can fall short of vLLM's
@@ -40,7 +43,6 @@ join key if the session id is the request's base id; otherwise -1 (evictions are
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,22 +50,23 @@ import pandas as pd
 
 from infersight.correlate.frames import KV_COLUMNS, KV_EVENT_NAMES
 from infersight.runtime.observer import KVBlockEvent
+from infersight.sources.vllm_kv_remembered import MAX_COPIES, NONE, RememberedBlocks, capacity_for
 from infersight.sources.vllm_kv_wire import AllBlocksCleared, BlockRemoved, BlockStored, KVBatch, hash64
 from infersight.vllm.ids import join_key
 
 #: Mediums that are the device cache; other tiers (an offloading connector's CPU copies) are not
 #: blocks of the device pool, and are counted as skipped rather than translated.
 DEVICE_MEDIUMS = (None, "GPU")
-#: Block ids remembered (every copy of every hash, live or removed) for stable ids and recompute
-#: detection: about 100 bytes each in the ledger (id, list slot, the hash's key and table entry shared).
-DEFAULT_MAX_REMEMBERED = 1 << 18
+#: Bytes of the table of remembered block ids (every copy of every hash, live or removed) for stable
+#: ids and recompute detection: 8 MiB, 196,608 ids (vllm_kv_remembered), above the blocks of one
+#: H200's cache (~50,000 blocks of 16 tokens for an 8B model) with room for what it evicted.
+DEFAULT_REMEMBER_BYTES = 8 << 20
 #: Live copies of one hash. vLLM copies a hash only for blocks computed in the same steps (see the
 #: module docstring), which its batch bounds (--max-num-seqs, at most 1024 by default).
 DEFAULT_MAX_COPIES = 1024
-#: Why the ledger let go of something: the `reason` label of its dropped counter.
-LEDGER_DROP_REASONS = ("copies", "forgotten_cached")
-
-BlockKey = tuple[int, int, int]  # (dp rank, group idx, hash64)
+#: Why the ledger let go of something: the `reason` label of its dropped counter (copies: stores past
+#: the copies bound; forgotten_cached: cached copies of forgotten hashes; forgotten: hashes forgotten).
+LEDGER_DROP_REASONS = ("copies", "forgotten_cached", "forgotten")
 
 
 @dataclass
@@ -95,25 +98,29 @@ class KVRows:
             "block_hash": np.asarray(self.block_hash, np.uint64)}).astype(KV_COLUMNS)
 
 
+
+
 class KVBlockLedger:
     """Synthetic block ids per hash, which hashes are cached now, and the translation of batches.
-    Bounded: at most max_remembered ids (hashes included), at most max_copies live copies of a hash."""
+    Bounded: at most `remember_bytes` of remembered ids (hashes included), at most max_copies live
+    copies of a hash."""
 
-    def __init__(self, max_remembered: int = DEFAULT_MAX_REMEMBERED, max_copies: int = DEFAULT_MAX_COPIES) -> None:
-        if not 1 <= max_copies <= max_remembered:
-            raise ValueError(f"copies per hash must be between 1 and the blocks remembered ({max_remembered}), "
-                             f"got {max_copies}")
-        self.max_remembered, self.max_copies = max_remembered, max_copies
-        self.ids: OrderedDict[BlockKey, list[int]] = OrderedDict()  # every id a key's copies have had
-        self.held = 0  # ids in self.ids, all keys together
-        self.live: dict[BlockKey, int] = {}  # key -> copies cached now
+    def __init__(self, remember_bytes: int = DEFAULT_REMEMBER_BYTES, max_copies: int = DEFAULT_MAX_COPIES) -> None:
+        self.check(remember_bytes, max_copies)
+        self.blocks = RememberedBlocks(remember_bytes)
+        self.max_copies = max_copies
+        self.cached_blocks = 0  # live copies of all hashes
         self.next_id = 0
         self.skipped_other_medium = 0
         self.dropped = dict.fromkeys(LEDGER_DROP_REASONS, 0)
 
-    @property
-    def cached_blocks(self) -> int:
-        return sum(self.live.values())
+    @staticmethod
+    def check(remember_bytes: int, max_copies: int) -> None:
+        """Raise ValueError unless the bounds make a ledger (a hash's copies fit in what is remembered)."""
+        limit = min(capacity_for(remember_bytes), MAX_COPIES)
+        if not 1 <= max_copies <= limit:
+            raise ValueError(f"copies per hash must be between 1 and {limit} (the ids {remember_bytes} bytes "
+                             f"remember), got {max_copies}")
 
     def apply(self, batch: KVBatch, ts_ns: int, rows: KVRows) -> None:
         """Translate one batch, in event order, into rows stamped ts_ns."""
@@ -124,77 +131,76 @@ class KVBlockLedger:
             if ev.medium not in DEVICE_MEDIUMS:
                 self.skipped_other_medium += len(ev.block_hashes)
                 continue
-            group = ev.group_idx or 0
+            group = ev.group_idx or 0  # < 2^16, as the wire checks; dp rank too
+            place = batch.dp_rank << 16 | group
             if isinstance(ev, BlockStored):
                 rid = join_key(ev.session_id) if ev.session_id else -1
                 for h in ev.block_hashes:
-                    self._stored((batch.dp_rank, group, hash64(h)), ts_ns, rid, rows)
+                    self._stored(place, hash64(h), ts_ns, rid, rows)
             elif isinstance(ev, BlockRemoved):
                 for h in ev.block_hashes:
-                    self._removed((batch.dp_rank, group, hash64(h)), ts_ns, rows)
+                    self._removed(place, hash64(h), ts_ns, rows)
 
     def clear(self, ts_ns: int, rows: KVRows) -> None:
-        """Every cached copy evicted (AllBlocksCleared, or the publisher restarted)."""
-        for key, copies in self.live.items():
-            for block_id in self.ids[key][:copies]:
-                rows.add(ts_ns, KVBlockEvent.EVICTED, block_id, -1, key[2])
-        self.live.clear()
+        """Every cached copy evicted (AllBlocksCleared, or the publisher restarted), least recent hash first."""
+        t = self.blocks
+        for i in list(t.live_entries()):
+            place, h = t.place[i], t.hash[i]
+            for copy in range(t.live[i]):
+                rows.add(ts_ns, KVBlockEvent.EVICTED, t.block[i if copy == 0 else t.find(place, h, copy)], -1, h)
+            t.live[i] = 0
+        self.cached_blocks = 0
 
     def forget(self) -> None:
         """Drop every remembered hash (a restarted engine hashes with a new seed)."""
-        self.ids.clear()
-        self.live.clear()
-        self.held = 0
+        self.blocks.reset()
+        self.cached_blocks = 0
 
-    def _stored(self, key: BlockKey, ts_ns: int, request_id: int, rows: KVRows) -> None:
-        copies = self.live.get(key, 0)
+    def _stored(self, place: int, h: int, ts_ns: int, request_id: int, rows: KVRows) -> None:
+        t = self.blocks
+        base = t.find(place, h, 0)
+        copies = t.live[base] if base != NONE else 0
         if copies >= self.max_copies:  # more copies than a batch can compute: not a block, a repeat
             self.dropped["copies"] += 1
             return
-        ids = self.ids.get(key)
-        if ids is None:
-            ids = self._remember(key)
+        if base == NONE:
+            base = slot = self._add(place, h, 0)
         else:
-            self.ids.move_to_end(key)
+            t.touch(base)
             if copies == 0:  # cached before, evicted since, and computed again
-                rows.add(ts_ns, KVBlockEvent.RECOMPUTED, ids[0], request_id, key[2])
-        if copies == len(ids):
-            self._add_id(ids)
-        self.live[key] = copies + 1
-        rows.add(ts_ns, KVBlockEvent.CACHED, ids[copies], request_id, key[2])
+                rows.add(ts_ns, KVBlockEvent.RECOMPUTED, t.block[base], request_id, h)
+            slot = base if copies == 0 else t.find(place, h, copies)
+            if slot == NONE:  # one more copy than the hash has had: a new id
+                slot = self._add(place, h, copies)
+                base = t.find(place, h, 0)  # making room may have moved it
+        t.live[base] = copies + 1
+        self.cached_blocks += 1
+        rows.add(ts_ns, KVBlockEvent.CACHED, t.block[slot], request_id, h)
 
-    def _removed(self, key: BlockKey, ts_ns: int, rows: KVRows) -> None:
-        copies = self.live.get(key, 0)
-        ids = self.ids.get(key)
-        if ids is None:  # its store was never seen (lost, or before we joined): still an eviction
-            ids = self._remember(key)
-            self._add_id(ids)
-        else:
-            self.ids.move_to_end(key)
+    def _removed(self, place: int, h: int, ts_ns: int, rows: KVRows) -> None:
+        t = self.blocks
+        base = t.find(place, h, 0)
+        if base == NONE:  # its store was never seen (lost, or before we joined): still an eviction
+            rows.add(ts_ns, KVBlockEvent.EVICTED, t.block[self._add(place, h, 0)], -1, h)
+            return
+        t.touch(base)
+        copies = t.live[base]
         if copies:
-            self.live[key] = copies - 1
-            if copies == 1:
-                del self.live[key]
-        rows.add(ts_ns, KVBlockEvent.EVICTED, ids[max(copies - 1, 0)], -1, key[2])
+            t.live[base] = copies - 1
+            self.cached_blocks -= 1
+        slot = base if copies <= 1 else t.find(place, h, copies - 1)
+        rows.add(ts_ns, KVBlockEvent.EVICTED, t.block[slot], -1, h)
 
-    def _remember(self, key: BlockKey) -> list[int]:
-        """A new key's (empty) id list, at the recent end, room made for its first id."""
-        self._make_room()
-        ids: list[int] = []
-        self.ids[key] = ids
-        return ids
-
-    def _make_room(self) -> None:
-        """Forget the least recently touched hashes until one more id fits. The key about to take the
-        id is the most recent one and holds at most max_copies <= max_remembered ids, so it is never
-        the one forgotten while the table is over its bound."""
-        while self.held >= self.max_remembered:
-            old, old_ids = self.ids.popitem(last=False)
-            self.held -= len(old_ids)
-            self.dropped["forgotten_cached"] += self.live.pop(old, 0)
-
-    def _add_id(self, ids: list[int]) -> None:
-        self._make_room()
-        ids.append(self.next_id)
-        self.held += 1
+    def _add(self, place: int, h: int, copy: int) -> int:
+        """A new id for (place, h, copy), room made first by forgetting the least recent hashes. The hash
+        being served is the most recent (touched, or not in the table yet) and a hash needs another id
+        only while its ids < max_copies <= capacity, so it is never the one forgotten."""
+        t = self.blocks
+        while t.used >= t.capacity:
+            _, live, _ = t.evict_oldest()
+            self.dropped["forgotten"] += 1
+            self.dropped["forgotten_cached"] += live
+            self.cached_blocks -= live
+        slot = t.insert(place, h, copy, self.next_id)
         self.next_id += 1
+        return slot

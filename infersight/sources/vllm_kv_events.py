@@ -27,7 +27,7 @@ from typing import Any, Callable
 import pandas as pd
 import zmq
 
-from infersight.sources.vllm_kv_blocks import DEFAULT_MAX_COPIES, DEFAULT_MAX_REMEMBERED, KVBlockLedger, KVRows
+from infersight.sources.vllm_kv_blocks import DEFAULT_MAX_COPIES, DEFAULT_REMEMBER_BYTES, KVBlockLedger, KVRows
 from infersight.sources.vllm_kv_sequence import BatchSequencer, Restart
 from infersight.sources.vllm_kv_wire import (
     EVENT_TYPES, MALFORMED_REASONS, KVBatch, Malformed, check_frames, decode_message, decode_payload, is_replay_end,
@@ -67,8 +67,8 @@ def replay_address(endpoint: str) -> str:
 class VllmKVEventsConfig:
     """endpoint / replay_endpoint: as given to vLLM's --kv-events-config (endpoint, replay_endpoint);
     topic: its `topic`. Bounds: messages read per socket per poll, the replay wait, batches held
-    while a replay is open, payload bytes, block ids remembered (every copy of every hash) and live
-    copies of one hash (vllm_kv_blocks: the ledger's bounds)."""
+    while a replay is open, payload bytes, the bytes of block ids remembered (every copy of every
+    hash) and live copies of one hash (vllm_kv_blocks: the ledger's bounds)."""
 
     endpoint: str
     replay_endpoint: str | None = None
@@ -80,7 +80,7 @@ class VllmKVEventsConfig:
     max_held_batches: int = 20_000
     max_payload_bytes: int = 16 << 20
     receive_hwm: int = 100_000
-    max_remembered_blocks: int = DEFAULT_MAX_REMEMBERED
+    remember_bytes: int = DEFAULT_REMEMBER_BYTES
     max_copies_per_hash: int = DEFAULT_MAX_COPIES
 
     def __post_init__(self) -> None:
@@ -88,12 +88,10 @@ class VllmKVEventsConfig:
         if self.replay_endpoint is not None:
             replay_address(self.replay_endpoint)
         for name in ("max_messages_per_poll", "max_held_batches", "max_payload_bytes", "receive_hwm",
-                     "max_remembered_blocks", "max_copies_per_hash"):
+                     "max_copies_per_hash"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_copies_per_hash > self.max_remembered_blocks:
-            raise ValueError(f"max_copies_per_hash ({self.max_copies_per_hash}) must not exceed "
-                             f"max_remembered_blocks ({self.max_remembered_blocks})")
+        KVBlockLedger.check(self.remember_bytes, self.max_copies_per_hash)
         if not 0.01 <= self.replay_timeout_s <= 60:
             raise ValueError(f"replay timeout must be between 0.01 and 60 s, got {self.replay_timeout_s}")
 
@@ -128,7 +126,7 @@ class VllmKVSubscriber:
         self.topic = config.topic.encode("utf-8")
         self.mode, self.address = subscriber_plan(config.endpoint)
         self.seq = BatchSequencer(config.replay_endpoint is not None, config.replay_timeout_s, config.max_held_batches)
-        self.ledger = KVBlockLedger(config.max_remembered_blocks, config.max_copies_per_hash)
+        self.ledger = KVBlockLedger(config.remember_bytes, config.max_copies_per_hash)
         self.events = {t: 0 for t in EVENT_TYPES}
         self.malformed = {r: 0 for r in MALFORMED_REASONS}
         self._lock = threading.Lock()  # poll() writes the counts, the HTTP thread reads them

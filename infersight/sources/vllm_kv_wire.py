@@ -51,6 +51,8 @@ MALFORMED_REASONS = ("frame_count", "topic", "sequence", "too_large", "payload",
 
 BlockHash = Union[int, Annotated[bytes, msgspec.Meta(max_length=MAX_HASH_BYTES)]]
 BlockHashes = Annotated[list[BlockHash], msgspec.Meta(max_length=MAX_HASHES_PER_EVENT)]
+#: A KV cache group index: vLLM has a handful (one per attention type); the ledger keys 16 bits of it.
+GroupIdx = Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)]
 
 
 class _Event(msgspec.Struct, tag=True):
@@ -64,7 +66,7 @@ class BlockStored(_Event):
     parent_block_hash: BlockHash | None = None
     block_size: int | None = None
     medium: str | None = None
-    group_idx: int | None = None
+    group_idx: GroupIdx | None = None
     session_id: Annotated[str, msgspec.Meta(max_length=MAX_SESSION_ID_CHARS)] | None = None
 
 
@@ -73,7 +75,7 @@ class BlockRemoved(_Event):
 
     block_hashes: BlockHashes
     medium: str | None = None
-    group_idx: int | None = None
+    group_idx: GroupIdx | None = None
 
 
 class AllBlocksCleared(_Event):

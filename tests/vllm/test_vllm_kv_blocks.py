@@ -18,6 +18,7 @@ from infersight.runtime.observer import KVBlockEvent
 from infersight.sources.vllm_kv_blocks import DEFAULT_MAX_COPIES, KVBlockLedger, KVRows
 from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber
 from infersight.sources.vllm_kv_metrics import VllmKVCollector
+from infersight.sources.vllm_kv_remembered import EMPTY
 from infersight.sources.vllm_kv_wire import BlockRemoved, BlockStored, KVBatch
 
 
@@ -33,7 +34,8 @@ def _rows(ledger: KVBlockLedger, *events: BlockStored | BlockRemoved) -> list[tu
 
 
 def _ids_held(ledger: KVBlockLedger) -> int:
-    return sum(len(ids) for ids in ledger.ids.values())
+    """Ids in the table, counted slot by slot (not the table's own `used`)."""
+    return sum(1 for c in ledger.blocks.copy if c != EMPTY)
 
 
 def test_a_repeated_store_is_another_copy_and_each_removal_drops_the_newest() -> None:
@@ -55,8 +57,8 @@ def test_repeats_of_a_few_hashes_are_bounded_in_copies_and_counted() -> None:
         ledger.apply(_batch(seq, BlockStored(hashes)), seq, rows)
     kept = len(hashes) * min(repeats, DEFAULT_MAX_COPIES)
     assert rows.event.count(int(KVBlockEvent.CACHED)) == len(rows) == ledger.cached_blocks == kept
-    assert _ids_held(ledger) == ledger.held == kept  # pre-fix: 100,000 ids, one a repeat
-    assert ledger.dropped == {"copies": len(hashes) * repeats - kept, "forgotten_cached": 0}
+    assert _ids_held(ledger) == ledger.blocks.used == kept  # pre-fix: 100,000 ids, one a repeat
+    assert ledger.dropped == {"copies": len(hashes) * repeats - kept, "forgotten_cached": 0, "forgotten": 0}
     rows = KVRows()
     for seq in range(repeats):
         ledger.apply(_batch(seq, BlockRemoved(hashes)), seq, rows)
@@ -66,17 +68,17 @@ def test_repeats_of_a_few_hashes_are_bounded_in_copies_and_counted() -> None:
 
 
 def test_a_flood_of_distinct_hashes_stays_within_the_remembered_blocks() -> None:
-    ledger = KVBlockLedger(max_remembered=1_000, max_copies=4)
+    ledger = KVBlockLedger(remember_bytes=32 << 10, max_copies=4)  # 1,024 slots of 32 bytes, 3/4 used: 768 ids
     for seq in range(50):  # 5,000 distinct hashes, 100 a batch, never removed
         ledger.apply(_batch(seq, BlockStored(list(range(seq * 100, seq * 100 + 100)))), seq, KVRows())
-        assert _ids_held(ledger) <= 1_000 and len(ledger.ids) <= 1_000
-    assert ledger.cached_blocks == 1_000
-    assert ledger.dropped == {"copies": 0, "forgotten_cached": 5_000 - 1_000}
+        assert _ids_held(ledger) <= 768
+    assert ledger.cached_blocks == 768
+    assert ledger.dropped == {"copies": 0, "forgotten_cached": 5_000 - 768, "forgotten": 5_000 - 768}
     # A forgotten hash's removal is an eviction whose store was not seen: a new id; a remembered one keeps its own.
     (event, old_id, _), = _rows(ledger, BlockRemoved([4_999]))
     assert event == "evicted" and old_id == 4_999
     (event, new_id, _), = _rows(ledger, BlockRemoved([0]))
-    assert event == "evicted" and new_id == 5_000 and _ids_held(ledger) == 1_000
+    assert event == "evicted" and new_id == 5_000 and _ids_held(ledger) == 768
 
 
 def test_agent_memory_under_repeats_stays_what_is_kept() -> None:
@@ -98,17 +100,19 @@ def test_agent_memory_under_repeats_stays_what_is_kept() -> None:
 
 def test_the_subscriber_counts_what_its_ledger_let_go() -> None:
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    sub = VllmKVSubscriber(VllmKVEventsConfig(endpoint, max_remembered_blocks=8, max_copies_per_hash=2),
+    # 512 bytes: 16 slots, 12 ids
+    sub = VllmKVSubscriber(VllmKVEventsConfig(endpoint, remember_bytes=512, max_copies_per_hash=2),
                            wall_anchor=lambda: (0, 0))
     fake = FakeVllm(endpoint, None, sub)
     try:
         fake.publish(stored(1), stored(1), stored(1), ts=time.time())  # a third copy: over the bound
-        fake.publish(stored(*range(10, 18)), ts=time.time())  # 8 more hashes: 1 and its 2 copies forgotten
-        rows = pump(sub, fake, lambda r: len(r) >= 10)
-        assert (rows["event"] == "cached").sum() == 2 + 8
-        assert sub.stats()["ledger_dropped"] == {"copies": 1, "forgotten_cached": 2}
+        fake.publish(stored(*range(10, 21)), ts=time.time())  # 11 more hashes: 1 and its 2 copies forgotten
+        rows = pump(sub, fake, lambda r: len(r) >= 13)
+        assert (rows["event"] == "cached").sum() == 2 + 11
+        expected = {"copies": 1, "forgotten_cached": 2, "forgotten": 1}
+        assert sub.stats()["ledger_dropped"] == expected
         family = next(f for f in VllmKVCollector(sub).collect() if f.name == "infersight_vllm_kv_ledger_dropped")
-        assert {s.labels["reason"]: s.value for s in family.samples} == {"copies": 1, "forgotten_cached": 2}
+        assert {s.labels["reason"]: s.value for s in family.samples} == expected
     finally:
         sub.close()
         fake.close()
