@@ -29,7 +29,9 @@ SDK's OTLP/HTTP exporter, as vLLM's --otlp-traces-endpoint uses it, sends one ll
 request to the agent's --otlp-receiver; their ids are vLLM-style and join no ring request, so every
 span waits --otlp-join-wait and leaves alone: the receiver's bound is what is soaked. Every sample also
 reads the agent's CPU time (/proc/PID/stat: utime + stime over the sample, as a share of one core) and,
-where the agent exposes it, its mean poll time over the sample (infersight_agent_poll_duration_seconds).
+where the agent exposes it, its poll time over the sample (infersight_agent_poll_duration_seconds: the
+mean, and the p99 from its buckets). The summary compares the first and the last --window-s (default
+10 minutes): poll time p50 / p99, median CPU, and the RSS slope over each.
 
 Prints one line per sample, then `key: value` lines, then one JSON object as the last line.
 """
@@ -44,6 +46,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,15 +75,51 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def poll_totals(url: str) -> tuple[float, float]:
-    """(sum, count) of the agent's poll-duration histogram from /metrics; (nan, nan) without it."""
+POLL = "infersight_agent_poll_duration_seconds"
+
+
+@dataclass(frozen=True)
+class PollHistogram:
+    """The agent's poll-duration histogram at one scrape: sum (s), count, cumulative bucket counts by
+    upper bound (the last +Inf). Empty (count nan) from an agent without it."""
+
+    total_s: float
+    count: float
+    buckets: tuple[tuple[float, float], ...]
+
+    def minus(self, earlier: "PollHistogram") -> "PollHistogram":
+        """The polls between two scrapes of one agent (counters only grow)."""
+        return PollHistogram(self.total_s - earlier.total_s, self.count - earlier.count,
+                             tuple((le, n - m) for (le, n), (_, m) in zip(self.buckets, earlier.buckets)))
+
+    def quantile(self, q: float) -> float:
+        """Prometheus's histogram_quantile: linear inside the bucket the rank falls in, the first bucket
+        from 0; the highest finite bound when the rank is in +Inf. Seconds; nan without polls."""
+        if not self.buckets or not self.count > 0:
+            return float("nan")
+        rank, lower, below = q * self.buckets[-1][1], 0.0, 0.0
+        for le, cum in self.buckets:
+            if cum >= rank:
+                if le == float("inf"):
+                    return lower
+                return lower + (le - lower) * ((rank - below) / (cum - below) if cum > below else 1.0)
+            lower, below = le, cum
+        return lower
+
+
+def poll_histogram(url: str) -> PollHistogram:
+    """The poll-duration histogram from the agent's /metrics."""
     total = count = float("nan")
+    buckets: list[tuple[float, float]] = []
     for line in urllib.request.urlopen(url + "/metrics", timeout=20).read().decode().splitlines():
-        if line.startswith("infersight_agent_poll_duration_seconds_sum"):
+        if line.startswith(POLL + "_sum"):
             total = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("infersight_agent_poll_duration_seconds_count"):
+        elif line.startswith(POLL + "_count"):
             count = float(line.rsplit(" ", 1)[1])
-    return total, count
+        elif line.startswith(POLL + "_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float(le), float(line.rsplit(" ", 1)[1])))  # float("+Inf") is inf
+    return PollHistogram(total, count, tuple(sorted(buckets)))
 
 
 #: Counters read from the agent's /metrics at the end: what it took in of each stream.
@@ -178,6 +217,30 @@ def _median(values: list[float]) -> float:
     return round(v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2, 2) if v else float("nan")
 
 
+def windows(samples: list[dict], hists: list[PollHistogram], window_s: float) -> dict[str, object]:
+    """The first and the last window_s of the run side by side: poll time p50 / p99 (from the histogram's
+    buckets, so within a bucket's width: 25-50 ms is one bucket) and mean, median CPU share, and the
+    least-squares slope of RSS and of RssAnon over each window."""
+    end = samples[-1]["t_s"]
+    out: dict[str, object] = {}
+    for name, lo, hi in (("first", 0.0, window_s), ("last", end - window_s, end)):
+        idx = [i for i, s in enumerate(samples) if lo <= s["t_s"] <= hi]
+        if len(idx) < 2:
+            continue
+        polls = hists[idx[-1]].minus(hists[idx[0]])
+        part = [samples[i] for i in idx]
+        out.update({
+            f"poll_p50_ms_{name}": round(1e3 * polls.quantile(0.5), 2),
+            f"poll_p99_ms_{name}": round(1e3 * polls.quantile(0.99), 2),
+            f"poll_mean_ms_{name}": round(1e3 * polls.total_s / polls.count, 2) if polls.count > 0 else float("nan"),
+            f"polls_{name}": polls.count,
+            f"cpu_pct_{name}": _median([s["cpu_pct"] for s in part[1:]]),  # each sample's CPU is over the sample before
+            f"rss_slope_{name}_mb_per_min": round(_slope(part, "rss"), 3),
+            f"anon_slope_{name}_mb_per_min": round(_slope(part, "anon"), 3),
+            f"rss_{name}_window_mb": f"{part[0]['rss']:.1f} -> {part[-1]['rss']:.1f}"})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", type=float, default=13.0, help="requests per second (default 13, the issue's)")
@@ -190,6 +253,8 @@ def main() -> int:
     ap.add_argument("--kv-blocks", type=int, default=4, help="KV blocks stored per request (--kv-events)")
     ap.add_argument("--kv-live", type=int, default=4096, help="blocks held before the oldest are removed (--kv-events)")
     ap.add_argument("--otlp", action="store_true", help="also vLLM-style spans into the agent's OTLP receiver")
+    ap.add_argument("--window-s", type=float, default=600.0,
+                    help="the first and the last this many seconds are compared (poll time, CPU, RSS slope)")
     args = ap.parse_args()
 
     name = f"infersight-memsoak-{os.getpid()}"
@@ -215,6 +280,7 @@ def main() -> int:
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     samples: list[dict] = []
+    hists: list[PollHistogram] = []  # the poll histogram at each sample (cumulative)
     kv: KvPublisher | None = None
     taken: dict[str, float] = {}
     spans: SpanSender | None = None
@@ -232,9 +298,9 @@ def main() -> int:
         kv = KvPublisher(kv_endpoint, args.kv_blocks, args.kv_live) if args.kv_events else None
         spans = SpanSender(f"http://127.0.0.1:{otlp_port}/v1/traces") if args.otlp else None
         print(f"{'t_s':>6} {'requests':>9} {'rss_mb':>7} {'anon_mb':>8} {'shmem_mb':>8} {'kept':>6} {'kept_mib':>8} "
-              f"{'cpu_%':>6} {'poll_ms':>8}", flush=True)
+              f"{'cpu_%':>6} {'poll_ms':>8} {'p99_ms':>7}", flush=True)
         start = time.monotonic()
-        last_cpu, last_t, last_poll = cpu_s(proc.pid), start, poll_totals(url)
+        last_cpu, last_t, last_poll = cpu_s(proc.pid), start, poll_histogram(url)
         next_sample, rid, step, summary_timeouts = start, 0, 0, 0
         wave_s = args.wave / args.rate
         while True:
@@ -244,17 +310,19 @@ def main() -> int:
                     kept = _get(url + "/api/v1/summary").get("retention", {})
                 except OSError:
                     kept, summary_timeouts = {"requests": -1}, summary_timeouts + 1
-                cpu, poll = cpu_s(proc.pid), poll_totals(url)
-                polls = poll[1] - last_poll[1]
+                cpu, poll = cpu_s(proc.pid), poll_histogram(url)
+                polls = poll.minus(last_poll)
                 sample = {"t_s": round(now - start, 1), "requests": rid, **memory_mb(proc.pid),
                           "kept": kept.get("requests", -1), "kept_mib": kept.get("bytes", 0) / 2**20,
                           "cpu_pct": 100 * (cpu - last_cpu) / max(now - last_t, 1e-9),
-                          "poll_ms": 1e3 * (poll[0] - last_poll[0]) / polls if polls > 0 else float("nan")}
+                          "poll_ms": 1e3 * polls.total_s / polls.count if polls.count > 0 else float("nan"),
+                          "poll_p99_ms": 1e3 * polls.quantile(0.99)}
                 last_cpu, last_t, last_poll = cpu, now, poll
                 samples.append(sample)
+                hists.append(poll)
                 print(f"{sample['t_s']:>6.0f} {rid:>9} {sample['rss']:>7.1f} {sample['anon']:>8.1f} "
                       f"{sample['shmem']:>8.1f} {sample['kept']:>6} {sample['kept_mib']:>8.2f} "
-                      f"{sample['cpu_pct']:>6.1f} {sample['poll_ms']:>8.2f}", flush=True)
+                      f"{sample['cpu_pct']:>6.1f} {sample['poll_ms']:>8.2f} {sample['poll_p99_ms']:>7.1f}", flush=True)
                 next_sample += args.sample_s
             if now - start >= args.duration:
                 taken = counters(url)
@@ -287,6 +355,7 @@ def main() -> int:
         "cpu_pct_second_half": _median([s["cpu_pct"] for s in half]),
         "poll_ms_first_half": _median([s["poll_ms"] for s in samples[1:] if s not in half]),
         "poll_ms_second_half": _median([s["poll_ms"] for s in half]),
+        **windows(samples, hists, args.window_s),
         "kv_events": args.kv_events, "otlp": args.otlp,
         "kv_batches_sent": kv.seq if kv else 0, "spans_sent": rid if spans else 0,
         **{k.removeprefix("infersight_"): v for k, v in taken.items()},

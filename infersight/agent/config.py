@@ -9,6 +9,7 @@ from infersight.tracing.identity import IdentityConfig  # light: OpenTelemetry o
 
 if TYPE_CHECKING:
     from infersight.agent.recorder.config import RecorderConfig
+    from infersight.sources.vllm_kv_events import VllmKVEventsConfig
 
 
 class ConfigError(ValueError):
@@ -82,6 +83,8 @@ class AgentConfig:
     vllm_kv_replay: str | None = None
     vllm_kv_topic: str = "kv"
     vllm_kv_replay_timeout_s: float = 5.0
+    # The KV ledger's table of remembered block ids, allocated whole at start (vllm_kv_remembered).
+    vllm_kv_remember_bytes: int = 8 << 20
     # An unmodified vLLM (infersight.sources.vllm_metrics / vllm_profiler): its base URL; /metrics is
     # scraped every vllm_metrics_interval_s and served under our names. With vllm_profiler_dir (its
     # torch_profiler_dir as this host sees it) captures go through /start_profile and /stop_profile;
@@ -93,6 +96,15 @@ class AgentConfig:
     # The flight recorder (agent.recorder.flight_recorder): sampled kernel windows inside an overhead budget, and
     # full captures on a latency-objective breach or an anomaly. None: off. Its own config validates.
     flight_recorder: "RecorderConfig | None" = None
+
+    def vllm_kv_config(self) -> "VllmKVEventsConfig":
+        """The KV event subscriber's config (ValueError when a bound is wrong); needs vllm_kv_events."""
+        from infersight.sources.vllm_kv_events import VllmKVEventsConfig  # zmq only when asked
+
+        assert self.vllm_kv_events is not None
+        return VllmKVEventsConfig(self.vllm_kv_events, self.vllm_kv_replay, self.vllm_kv_topic,
+                                  replay_timeout_s=self.vllm_kv_replay_timeout_s,
+                                  remember_bytes=self.vllm_kv_remember_bytes)
 
     def __post_init__(self) -> None:
         if not self.rings and not self.discover and not self.vllm_kv_events and not self.vllm_url:
@@ -114,11 +126,8 @@ class AgentConfig:
             raise ConfigError("--vllm-kv-replay-timeout must be between 0.01 and 60 s, "
                               f"got {self.vllm_kv_replay_timeout_s}")
         if self.vllm_kv_events:
-            from infersight.sources.vllm_kv_events import VllmKVEventsConfig  # zmq only when asked
-
             try:
-                VllmKVEventsConfig(self.vllm_kv_events, self.vllm_kv_replay, self.vllm_kv_topic,
-                                   replay_timeout_s=self.vllm_kv_replay_timeout_s)
+                self.vllm_kv_config()
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         if not 0 <= self.port <= 65535:

@@ -173,13 +173,11 @@ class Agent:
         # -- vLLM's KV cache events (opt-in): translated into the kv_events frame each poll ----------
         self.vllm_kv = None
         if config.vllm_kv_events:
-            from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber  # zmq when asked
+            from infersight.sources.vllm_kv_events import VllmKVSubscriber  # zmq when asked
             from infersight.sources.vllm_kv_metrics import VllmKVCollector
 
             try:
-                self.vllm_kv = VllmKVSubscriber(VllmKVEventsConfig(config.vllm_kv_events, config.vllm_kv_replay,
-                                                                   config.vllm_kv_topic,
-                                                                   replay_timeout_s=config.vllm_kv_replay_timeout_s),
+                self.vllm_kv = VllmKVSubscriber(config.vllm_kv_config(),
                                                 wall_anchor=lambda: self.state.wall_anchor)
             except ValueError as exc:  # the endpoint is busy or not an address of this host
                 raise ConfigError(str(exc)) from None

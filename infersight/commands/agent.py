@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
                               slo_e2e_s=args.slo_e2e_s, tracing=tracing_config(args),
                               vllm_kv_events=args.vllm_kv_events, vllm_kv_replay=args.vllm_kv_replay,
                               vllm_kv_topic=args.vllm_kv_topic, vllm_kv_replay_timeout_s=args.vllm_kv_replay_timeout,
+                              vllm_kv_remember_bytes=int(args.vllm_kv_remember_mib * (1 << 20)),
                               vllm_url=args.vllm_url, vllm_metrics_interval_s=args.vllm_metrics_interval,
                               vllm_profiler_dir=args.vllm_profiler_dir, vllm_capture_wait_s=args.vllm_capture_wait,
                               gpu_source=args.gpu_source, gpu_url=args.gpu_url, gpu_interval_s=args.gpu_interval,
@@ -118,6 +119,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     kv.add_argument("--vllm-kv-replay-timeout", type=float, default=5.0, metavar="SECONDS",
                     help="give a replay up after this long without an answer, its gaps counted lost "
                          "(0.01-60 s; default 5: vLLM answers from its engine process, slow on a loaded host)")
+    kv.add_argument("--vllm-kv-remember-mib", type=bounded_float(0.0625, 1 << 14), default=8.0, metavar="MIB",
+                    help="memory for the block ids the KV ledger remembers (live and evicted hashes, for stable "
+                         "ids and recompute detection), allocated at start: 42.7 bytes an id, so the default 8 "
+                         "holds 196,608; past it the least recently seen hash is forgotten (counted)")
     vllm = agent.add_argument_group("an unmodified vLLM server (off unless --vllm-url is given)")
     vllm.add_argument("--vllm-url", metavar="URL",
                       help="vLLM's base URL (http://127.0.0.1:8000): its /metrics is scraped and served under "
