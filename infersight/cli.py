@@ -9,7 +9,7 @@ import importlib
 import sys
 import typing
 
-COMMANDS = ("demo", "agent", "bench", "capture", "dashboards", "report", "analyze", "serve", "rules", "mcp", "fleet", "export_hf")
+COMMANDS = ("demo", "agent", "bench", "capture", "dashboards", "report", "analyze", "serve", "rules", "mcp", "fleet", "compare", "export_hf")
 
 
 class OneLineErrors(argparse.ArgumentParser):

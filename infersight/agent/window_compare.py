@@ -3,7 +3,7 @@
 A request belongs to the window its finish falls in (the engine's monotonic finish time, put on the
 wall clock with the ring's anchor). Per window: request count, TTFT / e2e / mean ITL p50 and p99,
 the phase totals, slow causes and tasks; then B against A: each p50's difference with a 95%
-bootstrap interval (resampling each window's requests, seeded: the same rows give the same
+bootstrap interval (correlate.bootstrap, resampling each window's requests, seeded: the same rows give the same
 interval), so a reader can tell a change from noise. Only the rows retention keeps are compared.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pandas as pd
 
 from infersight.agent.report import _clean
 from infersight.agent.state import AgentState
+from infersight.correlate.bootstrap import BOOTSTRAP_RESAMPLES, quantile_difference
 from infersight.correlate.requests import PARTS
 
-#: Resamples of the bootstrap interval, and its seed.
-BOOTSTRAP_RESAMPLES = 1000
+#: The bootstrap interval's seed (its resamples: correlate.bootstrap).
 BOOTSTRAP_SEED = 0
 METRICS = ("ttft_s", "e2e_s", "itl_mean_s")
 #: The longest window a request may name (a week): wider is a typo.
@@ -44,26 +44,12 @@ def _quantile(values: np.ndarray, q: float) -> float | None:
 
 
 def _window(rows: pd.DataFrame, start: float, end: float) -> dict[str, Any]:
+    values = {m: rows[m].dropna().to_numpy() for m in METRICS}
     return {"start_s": start, "end_s": end, "requests": len(rows),
-            **{m: {"p50": _quantile(rows[m].dropna().to_numpy(), 0.5), "p99": _quantile(rows[m].dropna().to_numpy(), 0.99)}
-               for m in METRICS},
+            **{m: {"p50": _quantile(v, 0.5), "p99": _quantile(v, 0.99)} for m, v in values.items()},
             "phases_seconds_total": {p: float(rows[p].sum()) for p in PARTS},
             "slow_causes": rows["slow_cause"][rows["slow_cause"] != ""].value_counts().to_dict() if len(rows) else {},
             "tasks": rows["task"].astype(str).value_counts().to_dict() if len(rows) else {}}
-
-
-def p50_difference(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> dict[str, Any] | None:
-    """median(b) - median(a) with a 95% percentile-bootstrap interval (None when a window is empty)."""
-    if not len(a) or not len(b):
-        return None
-    idx_a = rng.integers(0, len(a), (BOOTSTRAP_RESAMPLES, len(a)))
-    idx_b = rng.integers(0, len(b), (BOOTSTRAP_RESAMPLES, len(b)))
-    diffs = np.median(b[idx_b], axis=1) - np.median(a[idx_a], axis=1)
-    low, high = np.quantile(diffs, [0.025, 0.975])
-    point = float(np.median(b) - np.median(a))
-    return {"b_minus_a": point, "interval_95": [float(low), float(high)],
-            "relative": point / float(np.median(a)) if np.median(a) else None,
-            "verdict": "higher in b" if low > 0 else "lower in b" if high < 0 else "no change resolved"}
 
 
 def compare_windows(state: AgentState, a: tuple[float, float], b: tuple[float, float]) -> dict[str, Any]:
@@ -77,7 +63,8 @@ def compare_windows(state: AgentState, a: tuple[float, float], b: tuple[float, f
         rows_a = kept[(finish_wall >= a[0]) & (finish_wall < a[1])]
         rows_b = kept[(finish_wall >= b[0]) & (finish_wall < b[1])]
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    diff = {m: p50_difference(rows_a[m].dropna().to_numpy(np.float64), rows_b[m].dropna().to_numpy(np.float64), rng)
+    diff = {m: quantile_difference(rows_a[m].dropna().to_numpy(np.float64), rows_b[m].dropna().to_numpy(np.float64),
+                                  rng)
             for m in METRICS}
     return _clean({"a": _window(rows_a, *a), "b": _window(rows_b, *b), "p50_difference": diff,
                    "kept_requests": len(kept),
