@@ -116,3 +116,18 @@ def test_bad_input_is_one_line_and_exit_2(two_runs, tmp_path: Path, capsys, what
     assert main(["compare", str(a), str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("infersight: error: ") and str(bad) in err
+
+
+def test_a_real_run_folder_against_itself(run_dir: Path, capsys) -> None:
+    """The files an agent with --parquet-dir and the summary wrote (the report's run): every section
+    the reference engine reports is present, and a run against itself differs by nothing."""
+    assert main(["compare", str(run_dir), str(run_dir), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = len(load_compared_run(run_dir).requests)  # type: ignore[arg-type]
+    assert doc["a"]["rows"] == doc["b"]["rows"] == rows > 0
+    for metric in doc["latency"].values():
+        for d in metric.values():
+            assert d["b_minus_a"] == 0.0 and d["verdict"] == "inside the noise"
+    for section in ("phase_shares", "prefix_cache", "kv", "expert_load", "speculation"):
+        assert "absent" not in doc[section], section
+    assert {layer["b_minus_a"] for layer in doc["expert_load"]["layers"]} == {0.0}
