@@ -306,8 +306,8 @@ def print_result(result: dict[str, Any]) -> None:
     print("TOTAL J/request (what energy_j shows: dynamic + static share; not invariant, for reference)")
     for c in CLASSES:
         print(f"{c:<12} alone {result['total_alone_j_per_request_in_steps'][c]:.3f} (counter "
-              f"{result['total_alone_j_per_request_counter'][c]:.3f}), mixed {result['total_mixed_j_per_request'][c]:.3f}"
-              f" ({result['total_mixed_error_vs_alone'][c]:+.1%})")
+              f"{result['total_alone_j_per_request_counter'][c]:.3f}), "
+              f"mixed {result['total_mixed_j_per_request'][c]:.3f} ({result['total_mixed_error_vs_alone'][c]:+.1%})")
     print(f"goal: each class's mixed dynamic J/request within {result['tolerance']:.0%} of alone: "
           f"{'PASS' if result['goal_met'] else 'FAIL'} (with the fitted static in place of idle W: "
           f"{'PASS' if result['goal_met_fitted_static'] else 'FAIL'})")

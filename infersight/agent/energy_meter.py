@@ -43,7 +43,8 @@ BASIS = "modelled split of measured energy"
 #: What `EnergyMeter.take` gives each finished request (columns of its row): energy_j = energy_dynamic_j
 #: + energy_static_j (the step's energy cut by the fitted model: tokens x dynamic J/token, static W x
 #: step time, in proportion), each split over the step's requests by modelled cost.
-REQUEST_ENERGY_FIELDS = ("energy_j", "energy_dynamic_j", "energy_static_j", "gpu_sm_active_s", "energy_sampling_bound_j")
+REQUEST_ENERGY_FIELDS = ("energy_j", "energy_dynamic_j", "energy_static_j", "gpu_sm_active_s",
+                         "energy_sampling_bound_j")
 #: Bounds on what waits for readings (steps), for its step (prefill chunks) or for its request to
 #: finish (open shares).
 MAX_PENDING_STEPS = 20_000
@@ -409,8 +410,8 @@ class EnergyMeter:
         headline = (f"{self.requests_uj / 1e6:.1f} J in requests' steps ({BASIS}), {self.idle_uj / 1e6:.1f} J idle "
                     f"between steps, over {(self.cursor_ns - self.from_ns) / 1e9:.1f} s (GPU energy counter)")
         if self.costs.usable:
-            headline += (f"; of the requests' joules {self.dynamic_uj / 1e6:.1f} J dynamic, {self.static_uj / 1e6:.1f} J "
-                         f"static (fitted {self.costs.static_w:.0f} W while steps run)")
+            headline += (f"; of the requests' joules {self.dynamic_uj / 1e6:.1f} J dynamic, "
+                         f"{self.static_uj / 1e6:.1f} J static (fitted {self.costs.static_w:.0f} W while steps run)")
         return {"measured": True, "basis": BASIS, "headline": headline, "status": status, "gpus": list(self.gpus),
                 "window_s": (self.cursor_ns - self.from_ns) / 1e9,
                 "counter_delta_j": delta_uj / 1e6,
