@@ -64,7 +64,7 @@ def _max_positions(config: dict[str, Any], arch_name: str) -> int:
     to the whole context, which equals windowed attention while no sequence outgrows the window."""
     positions = int(config.get("max_position_embeddings", 2048))
     window = config.get("sliding_window")
-    applies = config.get("use_sliding_window", True) if arch_name.startswith("Qwen") else True
+    applies = config.get("use_sliding_window", False) if arch_name.startswith("Qwen") else True
     if window and applies:
         positions = min(positions, int(window))
     return positions
