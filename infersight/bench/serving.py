@@ -76,17 +76,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_health(url: str, proc: subprocess.Popen, what: str, timeout_s: float = 120.0) -> None:
+class ProcessFailed(RuntimeError):
+    """A process the bench started exited or never answered; the message ends with its log's last line."""
+
+
+def _last_line(log_path: Path) -> str:
+    try:
+        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip() if lines else ""
+
+
+def _wait_health(url: str, proc: subprocess.Popen, what: str, log_path: Path, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {proc.returncode}")
+            # The process's own last word, so the bench's one line says why (the run that lost the
+            # H200 full arm printed only an exit code).
+            raise ProcessFailed(f"{what} exited with code {proc.returncode}: {_last_line(log_path)} (log: {log_path})")
         try:
             urllib.request.urlopen(url + "/health", timeout=1).read()  # noqa: S310 (loopback)
             return
         except OSError:
             time.sleep(0.2)
-    raise RuntimeError(f"{what} did not answer on /health within {timeout_s:.0f} s")
+    raise ProcessFailed(f"{what} did not answer on /health within {timeout_s:.0f} s (log: {log_path})")
 
 
 class OtlpSink:
@@ -240,7 +254,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
     sink = OtlpSink()
     tokens, requests, phases = [], [], []
     try:
-        _wait_health(url, serve, "infersight serve")
+        _wait_health(url, serve, "infersight serve", out_dir / "serve.log")
         run_phase(url, ServingBenchConfig(**{**config.__dict__, "phase_s": 2.0 + config.warmup_s}), seed=-1)
         for rnd in range(config.rounds):
             order = list(config.arms[rnd % len(config.arms):] + config.arms[:rnd % len(config.arms)])
@@ -252,7 +266,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     with open(out_dir / f"agent_{rnd}_{arm}.log", "w") as agent_log:
                         agent = subprocess.Popen(_agent_cmd(arm, ring, aport, out_dir, sink), stdout=agent_log,
                                                  stderr=subprocess.STDOUT)
-                    _wait_health(agent_url, agent, "infersight agent")
+                    _wait_health(agent_url, agent, "infersight agent", out_dir / f"agent_{rnd}_{arm}.log")
                 try:
                     records, t0, t1 = run_phase(url, config, seed=config.seed * 1000 + rnd)
                     cost = _recorder_cost(agent_url) if agent is not None else float("nan")

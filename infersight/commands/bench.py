@@ -57,12 +57,16 @@ def _serving(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from infersight.bench.serving import ServingBenchConfig, bench_serving, print_report
+    from infersight.bench.serving import ProcessFailed, ServingBenchConfig, bench_serving, print_report
 
     config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
                                 max_tokens=args.max_tokens, phase_s=args.phase_s, warmup_s=args.warmup_s,
                                 rounds=args.rounds, arms=tuple(a for a in args.arms.split(",") if a), seed=args.seed)
-    report = bench_serving(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        report = bench_serving(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+    except ProcessFailed as exc:
+        print(f"infersight bench serving: {exc}", file=sys.stderr)
+        return 1
     report.pop("frames")
     if not args.json:
         print_report(report)

@@ -71,3 +71,22 @@ def test_a_short_real_run_against_serve() -> None:
         assert report["arms"][arm]["tokens_per_s"] > 0
     assert report["arms"]["none"]["tokens_per_s_ratio"] == 1.0
     assert report["measured"] is True
+
+
+def test_a_process_that_exits_is_named_with_its_last_log_line(tmp_path):
+    """The H200 run that lost its full arm printed only "exited with code 1"; the failure now says why."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    from infersight.bench.serving import ProcessFailed, _wait_health
+
+    log_path = tmp_path / "agent.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "print('starting'); print('infersight: error: no ring'); "
+                                 "raise SystemExit(3)"], stdout=out, stderr=subprocess.STDOUT)
+    proc.wait()
+    with pytest.raises(ProcessFailed) as err:
+        _wait_health("http://127.0.0.1:9", proc, "infersight agent", log_path, timeout_s=5)
+    assert str(err.value) == f"infersight agent exited with code 3: infersight: error: no ring (log: {log_path})"
