@@ -1,7 +1,9 @@
-"""Puts tests/ on sys.path so test packages can share `testkit`, and acts on testkit's service marks."""
+"""Puts tests/ on sys.path so test packages can share `testkit`, acts on testkit's service marks, and
+holds the fixtures that test directories share (a service started once per session)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,3 +21,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("service"):
         if not mark.kwargs["present"]:
             require_service(mark.kwargs["name"], mark.kwargs["reason"])
+
+
+@pytest.fixture(scope="session")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real Phoenix for the session (tests/phoenix_server.py), shared by tests/tracing and
+    tests/vllm: each reads back its own trace's spans only."""
+    from phoenix_server import running_phoenix  # imported on use: most sessions never start Phoenix
+
+    with running_phoenix(tmp_path_factory.mktemp("phoenix")) as url:
+        yield url

@@ -6,70 +6,27 @@ engine's spans and exports them to the same Phoenix. The trace must read
                                                                  -> queue / prefill / decode
 
 Phoenix ingests OTLP/HTTP protobuf at /v1/traces and writes spans in the background, so its REST
-API is polled. Without Phoenix (not installed, or it does not start) a skip, saying why; under CI=true
-a failure (testkit.require_service).
+API is polled. The Phoenix is the session's (tests/conftest.py, tests/phoenix_server.py): this test
+reads its own trace's spans only. Without Phoenix (not installed, or it does not start) a skip,
+saying why; under CI=true a failure (testkit.require_service).
 """
 from __future__ import annotations
 
-import datetime as dt
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
+from phoenix_server import phoenix_spans, ts
 from serve_fixtures import MODEL, Harness, free_port, real_server
-from testkit import require_service
 
 from infersight.serve.config import ServeConfig
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-#: A fresh Phoenix migrates its database before it answers: 19 s on a 2-core machine at load 4, over
-#: 60 s (still migrating) with other test suites beside it. Slow is not missing: under CI it must come up.
-STARTUP_S = 180.0
-
-
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if importlib.util.find_spec("phoenix") is None:  # (a submodule's spec would import Phoenix here: slow)
-        require_service("Phoenix", "arize-phoenix is not installed (it is in the `test` extra: pip install -e '.[test]')")
-    work = tmp_path_factory.mktemp("phoenix")
-    port = free_port()
-    env = {**os.environ, "PHOENIX_WORKING_DIR": str(work), "PHOENIX_PORT": str(port),
-           "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_HOST": "127.0.0.1", "PHOENIX_TELEMETRY_ENABLED": "false"}
-    log = work / "phoenix.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "phoenix.server.main", "serve"], cwd=work, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if proc.poll() is not None:
-                require_service("Phoenix", f"it exited ({proc.returncode}) on startup: {log.read_text()[-600:]}")
-            if time.monotonic() > deadline:
-                require_service("Phoenix", f"it did not answer /healthz within {STARTUP_S:.0f} s: {log.read_text()[-600:]}")
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Agent:
@@ -102,25 +59,6 @@ class Agent:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-
-
-def phoenix_spans(url: str) -> list[dict[str, Any]]:
-    spans, cursor = [], None
-    while True:
-        params: dict[str, Any] = {"limit": 1000, **({"cursor": cursor} if cursor else {})}
-        page = httpx.get(f"{url}/v1/projects/default/spans", params=params, timeout=10)
-        if page.status_code == 404:  # the project appears with its first span
-            return []
-        page.raise_for_status()
-        body = page.json()
-        spans += body["data"]
-        cursor = body.get("next_cursor")
-        if not cursor:
-            return spans
-
-
-def ts(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def test_agent_app_trace_reaches_phoenix(phoenix: str, tmp_path: Path) -> None:

@@ -6,9 +6,12 @@ vLLM is a failure, not a skip. A vLLM that is installed but does not start fails
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from shared_vllm import SharedVllm, start_shared_llama
 from testkit import require_service
 
 from infersight.vllm.launch import VllmUnavailable, build_tiny_model, vllm_python
@@ -25,7 +28,10 @@ def vllm_env() -> Path:
 @pytest.fixture(scope="session")
 def tiny_models(vllm_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("vllm-models")
-    return {arch: build_tiny_model(root / f"tiny-{arch}", arch) for arch in ("llama", "mixtral")}
+    archs = ("llama", "mixtral")
+    # Two child processes at once: each is mostly vLLM's python importing torch and transformers.
+    with ThreadPoolExecutor(len(archs)) as pool:
+        return dict(zip(archs, pool.map(lambda arch: build_tiny_model(root / f"tiny-{arch}", arch), archs)))
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +42,15 @@ def tiny_llama(tiny_models: dict[str, Path]) -> Path:
 @pytest.fixture(scope="session")
 def tiny_mixtral(tiny_models: dict[str, Path]) -> Path:
     return tiny_models["mixtral"]
+
+
+@pytest.fixture(scope="session")
+def shared_llama(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedVllm]:
+    """The tiny-Llama vLLM that the live modules share (shared_vllm.py says what it runs with and why
+    sharing it is safe)."""
+    shared = start_shared_llama(tiny_llama, tmp_path_factory.mktemp("vllm-shared"))
+    try:
+        shared.server.wait_ready(timeout_s=600)
+        yield shared
+    finally:
+        shared.stop()

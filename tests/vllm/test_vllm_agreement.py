@@ -6,7 +6,8 @@ Two references, kept apart. vLLM's own /metrics (read by the test) checks the tr
 stats objects, which both it and the agent read. The client's side does not share them: what each
 OpenAI response says in its `usage`, how many choices came back, and the test's own clock (e2e, and
 TTFT from sending to the first streamed content chunk). The agent's figures come from its /metrics
-and JSON API. One vLLM server for the whole module."""
+and JSON API. The vLLM server is the one the live modules share (shared_vllm.py): vLLM's counters are
+read as deltas over this module's workload, and the agent starts on a drained ring."""
 from __future__ import annotations
 
 import json
@@ -22,19 +23,17 @@ from typing import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from testkit import free_port
+from shared_vllm import BLOCK_SIZE, MODEL, TASKS, SharedVllm
+from testkit import free_port, wait_for_process
 
 from infersight.vllm.ids import join_key, key_for_vllm_id
-from infersight.vllm.launch import REPO_ROOT, VllmServer, VllmServerConfig
+from infersight.vllm.launch import REPO_ROOT
 
-MODEL = "tiny-llama"
 SYSTEM = ["You are a code assistant. def return import class self lambda for while " * 3,
           "Answer in json only. key value json print the cache block token " * 3,
           "Chat with the user kindly. the model decode prefill batch queue kernel " * 3]
-TASKS = ["code", "json", "chat"]
 N_COMPLETIONS = 30
 MAX_TOKENS = 48
-BLOCK_SIZE = 32
 
 
 @dataclass
@@ -142,29 +141,30 @@ def totals(exposition: str) -> dict[str, float]:
     return out
 
 
+def delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """vLLM's counters over this module's workload alone (the server is shared: shared_vllm.py)."""
+    return {name: value - before.get(name, 0.0) for name, value in after.items()}
+
+
 @pytest.fixture(scope="module")
-def run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+def run(shared_llama: SharedVllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     logs = tmp_path_factory.mktemp("vllm-agreement")
-    port, agent_port = free_port(), free_port()
-    config = VllmServerConfig(model=str(tiny_llama), port=port, served_model_name=MODEL, block_size=BLOCK_SIZE,
-                              kv_cache_memory_bytes=8 << 20,
-                              middleware=["infersight.vllm.middleware.InfersightMiddleware"],
-                              ngram_speculative_tokens=3, env={"INFERSIGHT_TASK_LABELS": ",".join(TASKS)})
-    server = VllmServer(config, logs / "vllm.log").start()
+    agent_port = free_port()
+    server = shared_llama.server
     agent_log = open(logs / "agent.log", "wb")
     agent = None
     try:
-        # The ring is named after the API-server process, which is the process we started; the
-        # agent starts beside vLLM's warm-up and retries until the plugin has created the ring.
-        ring = f"infersight-vllm-{server.proc.pid}"
-        agent = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen",
+        shared_llama.drain_ring()  # the agent folds this module's requests only
+        vllm_before = totals(get(server.url + "/metrics").decode())
+        agent = subprocess.Popen([sys.executable, "-m", "infersight", "agent", "--ring", shared_llama.ring, "--listen",
                                   f"127.0.0.1:{agent_port}", "--poll-interval", "0.05"], cwd=REPO_ROOT,
                                  stdout=agent_log, stderr=subprocess.STDOUT)
-        server.wait_ready(timeout_s=400)
+        agent_url = f"http://127.0.0.1:{agent_port}"
+        wait_for_process(agent, lambda: (logs / "agent.log").read_text(errors="replace"), "the agent's /health",
+                         lambda: get(agent_url + "/health"), timeout=60)
         with ThreadPoolExecutor(24) as pool:
             sent = list(pool.map(lambda i: send(server.url, i), range(N_COMPLETIONS + 4)))
         engine_requests = sum(len(s.keys) for s in sent)
-        agent_url = f"http://127.0.0.1:{agent_port}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -175,16 +175,15 @@ def run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             time.sleep(0.2)
         yield {"sent": sent, "engine_requests": engine_requests,
                "summary": json.loads(get(agent_url + "/api/v1/summary")),
-               "vllm": totals(get(server.url + "/metrics").decode()),
+               "vllm": delta(totals(get(server.url + "/metrics").decode()), vllm_before),
                "agent": totals(get(agent_url + "/metrics").decode()),
                "rows": json.loads(get(agent_url + f"/api/v1/requests?slowest={engine_requests + 10}"))["requests"],
-               "log": logs / "vllm.log"}
+               "log": shared_llama.log}
     finally:
         if agent is not None:
             agent.terminate()
             agent.wait(timeout=20)
         agent_log.close()
-        server.stop()
 
 
 def test_workload_exercised_what_it_should(run: dict) -> None:

@@ -2,7 +2,7 @@
 
 Pure part (no vLLM): vLLM's step ranges -> phases, which trace file is the worker's, the CPU-op
 analysis of a hand-built trace with exact times, and the capture-target seam of the controller.
-Live part: ONE real vLLM for the module (tiny Llama, nothing of ours installed, profiler_dir set):
+Live part: the real vLLM the live modules share (tiny Llama, profiler_dir set; shared_vllm.py):
 the agent's view equals vLLM's own /metrics read by the test; `infersight capture --steps N`
 through the agent gives an analysed trace of exactly N of vLLM's steps (counted by the test in the
 raw trace); an agent watching a profiler directory that never fills says so in one line and serves.
@@ -17,11 +17,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
-from profiled_vllm import profiled_vllm
+from shared_vllm import SharedVllm
 from vllm_exposition_reader import assert_view_matches, read_samples, total
 
 from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRefused
@@ -127,9 +126,9 @@ def test_a_capture_target_gets_the_same_rules_as_a_ring() -> None:
 
 # -- live: one real vLLM ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def vllm(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VllmServer, Path]]:
-    with profiled_vllm(tiny_llama, tmp_path_factory.mktemp("vllm-capture")) as server_and_profiles:
-        yield server_and_profiles
+def vllm(shared_llama: SharedVllm) -> tuple[VllmServer, Path]:
+    """The shared server (shared_vllm.py) and its profiler directory, emptied of other modules' traces."""
+    return shared_llama.server, shared_llama.fresh_profiles()
 
 
 class Traffic:
@@ -159,6 +158,7 @@ def run_agent(config: AgentConfig) -> tuple[Agent, threading.Thread]:
 def test_the_agent_serves_what_vllm_itself_says(vllm) -> None:
     server, _ = vllm
     prompts = ["You are a code assistant. def return import class " * 4 + f"question {i}" for i in range(4)]
+    start = read_samples(httpx.get(server.url + "/metrics", timeout=10).text)  # a shared server: count from here
     for i, prompt in enumerate(prompts):  # shared prefix: later requests hit the prefix cache
         assert send_completion(server.url, "tiny-llama", prompt, 8 + i).status == 200
     before = httpx.get(server.url + "/metrics", timeout=10).text
@@ -171,7 +171,10 @@ def test_the_agent_serves_what_vllm_itself_says(vllm) -> None:
         theirs = read_samples(after)
         assert {k: v for k, v in theirs.items() if "http_" not in k[0] and "process_" not in k[0]} == \
             {k: v for k, v in read_samples(before).items() if "http_" not in k[0] and "process_" not in k[0]}
-        assert total(theirs, "vllm:request_success_total") == 4 and total(theirs, "vllm:prefix_cache_hits_total") > 0
+        def grew(name: str) -> float:
+            return total(theirs, name) - total(start, name)
+
+        assert grew("vllm:request_success_total") == 4 and grew("vllm:prefix_cache_hits_total") > 0
         assert_view_matches(ours, theirs)
     finally:
         agent.close()

@@ -87,7 +87,9 @@ def _matrix(agent_url: str) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def served(tiny_mixtral: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """One vLLM (tiny Mixtral, plugin on) and one agent on its worker's ring, for the whole module."""
+    """One vLLM (tiny Mixtral, plugin on) and one agent on its worker's ring, for the whole module.
+    Its own server, not the shared tiny Llama (shared_vllm.py): another model, prefix caching off
+    (the token relation above), and vLLM's default compiled forward, which the counter runs inside."""
     tmp = tmp_path_factory.mktemp("vllm-experts")
     config = VllmServerConfig(model=str(tiny_mixtral), port=free_port(), served_model_name=MODEL,
                               enable_prefix_caching=False, max_num_seqs=4, cwd=str(tmp),

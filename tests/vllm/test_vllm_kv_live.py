@@ -172,9 +172,12 @@ def run(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                              cwd=REPO_ROOT, stdout=agent_log, stderr=subprocess.STDOUT)
     relay = Relay(ctx, vllm_events, agent_events)
     relay.start()
+    # Its own server, not the shared one (shared_vllm.py): the test counts every KV event batch from
+    # sequence 0 and replays the cache from empty, and the relay must be bound before vLLM publishes.
+    # --enforce-eager: no start-up graph capture (shared_vllm.py says why nothing here depends on it).
     config = VllmServerConfig(model=str(tiny_llama), port=port, served_model_name=MODEL, block_size=BLOCK,
                               kv_cache_memory_bytes=8 << 20, max_num_seqs=4, enable_prefix_caching=True,
-                              kv_events=vllm_events, kv_events_replay=replay)
+                              kv_events=vllm_events, kv_events_replay=replay, extra_args=["--enforce-eager"])
     server = VllmServer(config, logs / "vllm.log")
     try:
         server.start().wait_ready(timeout_s=400)

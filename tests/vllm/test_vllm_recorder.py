@@ -1,8 +1,9 @@
 """The flight recorder against a real vLLM: windows through /start_profile with max_iterations, their
 cost measured on the stat-logger plugin's STEP records, the budget backing off.
 
-Pure part: which ring steps a vLLM window is charged, on exact tiny cases. Live part: ONE real
-vLLM (tiny Llama, the plugin loaded, profiler on, the API server's own profiler off), an
+Pure part: which ring steps a vLLM window is charged, on exact tiny cases. Live part: the real vLLM
+the live modules share (tiny Llama, the plugin loaded, profiler on, the API server's own profiler
+off; shared_vllm.py), an
 in-process agent with --flight-recorder, and a client streaming long requests one after another
 that stamps every token: the test's own clock and counts (step ranges in the raw traces, the
 stream's time, the windows' start times) are the reference. Whether the measured cost agrees
@@ -19,14 +20,13 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import numpy as np
 import pandas as pd
 import pytest
 from prometheus_client import generate_latest
-from profiled_vllm import profiled_vllm
+from shared_vllm import SharedVllm
 from vllm_exposition_reader import read_samples, total
 
 from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRecord
@@ -38,7 +38,6 @@ from infersight.agent.recorder.vllm_windows import EXTRA_STEPS, MAX_LATE_STEPS, 
 from infersight.agent.service import Agent
 from infersight.agent.state import AgentState
 from infersight.sources.vllm_profiler import trace_files
-from infersight.vllm.launch import VllmServer
 
 BUDGET, INITIAL_COST_S, WINDOW_STEPS, WINDOWS = 0.1, 0.01, 4, 4
 SMOOTHING = WindowBudget.smoothing  # the budget's documented default: a new cost's weight in the estimate
@@ -145,11 +144,10 @@ def test_a_window_read_late_in_one_huge_poll_is_still_measured_against_its_own_s
 
 # -- live: one real vLLM ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def vllm(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[VllmServer, Path]]:
-    root = tmp_path_factory.mktemp("vllm-recorder")
-    with profiled_vllm(tiny_llama, root, profiler_options={"ignore_frontend": True}, max_model_len=2048,
-                       kv_cache_memory_bytes=32 << 20, cwd=str(root)) as server_and_profiles:
-        yield server_and_profiles
+def vllm(shared_llama: SharedVllm) -> tuple[SharedVllm, Path]:
+    """The shared server (shared_vllm.py: the API server's own profiler off, max_model_len 2016 for the
+    long stream) and its profiler directory, emptied of other modules' traces."""
+    return shared_llama, shared_llama.fresh_profiles()
 
 
 class TokenStream:
@@ -179,8 +177,9 @@ class TokenStream:
 
 
 def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) -> None:
-    server, prof = vllm
-    ring = f"infersight-vllm-{server.proc.pid}"
+    shared, prof = vllm
+    server, ring = shared.server, shared.ring
+    shared.drain_ring()  # the recorder measures this module's steps only
     recorder = RecorderConfig(budget=BUDGET, window_steps=WINDOW_STEPS, initial_cost_s=INITIAL_COST_S,
                               min_interval_s=0.0, keep_traces=True, slo_window=10, slo_min_requests=2,
                               trigger_steps=8, trigger_cooldown_s=3600, preemption_storm=None, step_jump=None)

@@ -4,9 +4,10 @@ real Phoenix as one tree in the caller's trace:
     caller's span (traceparent we send) -> text_completion <model> / chat <model> (vLLM's span id)
                                              -> queue / prefill / decode
 
-One vLLM start for the module: the tiny Llama with the stat-logger plugin (entry point) and our
-middleware, sending its spans over OTLP/gRPC (its default) to the agent's receiver; the agent (a
-separate process, as a user runs it) exports to Phoenix over OTLP/HTTP. Expected values come from
+The vLLM is the one the live modules share (shared_vllm.py): the tiny Llama with the stat-logger
+plugin (entry point) and our middleware, sending its spans over OTLP/gRPC (its default) to the
+agent's receiver while this module holds the port; the agent (a separate process, as a user runs
+it) exports to Phoenix over OTLP/HTTP. Expected values come from
 what the test sent (trace context, request ids) and from vLLM's own responses (usage).
 """
 from __future__ import annotations
@@ -23,18 +24,14 @@ from typing import Any
 
 import httpx
 import pytest
+from phoenix_server import phoenix_spans, ts
 from prometheus_client.parser import text_string_to_metric_families
-from testkit import free_port, unique_ring
+from shared_vllm import MODEL, SharedVllm
+from testkit import free_port
 
-from infersight.vllm.launch import VllmServer, VllmServerConfig
+from infersight.vllm.launch import VllmServer
 
-TESTS = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(TESTS / "tracing"), str(TESTS / "serve")]  # Phoenix's fixture and helpers, shared
-from test_phoenix import phoenix, phoenix_spans, ts  # noqa: E402,F401  (phoenix: a fixture)
-
-REPO = TESTS.parent
-MODEL = "tiny-llama"
-MIDDLEWARE = "infersight.vllm.middleware.InfersightMiddleware"
+REPO = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER = {"text_completion": "00f067aa0ba902b7", "chat": "00f067aa0ba902b8"}  # the caller's span of each call
 SECRET = "zebras juggle quietly under violet lamps"
@@ -59,40 +56,37 @@ def wait_for(url: str, log: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest, vllm_env: Path, tiny_llama: Path,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(phoenix: str, shared_llama: SharedVllm, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """The shared vLLM, the session's Phoenix (tests/conftest.py) and an agent joining between them."""
     work = tmp_path_factory.mktemp("vllm-traces")
-    ring, grpc_port, http_port, agent_port = unique_ring("vllm-traces"), free_port(), free_port(), free_port()
-    server = VllmServer(VllmServerConfig(
-        model=str(tiny_llama), port=free_port(), served_model_name=MODEL, middleware=[MIDDLEWARE],
-        otlp_traces_endpoint=f"127.0.0.1:{grpc_port}", otlp_protocol="grpc",
-        env={"INFERSIGHT_RING": ring, "OTEL_BSP_SCHEDULE_DELAY": "200"}), work / "vllm.log")
-    server.start()  # vLLM boots (~70 s) while Phoenix and the agent start
+    http_port, agent_port, phoenix_url = free_port(), free_port(), phoenix
     agent = None
-    try:
-        phoenix_url = request.getfixturevalue("phoenix")
-        agent_log = work / "agent.log"
-        env = {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": "100",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-        with open(agent_log, "wb") as out:
-            agent = subprocess.Popen(
-                [sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen", f"127.0.0.1:{agent_port}",
-                 "--poll-interval", "0.05", "--model-name", MODEL, "--otlp-endpoint", phoenix_url,
-                 "--otlp-receiver-grpc", f"127.0.0.1:{grpc_port}", "--otlp-receiver", f"127.0.0.1:{http_port}",
-                 "--otlp-join-wait", "30"], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=out)
-        agent_url = f"http://127.0.0.1:{agent_port}"
-        wait_for(agent_url, agent_log)
-        server.wait_ready()
-        yield Stack(server, agent_url, agent_log, phoenix_url, f"http://127.0.0.1:{http_port}/v1/traces")
-    finally:
-        server.stop()
-        if agent is not None:
-            agent.terminate()
-            try:
-                agent.wait(30)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
+    # vLLM's spans go to the agent's gRPC receiver while this module holds the port, and the agent
+    # starts on a drained ring: only this module's requests meet in its join (shared_vllm.py).
+    with shared_llama.borrow_otlp_port() as grpc_port:
+        try:
+            shared_llama.drain_ring()
+            agent_log = work / "agent.log"
+            env = {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": "100",
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+            with open(agent_log, "wb") as out:
+                agent = subprocess.Popen(
+                    [sys.executable, "-m", "infersight", "agent", "--ring", shared_llama.ring, "--listen",
+                     f"127.0.0.1:{agent_port}", "--poll-interval", "0.05", "--model-name", MODEL,
+                     "--otlp-endpoint", phoenix_url, "--otlp-receiver-grpc", f"127.0.0.1:{grpc_port}",
+                     "--otlp-receiver", f"127.0.0.1:{http_port}", "--otlp-join-wait", "30"],
+                    cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=out)
+            agent_url = f"http://127.0.0.1:{agent_port}"
+            wait_for(agent_url, agent_log)
+            yield Stack(shared_llama.server, agent_url, agent_log, phoenix_url, f"http://127.0.0.1:{http_port}/v1/traces")
+        finally:
+            if agent is not None:
+                agent.terminate()
+                try:
+                    agent.wait(30)
+                except subprocess.TimeoutExpired:
+                    agent.kill()
+                    agent.wait()
 
 
 def call(stack: Stack, operation: str, request_id: str) -> dict[str, Any]:
