@@ -4,7 +4,8 @@ A ring that is missing or unreadable is logged once per retry interval and retri
 stops the agent. Each batch goes through the agent's RecordScreen (agent.record_limits) before it
 is decoded: records out of range or over the agent's limits are counted, never decoded. Request
 ids are per engine process, so with several rings each ring's ids are shifted into their own range
-(ring index << 48).
+(ring index << 48). A ring's GPU records (the GPUs its engine uses, by UUID) are kept on the ring,
+at most MAX_GPUS_PER_RING, for the selection of the node's GPU series (gpu.selection).
 """
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ import numpy as np
 
 from infersight.agent.record_limits import RecordLimits, RecordScreen
 from infersight.correlate.frames import EventFrames
-from infersight.probes.records import record_registry
+from infersight.probes.records import RecordKind, record_registry
 from infersight.probes.ring import RingConsumer, RingFormatError
 from infersight.probes.ring_discovery import RingDiscovery
 
 log = logging.getLogger("infersight.agent")
 RING_ID_SHIFT = 48
+#: GPUs one engine may report (a GPU record beyond them is ignored: a corrupt producer cannot grow it).
+MAX_GPUS_PER_RING = 64
 
 
 @dataclass
@@ -30,6 +33,13 @@ class AttachedRing:
     index: int
     consumer: RingConsumer
     labels: dict[int, str] = field(default_factory=lambda: {0: "other"})
+    gpu_uuids: set[str] = field(default_factory=set)  # from its GPU records
+
+    def note_gpus(self, records: dict[int, np.ndarray]) -> None:
+        for raw in records.get(int(RecordKind.GPU), np.empty(0, dtype=[("uuid", "S1")]))["uuid"].tolist():
+            uuid = bytes(raw).rstrip(b"\0").decode("ascii", "replace")
+            if uuid and len(self.gpu_uuids) < MAX_GPUS_PER_RING:
+                self.gpu_uuids.add(uuid)
 
 
 class RingSet:
@@ -84,6 +94,7 @@ class RingSet:
                 continue
             if not records:
                 continue
+            ring.note_gpus(records)
             records, ring.labels = self.screen.screen(ring.name, records, ring.labels)
             frames = EventFrames.from_records(records, ring.labels)
             if ring.index:
@@ -97,6 +108,10 @@ class RingSet:
                 frames.kv_events.loc[mask, "request_id"] += offset
             out.append((ring, frames))
         return out
+
+    def gpu_uuids(self) -> frozenset[str]:
+        """The GPUs the attached rings' engines reported using."""
+        return frozenset(u for ring in self.attached.values() for u in ring.gpu_uuids)
 
     def stats(self) -> dict[str, dict[str, int]]:
         return {name: ring.consumer.stats() for name, ring in self.attached.items()}

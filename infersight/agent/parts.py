@@ -18,6 +18,7 @@ from infersight.agent.component import Component
 from infersight.agent.state import AgentState
 from infersight.correlate.frames import EventFrames
 from infersight.gpu import GpuSampler, phase_breakdown, samples_frame
+from infersight.gpu.selection import GpuSelection
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,14 +144,21 @@ class GpuPart(Component):
     name = "gpu"
 
     def __init__(self, sampler: GpuSampler, state: AgentState, active_captures: Callable[[], list[CaptureRecord]],
-                 write_table: Callable[[str, pd.DataFrame], None] | None = None) -> None:
+                 write_table: Callable[[str, pd.DataFrame], None] | None = None,
+                 selection: GpuSelection | None = None,
+                 engine_gpus: Callable[[], frozenset[str]] | None = None) -> None:
         """active_captures: the captures asked for or running (and the recorder's window).
-        write_table: events/gpu.parquet's writer, with --parquet-dir (the report's GPU figure)."""
+        write_table: events/gpu.parquet's writer, with --parquet-dir (the report's GPU figure).
+        selection, engine_gpus: the collector's selection of the node's GPUs, kept up to date at
+        each poll with the UUIDs the engines reported (their GPU records)."""
         self.sampler, self.state, self.active_captures, self.write_table = sampler, state, active_captures, write_table
+        self.selection, self.engine_gpus = selection, engine_gpus
         self._written_ns = -1  # readings up to here are written
         self._summary_at = 0.0
 
     def start_poll(self) -> None:
+        if self.selection is not None and self.engine_gpus is not None:
+            self.selection.set_uuids(self.engine_gpus())
         readings = self.sampler.recent()
         self.state.add_gpu_samples(readings)
         if self.write_table is not None:

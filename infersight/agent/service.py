@@ -39,6 +39,7 @@ from infersight.exporters.discovery import DiscoveryCollector
 from infersight.exporters.prometheus import build_registry
 from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector
 from infersight.gpu.frames import covering_samples
+from infersight.gpu.selection import GpuSelection
 from infersight.tracing.identity import identity_resource, resource_attributes
 
 if TYPE_CHECKING:
@@ -76,13 +77,17 @@ class Agent:
             self.frame_sink = FrameSink(Path(config.parquet_dir) / "events")
         self._sock = bind_listener(config.host, config.port)  # first: a busy port is a usage error, before any work
         self.port = self._sock.getsockname()[1]
+        self.resource = identity_resource(config.identity)  # who we are: on target_info, spans and OTLP metrics
+        who = resource_attributes(self.resource)
+        # A node's dcgm-exporter: the series of the engines' GPUs (their GPU records) and of our pod only.
+        self.gpu_selection = GpuSelection(str(who.get("k8s.pod.name", "")), str(who.get("k8s.namespace.name", "")))
         gpu_config = GpuTelemetryConfig(config.gpu_source, config.gpu_url, config.gpu_interval_s)
-        self.gpu = GpuSampler(gpu_collector or open_collector(gpu_config), gpu_config.interval_s, gpu_config.ring_size)
+        self.gpu = GpuSampler(gpu_collector or open_collector(gpu_config, selection=self.gpu_selection),
+                              gpu_config.interval_s, gpu_config.ring_size)
         log.info("GPU telemetry: %s", self.gpu.status_line())
         log.info("retention: finished requests' rows up to %g MiB of row data (--retention-mib), the oldest first out",
                  config.retention_bytes / (1 << 20))
-        self.resource = identity_resource(config.identity)  # who we are: on target_info, spans and OTLP metrics
-        self.registry = build_registry(self.state, self.gpu, resource_attributes(self.resource))
+        self.registry = build_registry(self.state, self.gpu, who)
         self.registry.register(DiscoveryCollector(self.rings.discovery))  # rings held by another agent
         self.poll_guard = PollGuard()  # a source that raises in a poll is counted, not the agent's end
         self.registry.register(self.poll_guard.collector())
@@ -184,7 +189,8 @@ class Agent:
             add(VllmKvPart(self.vllm_kv, self.state, VllmKVCollector(self.vllm_kv),
                                     self.frame_sink.write if self.frame_sink is not None else None))
         self._gpu_part = GpuPart(self.gpu, self.state, self.captures.in_progress,
-                                 self.frame_sink.write_table if self.frame_sink is not None else None)
+                                 self.frame_sink.write_table if self.frame_sink is not None else None,
+                                 self.gpu_selection, self.rings.gpu_uuids)
         for part in (self._gpu_part, RingStatsPart(self.rings, self.state),
                      ParquetPart(self.state, self.sink, self.frame_sink)):
             add(part)

@@ -16,6 +16,7 @@ from infersight.gpu.exporter_collector import DcgmExporterCollector, Opener
 from infersight.gpu.none_collector import NoneCollector
 from infersight.gpu.nvml_collector import NvmlCollector
 from infersight.gpu.samples import GpuCollector
+from infersight.gpu.selection import GpuSelection
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +28,17 @@ def _order(config: GpuTelemetryConfig) -> list[str]:
 
 
 def open_collector(config: GpuTelemetryConfig, *, dcgm_bindings: DcgmBindings | None = None,
-                   nvml: Any | None = None, opener: Opener | None = None) -> GpuCollector:
-    """The first source in the configured order that opens; NoneCollector if none does."""
+                   nvml: Any | None = None, opener: Opener | None = None,
+                   selection: GpuSelection | None = None) -> GpuCollector:
+    """The first source in the configured order that opens; NoneCollector if none does. selection:
+    which of a dcgm-exporter's GPUs are the engine's (gpu.selection; None: all)."""
     if config.source == "none":
         return NoneCollector()
     builders: dict[str, Callable[[], GpuCollector]] = {
         "dcgm": lambda: DcgmCollector(config.dcgm_host, config.interval_s, dcgm_bindings,
                                       connect_timeout_ms=int(config.timeout_s * 1000)),
-        "dcgm-exporter": lambda: DcgmExporterCollector(config.url or "", config.timeout_s, opener),
+        "dcgm-exporter": lambda: DcgmExporterCollector(config.url or "", config.timeout_s, opener,
+                                                       selection=selection),
         "nvml": lambda: NvmlCollector(nvml, gpm=config.gpm),
     }
     reasons: list[str] = []

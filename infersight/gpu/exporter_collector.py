@@ -2,7 +2,8 @@
 
 Every failure raises `ScrapeError` (HTTP status, timeout, refused connection, text that is not
 Prometheus exposition, a body without DCGM series): the sampler counts it and polls again at the
-next tick, so a flapping exporter costs samples, never the sidecar.
+next tick, so a flapping exporter costs samples, never the sidecar. With a GpuSelection (a sidecar
+reading its node's exporter) only the engine's GPUs' series become samples (gpu.selection).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Callable, Protocol
 
 from infersight.gpu.exporter_text import parse_exposition
 from infersight.gpu.samples import GpuSample
+from infersight.gpu.selection import GpuSelection
 
 MAX_BODY_BYTES = 16 << 20  # a real exporter body is tens of KiB; refuse to buffer a runaway one
 
@@ -40,14 +42,16 @@ def _urlopen(url: str, timeout_s: float) -> _Response:
 
 
 class DcgmExporterCollector:
-    """Scrapes `url` once per poll. `opener` is injectable for tests (default: urllib)."""
+    """Scrapes `url` once per poll. `opener` is injectable for tests (default: urllib). selection:
+    which GPUs' series are kept (None: all)."""
 
     name = "dcgm-exporter"
 
     def __init__(self, url: str, timeout_s: float = 2.0, opener: Opener | None = None,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns, selection: GpuSelection | None = None) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.selection = selection
         self._open = opener or _urlopen
         self._clock = clock
         self._last_ok: str = "no scrape yet"
@@ -73,13 +77,16 @@ class DcgmExporterCollector:
     def poll(self) -> list[GpuSample]:
         text = self._fetch()
         try:
-            parsed = parse_exposition(text, self._clock())
+            parsed = parse_exposition(text, self._clock(), self.selection)
         except ValueError as e:
             raise ScrapeError(f"{self.url}: not Prometheus text ({e})") from e
         if parsed.dcgm_series == 0:
             raise ScrapeError(f"{self.url}: no DCGM series in the body (is this a dcgm-exporter?)")
         gpus = {key[:2] for key in parsed.gpus}
         self._last_ok = f"{len(gpus)} GPU(s), {len(parsed.samples)} samples at the last good scrape"
+        if self.selection is not None:
+            self._last_ok += (f"; kept by {self.selection.describe()}, {len(parsed.not_selected)} other GPU(s) "
+                              "of the node left out")
         return parsed.samples
 
     def close(self) -> None:

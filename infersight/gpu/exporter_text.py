@@ -5,6 +5,8 @@ Parsing goes through prometheus_client's text parser; each sample is keyed on it
 sentinel. Series of a MIG GPU instance (label GPU_I_ID) keep that id in `GpuSample.instance` so
 they never mix with the whole-GPU series of the same name. Families need not be contiguous (the
 exporter docs print whole-GPU then MIG series of the same names), and HELP/TYPE lines are optional.
+With a GpuSelection (gpu.selection) only the series of this engine's GPUs are kept: the others are
+counted in `not_selected`, by GPU, and go nowhere else (not into samples, gpus, blanks or unmapped).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from infersight.exporters.exposition_parse import metric_families
 from infersight.gpu import dcgm_mapping as M
 from infersight.gpu.dcgm_blanks import blank_meaning
 from infersight.gpu.samples import GpuSample
+from infersight.gpu.selection import GpuSelection
 
 DCGM_PREFIXES = ("DCGM_FI_", "DCGM_EXP_")
 
@@ -57,6 +60,7 @@ class ParsedExposition:
     no_gpu_label: int = 0                              # DCGM series without a usable `gpu` label
     unreadable_values: int = 0                         # DCGM samples whose value no float can hold
     dcgm_series: int = 0
+    not_selected: dict[str, int] = field(default_factory=dict)  # UUID -> series left out by the selection
 
 
 def _identity(labels: Mapping[str, str], gpu: int) -> GpuIdentity:
@@ -67,9 +71,10 @@ def _identity(labels: Mapping[str, str], gpu: int) -> GpuIdentity:
                        driver=M.first_label(labels, M.DRIVER_LABELS), pci_bus_id=labels.get("pci_bus_id", ""))
 
 
-def parse_exposition(text: str, ts_ns: int) -> ParsedExposition:
+def parse_exposition(text: str, ts_ns: int, selection: GpuSelection | None = None) -> ParsedExposition:
     """Parse `text` (Prometheus text format). Raises ValueError when it is not valid exposition.
-    Non-DCGM series are ignored; DCGM series we do not map are listed in `unmapped`."""
+    Non-DCGM series are ignored; DCGM series we do not map are listed in `unmapped`; with a
+    selection, series of other GPUs are counted in `not_selected` only."""
     out = ParsedExposition()
     for family in metric_families(text):  # raises ValueError lazily, mid-iteration
         for s in family.samples:
@@ -93,6 +98,9 @@ def parse_exposition(text: str, ts_ns: int) -> ParsedExposition:
                 out.no_gpu_label += 1
                 continue
             ident = _identity(s.labels, gpu)
+            if selection is not None and not selection.keeps(ident.uuid, s.labels):
+                out.not_selected[ident.uuid] = out.not_selected.get(ident.uuid, 0) + 1
+                continue
             out.gpus.setdefault((ident.gpu, ident.uuid, ident.instance), ident)
             known = M.BY_EXPORTER_NAME.get(name)
             if known is None:

@@ -18,7 +18,8 @@ class ProbeConfig:
     """events: semantic records into a shared-memory ring. nvtx: NVTX ranges (plus record_function
     during torch.profiler captures). task_labels: the allowed labels (None: the first
     max_task_labels seen); anything else is recorded as "other". capture_dir: where on-demand
-    captures (asked for through the control block) are written."""
+    captures (asked for through the control block) are written. gpu_uuids: the GPUs the engine uses,
+    reported to the sidecar in GPU records (None: the GPUs this process can see, probes.gpu_uuids)."""
 
     events: bool = True
     nvtx: bool = True
@@ -29,6 +30,7 @@ class ProbeConfig:
     task_labels: tuple[str, ...] | None = None
     max_task_labels: int = 32
     capture_dir: str = field(default_factory=default_capture_dir)
+    gpu_uuids: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 2:

@@ -19,13 +19,14 @@ import torch
 from infersight.probes.capture import StepCapture
 from infersight.probes.config import ProbeConfig, TaskLabels
 from infersight.probes.control import ControlBlock, control_name
+from infersight.probes.gpu_uuids import visible_gpu_uuids
 from infersight.probes.record_encoding import PACK_ERRORS
 from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.records import (
     MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_registry,
     record_struct, split_trace_id,
 )
-from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD
+from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD, GPU_RECORD_EVERY_S
 from infersight.probes.ring import RingProducer
 from infersight.probes.step_block import StepBlock, step_values, timing_values
 from infersight.runtime.model_config import ModelConfig
@@ -63,6 +64,10 @@ class ProbeObserver(EngineObserver):
         self._structs = {kind: record_struct(kind) for kind in RecordKind}
         self._pack = {kind: s.fast_pack for kind, s in self._structs.items()}  # raise PACK_ERRORS
         self._safe = {kind: s.pack for kind, s in self._structs.items()}  # coerce and count
+        # The GPUs this engine uses, for a sidecar that cannot see them (it reads dcgm-exporter by UUID).
+        self.gpu_uuids = tuple(config.gpu_uuids) if config.gpu_uuids is not None else visible_gpu_uuids()
+        self._gpus_due_ns = 0
+        self._write_gpus()
 
     @property
     def decode_graphs_while_profiling(self) -> bool:  # type: ignore[override]
@@ -236,7 +241,16 @@ class ProbeObserver(EngineObserver):
     def on_step_end(self, stats: StepStats) -> None:
         if not self._write_step(stats):  # a value that does not fit: record by record, coerced
             self._write_step_records(stats)
+        if self.gpu_uuids and stats.end_ns >= self._gpus_due_ns:
+            self._write_gpus()
         self.capture.on_step_end(stats)
+
+    def _write_gpus(self) -> None:
+        """One GPU record per GPU, again every GPU_RECORD_EVERY_S (an agent attaching late learns them)."""
+        now = time.monotonic_ns()
+        for index, uuid in enumerate(self.gpu_uuids):
+            self._put(RecordKind.GPU, now, index, uuid.encode())
+        self._gpus_due_ns = now + int(GPU_RECORD_EVERY_S * 1e9)
 
     def _write_step_records(self, stats: StepStats) -> None:
         """The step's records one `write` each in the per-record kinds (held TOKENS first), every

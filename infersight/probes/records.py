@@ -43,6 +43,9 @@ class RecordKind(enum.IntEnum):
     REQUEST_TEXT = 11
     # Written by expert-parallel ranks (infersight.runtime.parallel), one ring per rank.
     EP_STATS = 20
+    # The GPUs the producing process uses (probes.gpu_uuids), one record each: written when the ring
+    # is created and again every GPU_RECORD_EVERY_S, so an agent that attaches later learns them too.
+    GPU = 21
 
 
 # -- records of requests that came through the HTTP server (`infersight serve`) ----------------------
@@ -51,6 +54,11 @@ class RecordKind(enum.IntEnum):
 # ids, the caller's tracestate, and prompt/completion text only with --export-content) before
 # NETWORK; NETWORK after the response's last byte, hence after FINISHED. The sidecar holds a
 # SERVED request's row until its NETWORK record arrives.
+
+#: Bytes of a GPU record's uuid ("GPU-" + 36, "MIG-" + 36, or an old-style MIG-GPU-.../gi/ci name).
+GPU_UUID_BYTES = 64
+#: How often a producer writes its GPU records again (seconds, on its monotonic clock).
+GPU_RECORD_EVERY_S = 5.0
 
 #: Bytes of text per REQUEST_TEXT record: sized so the record fits the slot the MOE record needs.
 TEXT_CHUNK_BYTES = 240
@@ -160,6 +168,9 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
                               ("gather_ns", "q"), ("total_ns", "q"), ("bytes_to_peer", f"{EP_PEERS_PER_RECORD}Q"),
                               ("expert_ids", f"{EP_EXPERTS_PER_RECORD}H"),
                               ("expert_tokens", f"{EP_EXPERTS_PER_RECORD}I")]),
+    # -- a GPU of the producing process: its index among the GPUs it sees and its UUID as NVML and
+    # dcgm-exporter spell it (the sidecar keeps the node's GPU series of these UUIDs only)
+    RecordKind.GPU: (1, [("ts_ns", "q"), ("index", "H"), ("uuid", f"{GPU_UUID_BYTES}s")]),
 }
 
 _NUMPY_CODES = {"q": "<i8", "Q": "<u8", "I": "<u4", "H": "<u2", "B": "u1", "d": "<f8"}

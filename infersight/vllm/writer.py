@@ -28,12 +28,14 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from infersight.probes.config import ProbeConfig, TaskLabels
-from infersight.probes.records import RecordKind, record_registry, record_struct, split_trace_id
+from infersight.probes.gpu_uuids import visible_gpu_uuids
+from infersight.probes.records import GPU_RECORD_EVERY_S, RecordKind, record_registry, record_struct, split_trace_id
 from infersight.probes.ring import RingProducer
 from infersight.serve.probe_records import ProbeWriter
 from infersight.vllm.translate import Record, RequestContext
@@ -102,6 +104,8 @@ class VllmRingWriter:
         self._step_id = 0
         self._pack = {kind: record_struct(kind).pack for kind in RecordKind}
         self._threads: set[int] = set()
+        self._gpu_uuids: tuple[str, ...] | None = None  # this process's GPUs, found when the ring is created
+        self._gpus_due_ns = 0
         for problem in settings.problems:
             log.warning("infersight: %s", problem)
 
@@ -146,7 +150,24 @@ class VllmRingWriter:
             return None
         log.info("infersight: writing probe records to ring %r (pid %d)", name, self.pid)
         atexit.register(self.close)
+        self._write_gpus_locked()
         return self._producer
+
+    def _write_gpus_locked(self) -> None:
+        """The GPUs this process can see (its container's, in a pod), one GPU record each: the sidecar
+        keeps the node's dcgm-exporter series of these. Again every GPU_RECORD_EVERY_S (next_step_id)."""
+        if self._producer is None:
+            return
+        if self._gpu_uuids is None:
+            given = self.settings.probe.gpu_uuids
+            self._gpu_uuids = tuple(given) if given is not None else visible_gpu_uuids()
+        now = time.monotonic_ns()
+        try:
+            for index, uuid in enumerate(self._gpu_uuids):
+                self._producer.write(RecordKind.GPU, self._pack[RecordKind.GPU](now, index, uuid.encode()))
+        except Exception as exc:  # noqa: BLE001 -- never into vLLM
+            self.fail("writing the GPU records", exc)
+        self._gpus_due_ns = now + int(GPU_RECORD_EVERY_S * 1e9)
 
     def open(self) -> bool:
         """Create the ring now (the stat logger does at engine start, so the agent finds it early)."""
@@ -218,6 +239,8 @@ class VllmRingWriter:
     def next_step_id(self) -> int:
         with self._lock:
             self._step_id += 1
+            if self._gpu_uuids and time.monotonic_ns() >= self._gpus_due_ns:
+                self._write_gpus_locked()
             return self._step_id
 
     def close(self) -> None:
