@@ -52,6 +52,11 @@ class FleetQueries:
     def increase(self, spec: MetricSpec, *more: str) -> str:
         return f"sum {self._by(*more)} (increase({spec.sample}[{self.window}]))"
 
+    def or_zero(self, expr: str) -> str:
+        """An event counter a node never incremented has no series at all; a node that ran engine
+        steps in the window and has none had 0 such events, not unknown ones."""
+        return f"({expr})\nor\n(0 * sum {self._by()} (rate({C.STEPS.sample}[{self.window}])))"
+
     def ratio(self, num: str, den: str) -> str:
         return f"({num})\n/\n({den})"
 
@@ -81,9 +86,10 @@ class FleetQueries:
         cols += [
             ColumnQuery("queue_share", self.phase_share("queue"), "ratio", MEASURED,
                         "share of request time spent queued (request_phase_seconds)"),
-            ColumnQuery("preemptions_per_request", self.ratio(self.rate(C.PREEMPTIONS), self.rate(C.REQUESTS)),
-                        "ratio", MEASURED, "preemptions per finished request"),
-            ColumnQuery("preemptions", self.increase(C.PREEMPTIONS), "count", MEASURED,
+            ColumnQuery("preemptions_per_request",
+                        self.ratio(self.or_zero(self.rate(C.PREEMPTIONS)), self.rate(C.REQUESTS)), "ratio", MEASURED,
+                        "preemptions per finished request"),
+            ColumnQuery("preemptions", self.or_zero(self.increase(C.PREEMPTIONS)), "count", MEASURED,
                         "preemptions in the window"),
             ColumnQuery("kv_usage_ratio", self.gauge_mean(C.KV_USAGE), "ratio", MEASURED,
                         "KV blocks in use, mean of the window's scrapes"),
@@ -94,11 +100,11 @@ class FleetQueries:
             ColumnQuery("energy_per_output_token_j",
                         self.ratio(self.rate(C.ENERGY), self.rate(C.GENERATION_TOKENS)), "J", MEASURED,
                         "GPU energy of the requests' steps per output token (no GPU counter: empty)"),
-            ColumnQuery("slow_share", self.ratio(self.rate(C.SLOW), self.rate(C.REQUESTS)), "ratio", MEASURED,
-                        "requests the agent flagged slow, per finished request"),
-            ColumnQuery("probe_events_dropped", self.increase(C.PROBE_DROPPED), "count", MEASURED,
+            ColumnQuery("slow_share", self.ratio(self.or_zero(self.rate(C.SLOW)), self.rate(C.REQUESTS)), "ratio",
+                        MEASURED, "requests the agent flagged slow, per finished request"),
+            ColumnQuery("probe_events_dropped", self.or_zero(self.increase(C.PROBE_DROPPED)), "count", MEASURED,
                         "probe ring slots dropped (ring full) in the window"),
-            ColumnQuery("spans_dropped", self.increase(C.OTLP_SPANS_DROPPED), "count", MEASURED,
+            ColumnQuery("spans_dropped", self.or_zero(self.increase(C.OTLP_SPANS_DROPPED)), "count", MEASURED,
                         "spans built but not exported in the window"),
         ]
         return cols

@@ -78,7 +78,10 @@ def _grid(frame: pd.DataFrame, columns: list[str], headers: list[str] | None = N
     headers = headers or columns
     cells = [[_fmt(v) for v in row] for row in frame[columns].itertuples(index=False)]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    line = lambda vals: "  ".join(v.rjust(w) if i >= 2 else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
+
+    def line(vals: list[str]) -> str:  # the keys left-aligned, the figures right-aligned
+        return "  ".join(v.rjust(w) if i >= 2 else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))
+
     return [line(headers), *(line(r) for r in cells)]
 
 

@@ -86,7 +86,8 @@ def test_node_table_pivots_answers_and_joins_agents() -> None:
         {"column": "e2e_p99_s", "node": "a", "model": "m", "value": float("nan")},
         {"column": "request_rate", "node": "b", "model": "m", "value": 1.0},
     ])
-    agents = pd.DataFrame([{"node": "b", "model": "m", "instance": "h:2"}, {"node": "b", "model": "m", "instance": "h:1"},
+    agents = pd.DataFrame([{"node": "b", "model": "m", "instance": "h:2"},
+                           {"node": "b", "model": "m", "instance": "h:1"},
                            {"node": "c", "model": "m", "instance": "h:3"}])
     t = node_table(answers, ["request_rate", "e2e_p99_s", "kv_usage_ratio"], agents)
     assert list(t.columns) == ["node", "model", "instance", "request_rate", "e2e_p99_s", "kv_usage_ratio"]
