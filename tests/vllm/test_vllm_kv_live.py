@@ -229,7 +229,9 @@ def test_the_agents_kv_lifecycle_counts_equal_the_raw_frames(run: dict) -> None:
     assert not lost(a), f"the agent gave up on batches it could have replayed: {lost(a)}"
 
     def counter(name: str, **labels: str) -> float:
-        return a.get((name, tuple(sorted(labels.items()))), 0.0)
+        # model_name: the identity label on every engine family (one value per agent, 2eaec1a), not a split.
+        want = tuple(sorted(labels.items()))
+        return sum(v for (n, got), v in a.items() if n == name and tuple(kv for kv in got if kv[0] != "model_name") == want)
 
     assert counter("infersight_kv_block_events_total", event="cached") == raw["stored"]
     assert counter("infersight_kv_block_events_total", event="evicted") == raw["removed"]
