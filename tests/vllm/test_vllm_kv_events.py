@@ -4,6 +4,7 @@ these run in the project venv. The sequencer's rules alone: test_vllm_kv_sequenc
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -286,6 +287,11 @@ def test_batches_published_before_the_agent_joined_are_replayed_or_counted(link,
 
 
 # -- inside the agent -----------------------------------------------------------------------------
+def _without_model_name(key: str) -> str:
+    key = re.sub(r',?model_name="[^"]*"', "", key).replace("{,", "{")
+    return key.replace("{}", "")
+
+
 def test_the_agent_serves_the_translated_events_and_keeps_serving_through_garbage(tmp_path) -> None:
     endpoint, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     agent = Agent(AgentConfig(port=0, token_file=str(tmp_path / "token"), gpu_source="none",
@@ -306,8 +312,10 @@ def test_the_agent_serves_the_translated_events_and_keeps_serving_through_garbag
             fake.serve_replay()
             assert httpx.get(base + "/health", timeout=2).status_code == 200
         text = httpx.get(base + "/metrics", timeout=5).text
-        samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line and not line.startswith("#")}
+        # model_name: the identity label on every engine family (one value per agent, 2eaec1a), not a
+        # split; dropped from the keys so they name what is counted.
+        samples = {_without_model_name(line.rsplit(" ", 1)[0]): float(line.rsplit(" ", 1)[1])
+                   for line in text.splitlines() if line and not line.startswith("#")}
         assert samples['infersight_kv_block_events_total{event="cached"}'] == 5
         assert samples['infersight_kv_block_events_total{event="evicted"}'] == 1
         assert samples['infersight_vllm_kv_events_total{type="BlockStored"}'] == 3
