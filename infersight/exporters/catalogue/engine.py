@@ -57,8 +57,9 @@ ENGINE_SECONDS = _engine_metric(P + "request_engine_seconds", "counter",
                             "finished requests, each step split by token share, by task.", ("task",), "seconds")
 ENERGY = _engine_metric(P + "energy_joules", "counter",
                     "GPU energy of finished requests, by task: a modelled split of measured energy (the GPU's "
-                    "total-energy counter over each engine step, split over its requests by modelled cost: step "
-                    "time fitted on prefill, decode and draft tokens). Fed only where a GPU energy counter is read.",
+                    "total-energy counter over each engine step, cut into static and dynamic and split over its "
+                    "requests by their dynamic cost: static watts and joules per prefill, decode and draft token "
+                    "fitted on the counter's intervals). Fed only where a GPU energy counter is read.",
                     ("task",), "joules",
                     views={"per_output_token": f"sum by (task) (rate({P}energy_joules_total[$__rate_interval])) / "
                            f"clamp_min(sum by (task) (rate({P}generation_tokens_total[$__rate_interval])), 1e-9)"})

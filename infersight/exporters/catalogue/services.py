@@ -118,7 +118,8 @@ VLLM_KV_LEDGER_DROPPED = MetricSpec(P + "vllm_kv_ledger_dropped", "counter",
                                     "vLLM KV blocks the agent's ledger let go at its bounds, by reason: copies (a "
                                     "BlockStored past the live copies one hash may have: no cached row), "
                                     "forgotten_cached (cached copies of a hash forgotten at the remembered-blocks "
-                                    "bound: no longer in vllm_kv_cached_blocks).", ("reason",))
+                                    "bound: no longer in vllm_kv_cached_blocks), forgotten (hashes forgotten at "
+                                    "that bound, --vllm-kv-remember-mib).", ("reason",))
 VLLM_KV_METRICS: tuple[MetricSpec, ...] = (VLLM_KV_EVENTS, VLLM_KV_BATCHES, VLLM_KV_GAPS, VLLM_KV_REPLAYED,
                                            VLLM_KV_LOST, VLLM_KV_MALFORMED, VLLM_KV_RESTARTS, VLLM_KV_CACHED,
                                            VLLM_KV_LEDGER_DROPPED)
