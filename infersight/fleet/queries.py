@@ -104,8 +104,6 @@ class FleetQueries:
                         MEASURED, "requests the agent flagged slow, per finished request"),
             ColumnQuery("probe_events_dropped", self.or_zero(self.increase(C.PROBE_DROPPED)), "count", MEASURED,
                         "probe ring slots dropped (ring full) in the window"),
-            ColumnQuery("spans_dropped", self.or_zero(self.increase(C.OTLP_SPANS_DROPPED)), "count", MEASURED,
-                        "spans built but not exported in the window"),
         ]
         return cols
 

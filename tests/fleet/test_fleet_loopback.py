@@ -185,8 +185,7 @@ def test_one_app_trace_spans_two_nodes_in_phoenix(fleet: FleetRun) -> None:
     if fleet.phoenix is None:
         require_service("Phoenix", str(fleet.fanout["missing"]))
     trace = fleet.fanout
-    answers = {a["id"] for a in trace["answers"]}  # type: ignore[union-attr]
-    assert len(answers) == 2
+    assert len(trace["answers"]) == 2  # type: ignore[arg-type]
     deadline = time.monotonic() + 60
     while True:  # Phoenix writes in the background
         spans = [s for s in phoenix_spans(fleet.phoenix) if s["context"]["trace_id"] == trace["trace_id"]]
@@ -240,6 +239,4 @@ def test_fleet_names_the_slow_node_and_its_cause(fleet: FleetRun, capsys: pytest
     for fmt in ("text", "html"):
         code, out, err = _fleet_cli(capsys, "--prometheus-url", fleet.central.url, "--since", WINDOW, "--format", fmt)
         assert code == 0 and f"node {SLOW_NODE}" in out and link in out, err
-        if fmt == "text":
-            print(out)  # the sample output (pytest -s shows it)
 
