@@ -143,8 +143,10 @@ def test_prometheus_relabels_pod_targets_to_the_agents(tmp_path: Path) -> None:
             up = [t for t in active if t["labels"].get("instance") == f"127.0.0.1:{agent_port}" and t["health"] == "up"]
             return active if up else None
 
+        # ValueError: until it is ready Prometheus answers its API with a plain-text 503, not JSON
+        # (seen once in a full-suite run).
         active = wait_for_process(prom, prom_log.read_text, "Prometheus to scrape the agent", agent_scraped,
-                                  timeout=60, transient=(httpx.HTTPError, KeyError))
+                                  timeout=60, transient=(httpx.HTTPError, KeyError, ValueError))
     finally:
         if prom is not None:
             stop_agent(prom)  # SIGTERM, then SIGKILL: any process
