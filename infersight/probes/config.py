@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import time
+from typing import Callable
 from dataclasses import dataclass, field
 
 
@@ -41,25 +43,40 @@ class ProbeConfig:
             self.ring_name = f"infersight-{os.getpid()}"
 
 
+#: A label in use is announced again at most this often: an agent that attaches to a ring after the
+#: first announcement (restarted, or a second reader after the first drained it) learns a label before
+#: the first request that uses it once this much time has passed since the last announcement.
+ANNOUNCE_EVERY_S = 5.0
+
+
 class TaskLabels:
     """Interns task labels to small ids. Id 0 is "other" (unknown or over the bound); ids are
     stable for the life of the producer."""
 
     OTHER = "other"
 
-    def __init__(self, allowed: tuple[str, ...] | None, max_labels: int) -> None:
+    def __init__(self, allowed: tuple[str, ...] | None, max_labels: int,
+                 clock_ns: Callable[[], int] = time.monotonic_ns) -> None:
         self.allowed = frozenset(allowed) if allowed is not None else None
         self.max_labels = max_labels
         self.ids: dict[str, int] = {self.OTHER: 0}
+        self._clock_ns = clock_ns
+        self._announced_ns: dict[str, int] = {}
 
     def intern(self, label: str | None) -> tuple[int, bool]:
-        """(id, is_new). None and labels outside the bound map to "other"."""
+        """(id, announce): announce is True for a new label and again for a label last announced
+        ANNOUNCE_EVERY_S or more ago (the caller writes a TASK_LABEL record). None and labels outside
+        the bound map to "other", never announced."""
         if label is None:
             return 0, False
         tid = self.ids.get(label)
-        if tid is not None:
+        if tid is None:
+            if (self.allowed is not None and label not in self.allowed) or len(self.ids) > self.max_labels:
+                return 0, False
+            tid = self.ids[label] = len(self.ids)
+        now = self._clock_ns()
+        last = self._announced_ns.get(label)
+        if last is not None and now - last < ANNOUNCE_EVERY_S * 1e9:
             return tid, False
-        if (self.allowed is not None and label not in self.allowed) or len(self.ids) > self.max_labels:
-            return 0, False
-        tid = self.ids[label] = len(self.ids)
+        self._announced_ns[label] = now
         return tid, True

@@ -26,7 +26,12 @@ class ByteTokenizer:
     eos_id = 257
     pad_id = 258
     vocab_size = 259
-    eos_ids = frozenset({eos_id})
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        """The ids that end a request: EOS alone (a property, so a test or a caller that sets eos_id
+        on an instance changes what stops generation, as it did before checkpoints brought EOS sets)."""
+        return frozenset({self.eos_id})
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         ids = list(text.encode("utf-8"))

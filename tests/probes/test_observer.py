@@ -218,3 +218,17 @@ def test_accept_bitmask_and_counts_equal_the_verifiers_decisions(probe, monkeypa
         assert rec["proposed"] == proposed
         assert rec["accepted"] == accepted
         assert rec["accept_mask"] == sum(1 << i for i, ok in enumerate(mask) if ok)
+
+
+def test_a_label_in_use_is_announced_again_after_its_interval():
+    """An agent attaching after the first TASK_LABEL (restarted, or after another reader drained the
+    ring) must learn the label before a request uses it: the vLLM traces module read task "other"."""
+    now = [0]
+    labels = TaskLabels(allowed=None, max_labels=8, clock_ns=lambda: now[0])
+    assert labels.intern("code") == (1, True)
+    now[0] = 4_999_999_999
+    assert labels.intern("code") == (1, False)          # 5 s not yet passed
+    now[0] = 5_000_000_000
+    assert labels.intern("code") == (1, True)           # announced again, same id
+    assert labels.intern("code") == (1, False)
+    assert labels.intern("json") == (2, True)
