@@ -105,16 +105,19 @@ def _wait_health(url: str, proc: subprocess.Popen, what: str, log_path: Path, ti
 
 class OtlpSink:
     """A local OTLP/HTTP endpoint for span export (the `full` arm's; the soak's): answers every export
-    200 and counts exports and bytes."""
+    200 and counts exports and bytes; with keep_bodies, also keeps each export's (path, body)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_bodies: bool = False) -> None:
         sink = self
         self.exports = self.bytes = 0
+        self.bodies: list[tuple[str, bytes]] | None = [] if keep_bodies else None
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's name)
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 sink.exports, sink.bytes = sink.exports + 1, sink.bytes + len(body)
+                if sink.bodies is not None:
+                    sink.bodies.append((self.path, body))
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import socket
 import sys
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -18,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
+from infersight.bench.serving import OtlpSink
 from infersight.exporters import catalogue as C
 from infersight.tracing.config import TracingConfig
 from infersight.tracing.identity import IdentityConfig, identity_resource
@@ -90,32 +89,6 @@ def test_config_refuses_empty_names() -> None:
 
 
 # -- the agent, end to end ----------------------------------------------------------------------------
-class OtlpCapture:
-    """A local OTLP/HTTP endpoint keeping every body it is sent, by path."""
-
-    def __init__(self) -> None:
-        self.bodies: list[tuple[str, bytes]] = []
-        capture = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                capture.bodies.append((self.path, self.rfile.read(int(self.headers.get("Content-Length", 0)))))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
 def pod_agent():
     """An agent with the pod's environment, OTLP spans and metrics on, after a workload; returns the
@@ -124,7 +97,7 @@ def pod_agent():
         env.setenv("OTEL_RESOURCE_ATTRIBUTES", POD_ENV)
         env.setenv("OTEL_SERVICE_NAME", "vllm-sidecar")
         env.delenv("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS", raising=False)
-        sink = OtlpCapture()
+        sink = OtlpSink(keep_bodies=True)
         ring = unique_ring("identity")
         engine, probe = make_engine(ring)
         agent = Agent(AgentConfig(rings=[ring], port=0, model_name=MODEL, gpu_source="none",
