@@ -110,8 +110,9 @@ serving_profile() {
 
 serving_arms() {
   stamp "bench serving, five arms, 48 clients"
-  timeout 330 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 \
-    --phase-s ${PHASE_S:-15} --warmup-s 3 --rounds ${ROUNDS:-2} --arms none,none_again,agent,agent_recorder,full \
+  timeout ${TIMEOUT_S:-330} python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 \
+    --max-tokens 96 --phase-s ${PHASE_S:-15} --warmup-s 3 --rounds ${ROUNDS:-2} \
+    --arms ${ARMS:-none,none_again,agent,agent_recorder,full} \
     > "$OUT/serving_arms.txt" 2>&1
   tail -n 25 "$OUT/serving_arms.txt"
 }

@@ -24,6 +24,7 @@ Frames:
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
 import subprocess
@@ -41,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.bench.agent import stop_agent
+from infersight.bench.process_cpu import cores_used, process_cpu_s, thread_cpu_s
 
 ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 REFERENCE = "none"
@@ -271,7 +273,9 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                                                  stderr=subprocess.STDOUT)
                     _wait_health(agent_url, agent, "infersight agent", out_dir / f"agent_{rnd}_{arm}.log")
                 try:
+                    cpu_before = _cpu_reading(serve.pid, agent.pid if agent is not None else None)
                     records, t0, t1 = run_phase(url, config, seed=config.seed * 1000 + rnd)
+                    cpu = _cpu_cores(cpu_before, _cpu_reading(serve.pid, agent.pid if agent is not None else None))
                     cost = _recorder_cost(agent_url) if agent is not None else float("nan")
                 finally:
                     if agent is not None:
@@ -281,7 +285,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                                                               "status"]).assign(arm=arm, round=rnd)
                 figures = phase_figures(tok, req, t0, t1)
                 phases.append({"arm": arm, "round": rnd, "t0_s": t0, "t1_s": t1, **figures,
-                               "recorder_cost_ratio": cost})
+                               "recorder_cost_ratio": cost, **cpu})
                 tokens.append(tok)
                 requests.append(req)
                 log(f"round {rnd} {arm:<15} {figures['tokens_per_s']:9.1f} tok/s {figures['requests_per_s']:7.2f} req/s "
@@ -295,6 +299,22 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                         "requests": pd.concat(requests, ignore_index=True) if requests else pd.DataFrame()}
     report["out_dir"] = str(out_dir)
     return report
+
+
+def _cpu_reading(serve_pid: int, agent_pid: int | None) -> dict[str, Any]:
+    return {"wall": time.monotonic(), "serve": process_cpu_s(serve_pid), "serve_threads": thread_cpu_s(serve_pid),
+            "agent": process_cpu_s(agent_pid) if agent_pid is not None else float("nan"),
+            "clients": process_cpu_s(os.getpid())}
+
+
+def _cpu_cores(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Cores used over a phase (warm-up included) by serve, its four busiest threads, the agent and the
+    clients (this process): measured from /proc, to put a client-side loss on a part."""
+    wall = after["wall"] - before["wall"]
+    return {"serve_cores": (after["serve"] - before["serve"]) / wall,
+            "agent_cores": (after["agent"] - before["agent"]) / wall,
+            "client_cores": (after["clients"] - before["clients"]) / wall,
+            "serve_top_threads": cores_used(before["serve_threads"], after["serve_threads"], wall, top=4)}
 
 
 FIGURES = ("tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
@@ -314,6 +334,8 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
                      **{f"{f}_ratio": float(r.median()) for f, r in ratios.items()},
                      "tokens_per_s_ratio_by_round": [round(float(x), 4) for x in ratios["tokens_per_s"]],
                      "recorder_cost_ratio": float(g["recorder_cost_ratio"].median()),
+                     **{f"{p}_cores": float(g[f"{p}_cores"].median()) if f"{p}_cores" in g else float("nan")
+                        for p in ("serve", "agent", "client")},
                      "errors": int(g["errors"].sum())}
     floor = {}
     if "none_again" in arms:
@@ -329,11 +351,12 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
 def print_report(report: dict[str, Any]) -> None:
     floor = report["aa_floor"]
     print(f"{'arm':<15} {'tok/s':>9} {'ratio':>7} {'req/s':>7} {'ratio':>7} {'TTFT p50':>9} {'p99':>8} "
-          f"{'ITL p50':>8} {'p99':>8} {'recorder':>9}")
+          f"{'ITL p50':>8} {'p99':>8} {'recorder':>9}  cores: serve agent clients")
     for arm, a in report["arms"].items():
         print(f"{arm:<15} {a['tokens_per_s']:>9.1f} {a['tokens_per_s_ratio']:>7.4f} {a['requests_per_s']:>7.2f} "
               f"{a['requests_per_s_ratio']:>7.4f} {a['ttft_p50_s'] * 1e3:>8.1f}ms {a['ttft_p99_s'] * 1e3:>6.0f}ms "
-              f"{a['itl_p50_s'] * 1e3:>6.1f}ms {a['itl_p99_s'] * 1e3:>6.1f}ms {a['recorder_cost_ratio']:>9.4f}")
+              f"{a['itl_p50_s'] * 1e3:>6.1f}ms {a['itl_p99_s'] * 1e3:>6.1f}ms {a['recorder_cost_ratio']:>9.4f}"
+              f"  {a['serve_cores']:5.2f} {a['agent_cores']:5.2f} {a['client_cores']:5.2f}")
     if floor:
         print(f"A/A floor (none_again / none, tokens/s): median {floor['tokens_per_s_aa_median']:.4f}, "
               f"largest deviation {floor['tokens_per_s_aa_max_dev']:.4f}")

@@ -1,0 +1,51 @@
+"""CPU time of processes and their threads, read from /proc (Linux): where a serving benchmark's CPU
+goes (the engine's threads, the agent, the clients), so a client-side loss can be put on a part.
+
+Times are the kernel's utime + stime in clock ticks, converted to seconds; a process that has gone or
+a system without /proc reads as NaN, never an error (the benchmark's figures do not depend on them).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def _stat_cpu_s(stat: bytes) -> float:
+    # The comm field sits in parentheses and may hold spaces: split after its closing one.
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14, 15 of proc(5))
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of a whole process (all its threads), seconds; NaN when unreadable."""
+    try:
+        return _stat_cpu_s(Path(f"/proc/{pid}/stat").read_bytes())
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """utime + stime per thread of one process, seconds, keyed "name/tid" (Python threads all read
+    "python" before 3.14: the tid tells them apart, the busiest ones are the event loop and the engine)."""
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            out[f"{name}/{tid}"] = _stat_cpu_s(Path(f"/proc/{pid}/task/{tid}/stat").read_bytes())
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended between the listing and the read
+    return out
+
+
+def cores_used(before: dict[str, float], after: dict[str, float], wall_s: float, top: int = 0) -> dict[str, float]:
+    """CPU cores used per key over wall_s seconds (keys present in both readings), busiest first;
+    top > 0 keeps that many."""
+    used = sorted(((k, (after[k] - before[k]) / wall_s) for k in after if k in before and wall_s > 0),
+                  key=lambda kv: -kv[1])
+    return {k: round(v, 3) for k, v in (used[:top] if top else used)}

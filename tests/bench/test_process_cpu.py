@@ -1,0 +1,47 @@
+"""bench.process_cpu: a thread that spins for a known wall time reads as about one core; an idle one
+as about none; a process that is gone reads NaN."""
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from infersight.bench.process_cpu import cores_used, process_cpu_s, thread_cpu_s
+
+
+def test_a_spinning_thread_reads_as_one_core_and_a_sleeping_one_as_none() -> None:
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    def sleep() -> None:
+        stop.wait()
+
+    threads = [threading.Thread(target=spin), threading.Thread(target=sleep)]
+    for t in threads:
+        t.start()
+    try:
+        spinner, sleeper = (t.native_id for t in threads)
+        before, wall0 = thread_cpu_s(os.getpid()), time.monotonic()
+        time.sleep(1.0)
+        after = thread_cpu_s(os.getpid())
+        used = cores_used(before, after, time.monotonic() - wall0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    by_tid = {int(k.rsplit("/", 1)[1]): v for k, v in used.items()}
+    # The spinner holds the GIL most of the time; on a loaded 2-core machine it still gets most of a core.
+    assert 0.5 <= by_tid[spinner] <= 1.05
+    assert by_tid[sleeper] <= 0.02
+    assert list(used)[0].endswith(f"/{spinner}")  # busiest first
+
+
+def test_a_process_that_is_gone_reads_nan() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert math.isnan(process_cpu_s(proc.pid))
+    assert thread_cpu_s(proc.pid) == {}
