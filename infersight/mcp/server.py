@@ -7,18 +7,20 @@ from mcp.server.mcpserver import MCPServer
 
 from infersight.mcp.agent_client import AgentClient
 from infersight.mcp.config import McpConfig
+from infersight.mcp.decision_tools import register_decision_tools
 from infersight.mcp.resources import register_resources
 from infersight.mcp.tools import register_tools
 
 INSTRUCTIONS = ("infersight observes an LLM inference engine. Start with `summary`, then `slowest_requests` "
                 "and `explain_request` for latency, `diagnosis` for what limits the engine, `speculation`, "
                 "`expert_load` and `kv_pressure` for the engine's own mechanisms, `compare_windows` for a "
-                "before/after. Every figure says whether it was measured or modelled (`provenance`).")
+                "before/after, `decisions` for what the agent's closed loop changed and why. Every figure says whether it was measured or modelled (`provenance`).")
 
 
 def build_server(config: McpConfig) -> MCPServer:
     server = MCPServer("infersight", instructions=INSTRUCTIONS, log_level="WARNING")
     register_tools(server, AgentClient(config.agent_url, config.timeout_s), config)
+    register_decision_tools(server, AgentClient(config.agent_url, config.timeout_s))
     register_resources(server)
     return server
 

@@ -8,6 +8,7 @@ a capture, and the engine answers. The engine reads one counter per step; that i
    40  state u8 | pad                     (engine writes: idle, running, done, failed)
    48  path (256 bytes, NUL-padded UTF-8) (engine writes: where the capture went)
   304  first_step u64    (engine writes: the engine step id the window began with)
+  512  the run-time policy region (probes.policy_block: per-task speculation, max_num_seqs)
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import struct
 import sys
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
+
+from infersight.probes.policy_block import BLOCK_SIZE as POLICY_BLOCK_SIZE
 
 MAGIC = b"ISCTRL\0\0"
 VERSION = 1
@@ -67,8 +70,10 @@ class ControlBlock:
 
     def __init__(self, name: str, create: bool) -> None:
         if create:
-            self.shm = SharedMemory(name=name, create=True, size=SIZE)
-            self.shm.buf[:SIZE] = bytes(SIZE)
+            # The run-time policy region follows the capture fields (probes.policy_block, BLOCK_SIZE bytes
+            # in all); an agent of an older version reads the first SIZE bytes only.
+            self.shm = SharedMemory(name=name, create=True, size=POLICY_BLOCK_SIZE)
+            self.shm.buf[:POLICY_BLOCK_SIZE] = bytes(POLICY_BLOCK_SIZE)
             struct.pack_into("<8sI", self.shm.buf, 0, MAGIC, VERSION)
         else:
             self.shm = SharedMemory(name=name, **({} if _OLD_TRACKER else {"track": False}))

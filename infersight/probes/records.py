@@ -103,6 +103,7 @@ class RequestEvent(enum.IntEnum):
     PREEMPTED = 6        # reason = PreemptReason
     RESUMED = 7
     FINISHED = 8         # reason = FinishReason, value0 = output tokens
+    POLICY_ARM = 9       # value0 = PolicyArm (1 treatment, 2 control), value1 = the policy seq (probes.policy_block)
 
 
 class PreemptReason(enum.IntEnum):
@@ -136,7 +137,7 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
     RecordKind.PREFIX: (1, [("ts_ns", "q"), ("request_id", "Q"), ("group_hash", "Q"), ("prompt_tokens", "I"),
                             ("cached_tokens", "I"), ("task_id", "H")]),
     RecordKind.TASK_LABEL: (1, [("task_id", "H"), ("label", "32s")]),
-    # -- where one step's time went, whether it was a plain probe step (runtime.spec_probe) and how
+    # -- where one step's time went, whether it was a plain probe step (runtime.speculative.spec_probe) and how
     # many CUDA graphs it captured (a one-time cost: no sample of the steady step time):
     # schedule / draft (all draft forwards, their sampling) / target forward (device time on CUDA; -1
     # unknown); the rest of end_ns - start_ns is sampling, verification and commit.
