@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infersight.config_error import ConfigError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -49,7 +51,9 @@ class VllmServerConfig:
     the publisher connects to (the subscriber binds; see VLLM.md); ``otlp_traces_endpoint``: where
     vLLM sends its spans; ``profiler_dir``: enables /start_profile and /stop_profile;
     ``middleware``: import paths for ``--middleware``; ``ngram_speculative_tokens``: ngram
-    speculation with that many tokens (0: off)."""
+    speculation with that many tokens (0: off); ``draft_model``: a draft model's directory (vLLM's
+    method ``draft_model``, on the CPU too: one vocabulary with ``model``), proposing
+    ``draft_speculative_tokens`` a step. One speculator at most."""
 
     model: str
     port: int
@@ -69,6 +73,8 @@ class VllmServerConfig:
     profiler_options: dict[str, object] = field(default_factory=dict)
     middleware: list[str] = field(default_factory=list)
     ngram_speculative_tokens: int = 0
+    draft_model: str | None = None
+    draft_speculative_tokens: int = 4
     served_model_name: str | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -76,6 +82,22 @@ class VllmServerConfig:
     # `infersight.egg-info` shadows the installed entry points (python -m puts the cwd first on
     # sys.path), so vLLM would not see infersight's plugins: tests pass a neutral directory.
     cwd: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.draft_model and self.ngram_speculative_tokens:
+            raise ConfigError("vLLM runs one speculator: a draft model or ngram, not both")
+        if self.ngram_speculative_tokens < 0 or self.draft_speculative_tokens < 1:
+            raise ConfigError("speculative tokens: ngram >= 0 (0: off), a draft model's >= 1")
+
+    def speculative_config(self) -> dict[str, object] | None:
+        """--speculative-config's JSON (None: no speculation)."""
+        if self.draft_model:
+            return {"method": "draft_model", "model": self.draft_model,
+                    "num_speculative_tokens": self.draft_speculative_tokens}
+        if self.ngram_speculative_tokens:
+            return {"method": "ngram", "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+                    "num_speculative_tokens": self.ngram_speculative_tokens}
+        return None
 
     def command(self, python: Path) -> list[str]:
         cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
@@ -100,10 +122,9 @@ class VllmServerConfig:
                                                      "torch_profiler_with_stack": False, **self.profiler_options})]
         for mw in self.middleware:
             cmd += ["--middleware", mw]
-        if self.ngram_speculative_tokens:
-            cmd += ["--speculative-config", json.dumps({"method": "ngram", "prompt_lookup_max": 3,
-                                                        "prompt_lookup_min": 1,
-                                                        "num_speculative_tokens": self.ngram_speculative_tokens})]
+        speculative = self.speculative_config()
+        if speculative:
+            cmd += ["--speculative-config", json.dumps(speculative)]
         return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
