@@ -4,7 +4,10 @@ A ring that is missing or unreadable is logged once per retry interval and retri
 stops the agent. Each batch goes through the agent's RecordScreen (agent.record_limits) before it
 is decoded: records out of range or over the agent's limits are counted, never decoded. Request
 ids are per engine process, so with several rings each ring's ids are shifted into their own range
-(ring index << 48). A ring's GPU records (the GPUs its engine uses, by UUID) are kept on the ring,
+(ring index << 48); a ring index is a segment's, so an engine that restarts under its
+predecessor's ring name (its pid, in a new pid namespace) gets a new one. A ring whose writer
+died (stopped beating, or its pid exited) is drained, detached and counted (`dead`). A ring's
+GPU records (the GPUs its engine uses, by UUID) are kept on the ring,
 at most MAX_GPUS_PER_RING, for the selection of the node's GPU series (gpu.selection).
 """
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 from infersight.agent.record_limits import RecordLimits, RecordScreen
 from infersight.correlate.frames import EventFrames
 from infersight.probes.records import RecordKind, record_registry
-from infersight.probes.ring import RingConsumer, RingFormatError
+from infersight.probes.ring import RingConsumer, RingFormatError, RingWriterGone
 from infersight.probes.ring_discovery import RingDiscovery
 
 log = logging.getLogger("infersight.agent")
@@ -52,13 +55,19 @@ class RingSet:
         self.attached: dict[str, AttachedRing] = {}
         self._next_try: dict[str, float] = {}
         self._registry = record_registry()
-        self._indices: dict[str, int] = {}
+        self._indices: dict[tuple[str, int, int], int] = {}  # (name, creation anchor) -> ring index
         self.screen = RecordScreen(limits if limits is not None else RecordLimits())
         # Discovered rings another agent reads are passed over: logged once, counted, retried (ring_discovery)
         self.discovery = RingDiscovery(prefix, retry_interval_s)
 
-    def _index(self, name: str) -> int:
-        return self._indices.setdefault(name, len(self._indices))
+    @property
+    def dead(self) -> int:
+        """Rings whose writer died without closing them while attached (RingWriterGone.dead)."""
+        return self.discovery.dead
+
+    def _index(self, consumer: RingConsumer) -> int:
+        """The segment's index: the same on a re-attach, a new one for a new ring of an old name."""
+        return self._indices.setdefault((consumer.name, *consumer.anchor), len(self._indices))
 
     def refresh(self) -> None:
         """Attach wanted (and, with discover, newly appeared) rings; failures are retried later."""
@@ -77,7 +86,7 @@ class RingSet:
             except (RingFormatError, ValueError, OSError) as exc:
                 log.warning("ring %r cannot be read: %s; retrying in %.0f s", name, exc, self.retry_interval_s)
             else:
-                self.attached[name] = AttachedRing(name, self._index(name), consumer)
+                self.attached[name] = AttachedRing(name, self._index(consumer), consumer)
                 log.info("attached to ring %r", name)
                 continue
             self._next_try[name] = now + self.retry_interval_s
@@ -88,6 +97,11 @@ class RingSet:
         for ring in list(self.attached.values()):
             try:
                 records = ring.consumer.read()
+            except RingWriterGone as exc:
+                log.warning("%s; detaching", exc)
+                self.discovery.dead += exc.dead  # died without closing it: counted
+                self.detach(ring.name)
+                continue
             except RingFormatError as exc:
                 log.error("ring %r became unreadable (%s); detaching", ring.name, exc)
                 self.detach(ring.name)

@@ -1,5 +1,5 @@
-"""The agent's ring discovery on /metrics: rings held by another agent now, and how often one was
-passed over (probes.ring_discovery.RingDiscovery)."""
+"""The agent's ring discovery on /metrics: rings held by another agent now, how often one was
+passed over (probes.ring_discovery.RingDiscovery), and rings whose writer died (agent.ingest)."""
 from __future__ import annotations
 
 from typing import Iterator
@@ -12,7 +12,8 @@ from infersight.probes.ring_discovery import RingDiscovery
 
 
 class DiscoveryCollector(Collector):
-    """PROBE_RINGS_HELD and PROBE_RING_ATTACH_SKIPPED of one RingDiscovery, read at each scrape."""
+    """PROBE_RINGS_HELD, PROBE_RING_ATTACH_SKIPPED and PROBE_RINGS_DEAD of one RingDiscovery, read at
+    each scrape."""
 
     def __init__(self, discovery: RingDiscovery) -> None:  # noqa: D107
         self.discovery = discovery
@@ -21,3 +22,4 @@ class DiscoveryCollector(Collector):
         yield GaugeMetricFamily(C.PROBE_RINGS_HELD.name, C.PROBE_RINGS_HELD.help, value=self.discovery.held)
         yield CounterMetricFamily(C.PROBE_RING_ATTACH_SKIPPED.name, C.PROBE_RING_ATTACH_SKIPPED.help,
                                   value=self.discovery.skipped)
+        yield CounterMetricFamily(C.PROBE_RINGS_DEAD.name, C.PROBE_RINGS_DEAD.help, value=self.discovery.dead)

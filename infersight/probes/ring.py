@@ -9,6 +9,7 @@ One ring per producing process (named "infersight-<pid>" by convention)::
       48 | lease_pid | reader_lost          (reader: attach/takeover) |
       64 | write_pos | produced | dropped               (producer only) |
       88 | writer_start | writer_pidns           (producer, at create) |
+     104 | writer_beat | beat_interval         (producer's heartbeat) |
      128 | read_pos | next_seq | consumed | corrupt | dropped_seen |    |
          | pending_bad | in_flight | lease_beat         (consumer only) |
      192 | type table: n x (kind u16, version u16, itemsize u32, name) |
@@ -36,10 +37,15 @@ that batch from ``consumed`` to ``reader_lost``: once a quiescent producer is
 drained, ``produced == consumed + dropped + corrupt + reader_lost`` exactly,
 across any number of reader deaths.  (A reader killed inside the few stores
 that publish a batch can leave those counters torn: a microsecond window.)
+
+The writer beats (ring_heartbeat.py) so that a reader in another pid namespace, which cannot
+judge its pid, tells a dead writer's ring; a new writer that finds its name taken by a dead
+writer's ring (a restarted container's engine often gets its predecessor's pid) replaces it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from multiprocessing import resource_tracker
@@ -49,8 +55,11 @@ from typing import Iterable
 import numpy as np
 
 from infersight.probes.ring_consumer import OLD_TRACKER, RingConsumer, RingWriterGone
-from infersight.probes.ring_lease import RingLeaseError, stamp_writer
-from infersight.probes.ring_discovery import list_rings, remove_ring, stale_ring
+from infersight.probes.ring_lease import SHM_DIR, LEASE_WORDS, RingLeaseError, read_ring_head, stamp_writer
+from infersight.probes.ring_discovery import list_rings, pid_verdict, remove_ring, stale_ring, writer_state
+from infersight.probes.ring_heartbeat import (
+    DEFAULT_BEAT_INTERVAL_S, DEFAULT_MISSED_BEATS, WRITER_BEAT_INTERVAL, WriterBeat, WriterHeartbeat,
+)
 from infersight.probes.schema import (
     DROPPED, PRODUCED, READ_POS, SLOT_HEADER, SLOT_HEADER_SIZE, WRITE_POS, RecordRegistry, RecordType,
     RingFormatError, RingHeader, RingView, as_registry, encode_header, plan_header,
@@ -60,6 +69,7 @@ __all__ = ["ProbeRing", "RingProducer", "RingConsumer", "RingFormatError", "Ring
            "list_rings", "stale_ring", "remove_ring", "bench_ingest"]
 
 _pack_slot_header = SLOT_HEADER.pack_into
+log = logging.getLogger("infersight.probes")
 
 
 class RingProducer(RingView):
@@ -69,8 +79,12 @@ class RingProducer(RingView):
     ``produced`` count; write_slots' callers number their rows from it.
     """
 
-    def __init__(self, shm: SharedMemory, header: RingHeader, registry: RecordRegistry) -> None:
+    def __init__(self, shm: SharedMemory, header: RingHeader, registry: RecordRegistry,
+                 beat_interval_s: float | None = DEFAULT_BEAT_INTERVAL_S) -> None:
         super().__init__(shm, header, {t.kind: t.dtype for t in registry})
+        self._hw = shm.buf[:8 * LEASE_WORDS].cast("Q")
+        # Beats until close, idle or not: a reader in another pid namespace judges us by it.
+        self._heartbeat = None if beat_interval_s is None else WriterHeartbeat(self._hw, beat_interval_s)
         self.registry = registry
         self._specs = {t.kind: (t.dtype.itemsize, t.dtype) for t in registry}
         self._write_pos, self.next_seq, self._dropped = (self._pc[i] for i in (WRITE_POS, PRODUCED, DROPPED))
@@ -82,16 +96,31 @@ class RingProducer(RingView):
 
     @classmethod
     def create(cls, name: str, capacity: int, slot_size: int | None,
-               record_types: RecordRegistry | Iterable[RecordType]) -> RingProducer:
-        """Create ring ``name`` with ``capacity`` slots (``slot_size=None``: fit the largest type)."""
+               record_types: RecordRegistry | Iterable[RecordType],
+               beat_interval_s: float | None = DEFAULT_BEAT_INTERVAL_S) -> RingProducer:
+        """Create ring ``name`` with ``capacity`` slots (``slot_size=None``: fit the largest type).
+        ``beat_interval_s``: the writer's heartbeat (None: no heartbeat, for rings read in-process).
+        A ring of that name whose writer is dead is replaced (see replace_dead_ring)."""
         registry = as_registry(record_types)
         mono, wall = time.monotonic_ns(), time.time_ns()  # back to back: one anchor pair
         header = plan_header(capacity, slot_size, registry, os.getpid(), wall, mono)
-        shm = SharedMemory(name=name, create=True, size=header.total_size)
+        try:
+            shm = SharedMemory(name=name, create=True, size=header.total_size)
+        except FileExistsError:
+            replace_dead_ring(name)
+            shm = SharedMemory(name=name, create=True, size=header.total_size)
         encode_header(shm.buf, header)  # a new segment is zero-filled: every counter starts at 0
         # Who writes, once: a reader tells a dead writer's ring (or a reused pid) from a live one.
         stamp_writer(shm.buf)
-        return cls(shm, header, registry)
+        return cls(shm, header, registry, beat_interval_s)
+
+    def close(self) -> None:
+        """Stop the heartbeat (marking the ring closed: its reader stops at once) and unmap."""
+        if not getattr(self, "_closed", True) and hasattr(self, "_hw"):
+            if self._heartbeat is not None:
+                self._heartbeat.stop()
+            self._hw.release()
+        super().close()
 
     def write(self, kind: int, record: np.ndarray | np.void | bytes) -> bool:
         """Append one record; on a full ring count it dropped and return False.
@@ -213,6 +242,45 @@ class RingProducer(RingView):
     def __exit__(self, *exc: object) -> None:
         self.close()
         self.unlink()
+
+
+def replace_dead_ring(name: str, missed: int = DEFAULT_MISSED_BEATS) -> None:
+    """Ring ``name`` exists: remove it if its writer is dead, else raise FileExistsError.
+
+    In a pod a restarted engine container has a new pid namespace in which the engine often gets
+    its predecessor's pid, hence its ring name; the old ring, on the pod's /dev/shm, outlives it.
+    A writer in this pid namespace is judged by pid at once; one in another by its heartbeat,
+    waited for up to ``missed`` beats (a predecessor that has just died still looks alive)."""
+    deadline = None
+    while True:
+        head = read_ring_head(name)
+        if head is None and not os.path.exists(os.path.join(SHM_DIR, name)):
+            return  # removed meanwhile (by its reader, or its writer's resource tracker)
+        by_pid = None if head is None else pid_verdict(head)
+        state = writer_state(name, missed)
+        if state in (WriterBeat.DEAD, WriterBeat.CLOSED):
+            log.warning("ring %r was left by a writer that is gone (%s); replacing it", name, state.value)
+            remove_ring(name)
+            return
+        if state is not WriterBeat.ALIVE or by_pid is True:
+            raise FileExistsError(f"ring {name!r} exists and its writer is not known to be gone "
+                                  f"({'not a ring of this layout' if state is None else state.value}); "
+                                  "give this engine another ring name")
+        # Beating, in another pid namespace: dead only once its beats stop.
+        if deadline is None:
+            interval_s = _beat_interval_s(name) or DEFAULT_BEAT_INTERVAL_S
+            deadline = time.monotonic() + (missed + 1) * interval_s
+            log.info("ring %r exists, written by a process in another pid namespace; waiting up to %.0f s for "
+                     "its heartbeat to stop", name, deadline - time.monotonic())
+        if time.monotonic() > deadline:
+            raise FileExistsError(f"ring {name!r} is written by a live process in another pid namespace (its "
+                                  "heartbeat goes on); give this engine another ring name")
+        time.sleep(0.2)
+
+
+def _beat_interval_s(name: str) -> float:
+    head = read_ring_head(name)
+    return 0.0 if head is None else int(memoryview(head).cast("Q")[WRITER_BEAT_INTERVAL]) / 1e9
 
 
 class ProbeRing:

@@ -2,7 +2,8 @@
 
 One reader per ring, holding its lease (ring_lease.py); it validates the header on attach, reads
 records in sequence order, counts drops from sequence gaps and corrupt slots, and notices when a
-drained ring's writer has gone.
+drained ring's writer has gone: by its pid in this pid namespace, by its heartbeat from another
+(ring_heartbeat.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from infersight.probes.ring_discovery import remove_ring
+from infersight.probes.ring_heartbeat import DEFAULT_MISSED_BEATS, WriterBeat, writer_beat
 from infersight.probes.ring_lease import (
     DEFAULT_LEASE_TIMEOUT_S, IN_FLIGHT, LEASE_PID, LEASE_WORDS, READER_LOST, WRITER_PIDNS, WRITER_START,
     ReaderLease, RingLeaseError, process_start_ticks, writer_alive,
@@ -47,12 +49,18 @@ class RingConsumer(RingView):
     another live reader holds it raises RingLeaseError naming that reader's pid.
     ``read`` raises RingWriterGone once a drained ring's writer has exited (the
     ring is then unlinked), RingLeaseError if a successor took a hung reader's
-    lease over.
+    lease over. ``missed_beats``: a writer in another pid namespace is taken to
+    have exited when its heartbeat is that many intervals old.
     """
 
     def __init__(self, shm: SharedMemory, header: RingHeader, dtypes: dict[int, np.dtype],
-                 lease_timeout_s: float | None = DEFAULT_LEASE_TIMEOUT_S, expand: Expand | None = None) -> None:
+                 lease_timeout_s: float | None = DEFAULT_LEASE_TIMEOUT_S, expand: Expand | None = None,
+                 missed_beats: int = DEFAULT_MISSED_BEATS) -> None:
         super().__init__(shm, header, dtypes)
+        self.missed_beats = missed_beats
+        # The segment itself: a successor writer may take the name, and must not lose its ring to us.
+        fd = getattr(shm, "_fd", -1)
+        self.inode = os.fstat(fd).st_ino if fd >= 0 else None
         self.dtypes = dtypes
         self._expand = expand  # the registry's: batched kinds read as the per-record ones
         self._lw = shm.buf[:8 * LEASE_WORDS].cast("Q")
@@ -98,7 +106,8 @@ class RingConsumer(RingView):
 
     @classmethod
     def attach(cls, name: str, record_types: RecordRegistry | Iterable[RecordType] | None = None,
-               lease: bool = True, lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S) -> RingConsumer:
+               lease: bool = True, lease_timeout_s: float = DEFAULT_LEASE_TIMEOUT_S,
+               missed_beats: int = DEFAULT_MISSED_BEATS) -> RingConsumer:
         """Attach to ring ``name``.  Given ``record_types``, every kind on the ring
         must match one (name, version, itemsize); else records come back raw.
         ``lease=False`` attaches without the reader lease, to look at the counters only
@@ -114,7 +123,7 @@ class RingConsumer(RingView):
         try:
             header = decode_header(shm.buf, shm.size)
             return cls(shm, header, resolve_dtypes(header, known, name), lease_timeout_s if lease else None,
-                       None if known is None else known.expand)
+                       None if known is None else known.expand, missed_beats)
         except BaseException:
             shm.close()
             raise
@@ -198,8 +207,9 @@ class RingConsumer(RingView):
 
     def _check_writer(self, produced: int, returning: bool) -> None:
         """On a drained ring whose producer has been quiet a second, ask whether it still runs
-        (once a second at most); a dead writer's ring is unlinked and RingWriterGone raised
-        (never by a read that returns records: those are the caller's first)."""
+        (once a second at most): by pid where this process can judge it, else by its heartbeat.
+        A gone writer's ring is unlinked (if the name is still this segment) and RingWriterGone
+        raised (never by a read that returns records: those are the caller's first)."""
         now = time.monotonic()
         if returning:
             return
@@ -210,12 +220,23 @@ class RingConsumer(RingView):
             return
         self._next_liveness_check = now + 1.0
         h, lw = self.header, self._lw
-        if writer_alive(h.producer_pid, int(lw[WRITER_START]), int(lw[WRITER_PIDNS])) is False:
-            self.writer_gone = True
-            self.commit()
-            removed = remove_ring(self.name)
-            raise RingWriterGone(f"ring {self.name!r}: its writer, pid {h.producer_pid}, has exited; "
-                                 f"drained{' and removed' if removed else ' (could not remove it)'}")
+        by_pid = writer_alive(h.producer_pid, int(lw[WRITER_START]), int(lw[WRITER_PIDNS]))
+        beat = writer_beat(lw, self.missed_beats)
+        if by_pid is False:
+            why, dead = f"its writer, pid {h.producer_pid}, has exited", beat is not WriterBeat.CLOSED
+        elif beat is WriterBeat.CLOSED:
+            why, dead = "its writer closed it", False
+        elif by_pid is None and beat is WriterBeat.DEAD:
+            why, dead = (f"its writer (pid {h.producer_pid} in another pid namespace) stopped beating over "
+                         f"{self.missed_beats} heartbeats ago"), True
+        else:
+            return
+        self.writer_gone = True
+        self.commit()
+        removed = remove_ring(self.name, self.inode)
+        raise RingWriterGone(f"ring {self.name!r}: {why}; drained"
+                             f"{' and removed' if removed else ' (not removed: gone, or the name is a new ring)'}",
+                             dead=dead)
 
     def stats(self) -> dict[str, int]:
         """The ring's counters (RingView.stats) plus the reader's: reader_lost (events dead
@@ -270,4 +291,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 class RingWriterGone(RingFormatError):
-    """The ring's writer has exited and the ring is drained: detach (it was unlinked if it could be)."""
+    """The ring's writer has exited and the ring is drained: detach (it was unlinked if it could be).
+    ``dead``: it exited without closing the ring (crashed, killed), not a clean close."""
+
+    def __init__(self, message: str, dead: bool = False) -> None:
+        super().__init__(message)
+        self.dead = dead

@@ -3,7 +3,8 @@
 A ring records who wrote it (pid, process start time, pid namespace: ring_lease.py); a ring
 whose writer is gone from this pid namespace, or whose pid now belongs to another process, is
 stale. Discovery leaves stale rings out; a reader that drained one removes it (remove_ring).
-A writer in another pid namespace cannot be judged by pid, so its ring is never called stale.
+A writer in another pid namespace cannot be judged by pid: its heartbeat judges it
+(ring_heartbeat.py); its ring is stale once the beats have stopped for `missed` intervals.
 A discovering agent (RingDiscovery) also leaves out rings another live agent reads: it says so
 once per ring, then only counts, and attaches when the ring is free.
 """
@@ -16,6 +17,7 @@ import time
 from typing import Callable, Container
 
 from infersight.probes.control import control_name
+from infersight.probes.ring_heartbeat import DEFAULT_MISSED_BEATS, WriterBeat, writer_beat
 from infersight.probes.ring_lease import SHM_DIR, lease_refusal, read_ring_head, ring_writer, writer_alive
 from infersight.probes.schema import LAYOUT_VERSION, MAGIC
 
@@ -35,22 +37,50 @@ def list_rings(prefix: str = "infersight-", live_only: bool = True) -> list[str]
     return [n for n in names if not stale_ring(n)] if live_only else names
 
 
-def stale_ring(name: str) -> bool:
+def stale_ring(name: str, missed: int = DEFAULT_MISSED_BEATS) -> bool:
     """True when ``name`` is a ring whose writer is known to have exited: its pid is gone (or is
-    another process now) in this pid namespace. False for live rings, for rings whose writer this
-    process cannot judge (another pid namespace), and for segments that are not rings."""
-    head = read_ring_head(name)
-    if head is None:
-        return False
+    another process now) in this pid namespace, or, in another, it stopped beating ``missed``
+    intervals ago. False for live rings, rings closed cleanly (a reader may still drain them),
+    writers that do not beat and segments that are not rings."""
+    return writer_state(name, missed) is WriterBeat.DEAD
+
+
+def pid_verdict(head: bytes) -> bool | None:
+    """Is the writer of the ring whose first bytes are ``head`` alive, judged by its pid? None:
+    not judged so (another pid namespace, not a ring of this layout)."""
     magic, version, pid = _HEAD.unpack_from(head, 0)
     if magic != MAGIC or version != LAYOUT_VERSION:
-        return False
+        return None
     start, pidns = ring_writer(head)
-    return writer_alive(pid, start, pidns) is False
+    return writer_alive(pid, start, pidns)
 
 
-def remove_ring(name: str) -> bool:
-    """Unlink a dead writer's ring and its capture control block; False if it could not be."""
+def writer_state(name: str, missed: int = DEFAULT_MISSED_BEATS) -> WriterBeat | None:
+    """What is known of ring ``name``'s writer: by pid where this process can judge it (DEAD, or
+    ALIVE unless it CLOSED the ring), else by its heartbeat. None: no such ring of this layout."""
+    head = read_ring_head(name)
+    if head is None:
+        return None
+    magic, version = _HEAD.unpack_from(head, 0)[:2]
+    if magic != MAGIC or version != LAYOUT_VERSION:
+        return None
+    by_pid, beat = pid_verdict(head), writer_beat(memoryview(head).cast("Q"), missed)
+    if by_pid is False:
+        return WriterBeat.DEAD
+    if by_pid is True and beat is not WriterBeat.CLOSED:
+        return WriterBeat.ALIVE  # a live process that is slow to beat (GIL held) is alive
+    return beat
+
+
+def remove_ring(name: str, inode: int | None = None) -> bool:
+    """Unlink a dead writer's ring and its capture control block; False if it could not be.
+    ``inode``: only if the name is still that segment (a successor may have taken the name)."""
+    if inode is not None:
+        try:
+            if os.stat(os.path.join(SHM_DIR, name)).st_ino != inode:
+                return False  # the name is another writer's ring now: not ours to remove
+        except OSError:
+            return True  # already gone
     removed = True
     for path in (name, control_name(name)):
         try:
@@ -69,12 +99,14 @@ class RingDiscovery:
     A held ring is logged once, when it is first found held (again after it was free), then only
     counted: `skipped` (times it was found held, at most once per recheck_s) and `held` (rings held
     elsewhere now; exporters.discovery renders both). It is checked again every recheck_s and
-    offered once its holder has gone."""
+    offered once its holder has gone. `dead` counts the rings, discovered or named, whose writer
+    died while this agent read them (the agent's RingSet counts them here, rendered beside)."""
 
     def __init__(self, prefix: str = "infersight-", recheck_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic) -> None:  # noqa: D107
         self.prefix, self.recheck_s, self.clock = prefix, recheck_s, clock
         self.skipped = 0
+        self.dead = 0
         self._held: dict[str, float] = {}  # ring held elsewhere -> when to check it again
 
     @property

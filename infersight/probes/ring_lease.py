@@ -14,6 +14,7 @@ Header words used here (u64 index into the first 192 bytes; see ring.py's drawin
      7 READER_LOST   events dead readers took but never delivered (added by their successor)
     11 WRITER_START  writer's process start time (clock ticks since boot, /proc/PID/stat)
     12 WRITER_PIDNS  inode of the writer's pid namespace (0: unknown)
+    13, 14         the writer's heartbeat (ring_heartbeat.py), for readers in another pid namespace
     22 IN_FLIGHT     records of the last read batch not yet committed as delivered
     23 LEASE_BEAT    reader heartbeat, CLOCK_MONOTONIC ns (system-wide on Linux)
 

@@ -22,8 +22,9 @@ import numpy as np
 MAGIC = b"ISPRING\x00"
 # 2: reader lease, in-flight batch and writer identity (probes/ring_lease.py); 3: a step's TOKENS and
 # batch members written many to a slot (probes/record_batches.py); 4: STEP_TIMING counts the CUDA
-# graphs a step captured (a one-time cost the speedup prediction leaves out).
-LAYOUT_VERSION = 4
+# graphs a step captured (a one-time cost the speedup prediction leaves out); 5: the writer's
+# heartbeat (probes/ring_heartbeat.py), so that a reader in another pid namespace tells a dead writer.
+LAYOUT_VERSION = 5
 
 # Static header: magic, layout version, header size, slot size, capacity,
 # number of record types, producer pid, wall/monotonic anchor (ns).

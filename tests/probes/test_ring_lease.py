@@ -141,7 +141,8 @@ def test_hung_readers_lease_is_taken_over_after_the_timeout(ring_name: str) -> N
             assert successor.read()[1]["step"].tolist() == [2, 3, 4]
 
 
-@pytest.mark.parametrize("old", [1, 2, 3])  # before the lease; the batched TOKENS; a step's graph captures
+# before the lease; the batched TOKENS; a step's graph captures; the writer's heartbeat
+@pytest.mark.parametrize("old", [1, 2, 3, 4])
 def test_layout_version_mismatch_is_a_clear_error(ring_name: str, old: int) -> None:
     with RingProducer.create(ring_name, 8, None, [STEP]):
         poke(ring_name, 8, "<I", old)
@@ -149,7 +150,7 @@ def test_layout_version_mismatch_is_a_clear_error(ring_name: str, old: int) -> N
                                                   f"version {LAYOUT_VERSION}.: the engine and the agent run "
                                                   "different infersight versions"):
             RingConsumer.attach(ring_name, [STEP])
-    assert LAYOUT_VERSION == 4
+    assert LAYOUT_VERSION == 5
 
 
 def test_live_writer_and_reused_pid(ring_name: str) -> None:

@@ -46,6 +46,11 @@ PROBE_RINGS_HELD = MetricSpec(P + "probe_rings_held_elsewhere", "gauge",
 PROBE_RING_ATTACH_SKIPPED = MetricSpec(P + "probe_ring_attach_skipped", "counter",
                                        "Times discovery found a ring held by another agent and passed it over "
                                        "(each held ring is checked again every retry interval; logged once).")
+PROBE_RINGS_DEAD = MetricSpec(P + "probe_rings_dead", "counter",
+                              "Probe rings whose writer died without closing them while this agent read them: "
+                              "its pid exited (same pid namespace) or, from another pid namespace (a pod's "
+                              "engine container), its heartbeat stopped for 5 beats. Each was drained, detached "
+                              "and removed; a restarted engine writes a new ring.")
 AGENT_POLL_FAILURES = MetricSpec(P + "agent_poll_failures", "counter",
                                  "Steps of the agent's poll that raised, by source (gpu, rings, tracing, "
                                  "vllm_kv_events, captures, parquet): that source's step was given up for that "
@@ -59,7 +64,8 @@ AGENT_POLL_DURATION = MetricSpec(P + "agent_poll_duration_seconds", "histogram",
 #: Served by the agent beside CATALOGUE, each by its own collector (http.connections, exporters.discovery,
 #: agent.poll_guard, agent.poll_timer).
 AGENT_SERVICE_METRICS: tuple[MetricSpec, ...] = (HTTP_CONNECTIONS_REFUSED, HTTP_CONNECTIONS_OPEN, PROBE_RINGS_HELD,
-                                                 PROBE_RING_ATTACH_SKIPPED, AGENT_POLL_FAILURES, AGENT_POLL_DURATION)
+                                                 PROBE_RING_ATTACH_SKIPPED, PROBE_RINGS_DEAD, AGENT_POLL_FAILURES,
+                                                 AGENT_POLL_DURATION)
 
 TRACING_METRICS: tuple[MetricSpec, ...] = (OTLP_SPANS_EXPORTED, OTLP_SPANS_DROPPED, TRACING_BUFFER_EVICTED)
 SERVE_METRICS: tuple[MetricSpec, ...] = (SERVER_TRACEPARENT_INVALID, SERVER_REJECTED, SERVER_REQUESTS_FAILED,
