@@ -15,11 +15,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from prometheus_server import (  # noqa: E402
-    DEMO_RECORDER, measured_cpu_ceilings, query as _query, requires_prometheus, scraped_workload,
+    DEMO_RECORDER, ScrapedRun, measured_cpu_ceilings, query as _query, requires_prometheus, scraped_workload,
 )
+from query_coverage import sample_names  # noqa: E402
 
-from infersight.dashboards.grafana import engine, gpu, kernels, overview, write_dashboards  # noqa: E402
+from infersight.dashboards.grafana import engine, fleet, gpu, kernels, overview, write_dashboards  # noqa: E402
+from infersight.dashboards.grafana.variables import FILTERS  # noqa: E402
 from infersight.exporters import catalogue as C  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 pytestmark = requires_prometheus
 JOB = "infersight"
@@ -40,7 +43,7 @@ def substitute(expr: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory) -> Iterator[str]:
+def scraped(tmp_path_factory) -> Iterator[ScrapedRun]:
     """A Prometheus URL once it holds scrapes taken after the workload's last event (two scrapes
     after it, so every series has the two samples rate() needs). This CPU's roofline ceilings are
     measured first, as a user would (`infersight bench ceilings`, small sizes, into a cache of the
@@ -52,7 +55,12 @@ def prometheus(tmp_path_factory) -> Iterator[str]:
         with scraped_workload(tmp, "dash", JOB, settle_s=2.0, recorder=DEMO_RECORDER) as run:
             done = _query(run.url, f"sum({C.REQUESTS.sample})")
             assert done and float(done[0]["value"][1]) == len(run.work.prompts)
-            yield run.url
+            yield run
+
+
+@pytest.fixture(scope="module")
+def prometheus(scraped: ScrapedRun) -> str:
+    return scraped.url
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +79,7 @@ def _targets(board: dict) -> Iterator[tuple[str, str]]:
 
 
 def test_every_dashboard_query_returns_data(prometheus: str, dashboards: dict[str, dict]) -> None:
-    assert set(dashboards) == {overview.UID, engine.UID, gpu.UID, kernels.UID}
+    assert set(dashboards) == {fleet.UID, overview.UID, engine.UID, gpu.UID, kernels.UID}
     empty: dict[tuple[str, str], list[str]] = {}
     queried = 0
     for uid, board in dashboards.items():
@@ -90,19 +98,36 @@ def test_every_dashboard_query_returns_data(prometheus: str, dashboards: dict[st
     assert not now_has_data, f"these GPU-fed panels have data on a CPU: {now_has_data}"
 
 
-def test_template_variable_queries_resolve(prometheus: str, dashboards: dict[str, dict]) -> None:
-    """label_values(metric, label) variables (Grafana-side functions) list values in Prometheus."""
-    seen = 0
+def _label_values(exposition: str, label: str) -> set[str]:
+    """The values a label has on the agent's own samples (what Prometheus stored, before target labels)."""
+    return {smp.labels[label] for fam in text_string_to_metric_families(exposition) for smp in fam.samples
+            if label in smp.labels}
+
+
+def test_template_variable_queries_resolve(scraped: ScrapedRun, dashboards: dict[str, dict]) -> None:
+    """label_values(selector, label) variables (Grafana-side functions), with the variables before
+    them at "All", list in Prometheus what the one scraped agent really has: its model names (read
+    from its /metrics), its target (the port it listens on), the MoE layers of its expert series; and
+    no namespace, node or pod, which this one-job scrape config does not set ("All" = .* then
+    matches their absence, which test_every_dashboard_query_returns_data relies on)."""
+    exposition = httpx.get(f"http://127.0.0.1:{scraped.agent.port}/metrics", timeout=30).text
+    expected = {"namespace": set(), "node": set(), "pod": set(), "instance": {f"127.0.0.1:{scraped.agent.port}"},
+                C.MODEL_LABEL: _label_values(exposition, C.MODEL_LABEL), "layer": _label_values(exposition, "layer")}
+    assert expected[C.MODEL_LABEL] and expected["layer"] and sample_names(exposition)
+    seen = set()
     for board in dashboards.values():
         for var in board["templating"].get("list", []):
+            if var["type"] == "datasource":
+                continue
             m = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"] if isinstance(var["query"], str)
                              else var["query"]["query"])
             assert m, var
-            resp = httpx.get(f"{prometheus}/api/v1/label/{m.group(2)}/values", params={"match[]": m.group(1)},
-                             timeout=5).json()
-            assert resp["status"] == "success" and resp["data"], (var["name"], resp)
-            seen += 1
-    assert seen >= 1
+            resp = httpx.get(f"{scraped.url}/api/v1/label/{m.group(2)}/values",
+                             params={"match[]": substitute(m.group(1))}, timeout=5).json()
+            assert resp["status"] == "success", resp
+            assert set(resp["data"]) == expected[m.group(2)], (var["name"], resp["data"])
+            seen.add(var["name"])
+    assert seen == {*(f.name for f in FILTERS), engine.LAYER_VAR}
 
 
 def test_substitution() -> None:

@@ -15,13 +15,13 @@ from pathlib import Path
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from infersight.dashboards.grafana import engine, gpu, kernels, overview
+from infersight.dashboards.grafana import engine, fleet, gpu, kernels, overview
 from infersight.dashboards.grafana.panels import PanelKit
 from infersight.dashboards.grafana.provisioning import ProvisioningConfig, dashboards_yaml, datasource_yaml
 from infersight.dashboards.settings import DEFAULT_DATASOURCE_UID
 
-#: Dashboard modules, in the order a reader goes from symptoms to causes.
-MODULES = (overview, engine, gpu, kernels)
+#: Dashboard modules, in the order a reader goes from symptoms to causes (which node, then inside it).
+MODULES = (fleet, overview, engine, gpu, kernels)
 
 
 def build_dashboards(datasource_uid: str = DEFAULT_DATASOURCE_UID) -> dict[str, Dashboard]:

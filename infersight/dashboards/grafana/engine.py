@@ -8,6 +8,7 @@ from grafana_foundation_sdk.models.dashboard import VariableRefresh, VariableSor
 
 from infersight.dashboards.grafana import promql
 from infersight.dashboards.grafana.panels import FULL, HALF, THIRD, PanelKit, Query, base_dashboard
+from infersight.dashboards.grafana.variables import filtered
 from infersight.exporters import catalogue as C
 
 UID = "infersight-engine"
@@ -19,7 +20,7 @@ HOT_PAIRS = 10
 def _layer_variable(kit: PanelKit) -> QueryVariable:
     """$layer: the layers the agent exposes expert series for (or "all" above its series cap)."""
     return (QueryVariable(LAYER_VAR).label("MoE layer").datasource(kit.datasource)
-            .query(f"label_values({C.EXPERT_TOKENS.sample}, {LAYER_VAR})")
+            .query(f"label_values({filtered(C.EXPERT_TOKENS.sample)}, {LAYER_VAR})")
             .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.NUMERICAL_ASC)
             .multi(True).include_all(True).all_value(".*"))
 
@@ -114,7 +115,7 @@ def build(kit: PanelKit) -> Dashboard:
     """The Engine internals dashboard's builder, with the $layer variable its heatmap repeats over."""
     d = base_dashboard(UID, "infersight / Engine internals",
                        "MoE routing, KV cache lifecycle, prefix cache and speculative decoding, as the "
-                       "engine's probes report them.").with_variable(_layer_variable(kit))
+                       "engine's probes report them.", kit).with_variable(_layer_variable(kit))
     for section in (_moe, _kv, _prefix, _speculation, _steps):
         d = section(d, kit)
     return d

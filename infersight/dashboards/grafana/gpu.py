@@ -100,7 +100,7 @@ def gpu_panels(kit: PanelKit, specs: tuple[MetricSpec, ...]) -> list[timeseries.
 def build(kit: PanelKit) -> Dashboard:
     """The GPU dashboard's builder: engine row first, then the GPU block's panels (or a note)."""
     d = base_dashboard(UID, "infersight / GPU",
-                       "GPU telemetry under the engine's phases, on one time axis.")
+                       "GPU telemetry under the engine's phases, on one time axis.", kit)
     d = d.with_row(kit.row("Engine"))
     d = d.with_panel(kit.timeseries("Request time by phase", [
         Query(C.PHASE.views["share"], "{{phase}}")], unit="s", width=THIRD, stack=True,

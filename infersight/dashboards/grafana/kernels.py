@@ -12,6 +12,7 @@ from grafana_foundation_sdk.builders.dashboard import AnnotationQuery, Dashboard
 
 from infersight.dashboards.grafana import promql
 from infersight.dashboards.grafana.panels import HALF, THIRD, PanelKit, Query, base_dashboard
+from infersight.dashboards.grafana.variables import filtered
 from infersight.exporters import catalogue as C
 
 UID = "infersight-kernels"
@@ -20,7 +21,7 @@ TRIGGER_ANNOTATION = "Triggered captures"
 
 def trigger_annotation(kit: PanelKit) -> AnnotationQuery:
     """A marker wherever the recorder took a full capture, titled by its reason."""
-    expr = f"{promql.rate(C.RECORDER_TRIGGERED, by='reason')} > 0"
+    expr = filtered(f"{promql.rate(C.RECORDER_TRIGGERED, by='reason')} > 0")
     return (AnnotationQuery().name(TRIGGER_ANNOTATION).datasource(kit.datasource).enable(True).hide(False)
             .icon_color("red").expr(expr))
 
@@ -100,7 +101,7 @@ def _recorder(d: Dashboard, kit: PanelKit) -> Dashboard:
 def build(kit: PanelKit) -> Dashboard:
     """The Kernels dashboard's builder."""
     d = base_dashboard(UID, "infersight / Kernels",
-                       "Always-on kernel view from the flight recorder's sampled windows, inside its budget.")
+                       "Always-on kernel view from the flight recorder's sampled windows, inside its budget.", kit)
     d = d.annotation(trigger_annotation(kit))
     for section in (_time, _gaps, _roofline, _recorder):
         d = section(d, kit)

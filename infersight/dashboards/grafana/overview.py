@@ -21,7 +21,7 @@ def _quantiles(spec: MetricSpec) -> list[Query]:
 def build(kit: PanelKit) -> Dashboard:
     """The Overview dashboard's builder (its panels query kit's datasource)."""
     d = base_dashboard(UID, "infersight / Overview",
-                       "Request traffic and latency of the observed engine, and where the time goes.")
+                       "Request traffic and latency of the observed engine, and where the time goes.", kit)
     d = d.with_row(kit.row("Traffic"))
     d = d.with_panel(kit.timeseries("Finished requests by task", [
         Query(C.REQUESTS.rate(by="task"), "{{task}}")], unit="reqps", width=THIRD, stack=True))

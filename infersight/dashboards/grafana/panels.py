@@ -9,18 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
-from grafana_foundation_sdk.builders import bargauge, heatmap, stat, timeseries
+from grafana_foundation_sdk.builders import bargauge, heatmap, stat, table, timeseries
 from grafana_foundation_sdk.builders.common import HideSeriesConfig, ReduceDataOptions, StackingConfig, VizLegendOptions
 from grafana_foundation_sdk.builders.dashboard import Dashboard, DashboardLink, Row
 from grafana_foundation_sdk.builders.heatmap import HeatmapColorOptions, RowsHeatmapOptions
 from grafana_foundation_sdk.builders.prometheus import Dataquery
 from grafana_foundation_sdk.models.common import (
-    BarGaugeDisplayMode, HeatmapCellLayout, LegendDisplayMode, LegendPlacement, StackingMode, VizOrientation,
+    BarGaugeDisplayMode, FieldTextAlignment, HeatmapCellLayout, LegendDisplayMode, LegendPlacement, StackingMode, VizOrientation,
 )
-from grafana_foundation_sdk.models.dashboard import DashboardCursorSync, DashboardLinkType, DataSourceRef
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync, DashboardLinkType, DataSourceRef, DataTransformerConfig, DynamicConfigValue,
+)
 from grafana_foundation_sdk.models.heatmap import HeatmapColorMode
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
+from infersight.dashboards.grafana.variables import DATASOURCE_VAR, datasource_variable, filter_variables, filtered
 from infersight.dashboards.settings import DEFAULT_DATASOURCE_UID
 
 #: Grafana's plugin id for Prometheus datasources.
@@ -29,7 +32,7 @@ PROMETHEUS_TYPE = "prometheus"
 HALF, THIRD, FULL = 12, 8, 24
 HEIGHT = 8
 #: The panel builders that take queries (they share the methods, not a base class).
-QueryPanel = TypeVar("QueryPanel", timeseries.Panel, heatmap.Panel, bargauge.Panel, stat.Panel)
+QueryPanel = TypeVar("QueryPanel", timeseries.Panel, heatmap.Panel, bargauge.Panel, stat.Panel, table.Panel)
 
 
 @dataclass(frozen=True)
@@ -38,34 +41,41 @@ class Query:
 
     exemplar: ask Prometheus for exemplars (trace ids on latency buckets);
     instant: one value per series at the end of the range (bar panels) instead of a range;
-    heatmap: Prometheus "heatmap" format (series sorted by their `le` label)."""
+    heatmap: Prometheus "heatmap" format (series sorted by their `le` label);
+    table: Prometheus "table" format (one row per series, its labels as columns)."""
 
     expr: str
     legend: str = ""
     exemplar: bool = False
     instant: bool = False
     heatmap: bool = False
+    table: bool = False
 
 
 @dataclass(frozen=True)
 class PanelKit:
-    """Builds panels whose targets all point at one datasource (by uid, as provisioned)."""
+    """Builds panels whose targets all point at the $datasource variable (whose default is the
+    provisioned datasource, by uid) and whose queries are filtered by the template variables
+    (variables.filtered)."""
 
     datasource_uid: str = DEFAULT_DATASOURCE_UID
 
     @property
     def datasource(self) -> DataSourceRef:
-        """The reference every panel, target and variable carries (type and uid, as provisioned)."""
-        return DataSourceRef(type_val=PROMETHEUS_TYPE, uid=self.datasource_uid)
+        """The reference every panel, target and variable carries: the $datasource variable."""
+        return DataSourceRef(type_val=PROMETHEUS_TYPE, uid="${" + DATASOURCE_VAR + "}")
 
     def target(self, query: Query, ref_id: str) -> Dataquery:
-        """One Prometheus target; `__auto` lets Grafana name series when no legend is given."""
-        q = (Dataquery().expr(query.expr).ref_id(ref_id).datasource(self.datasource)
+        """One Prometheus target, filtered by the template variables; `__auto` lets Grafana name
+        series when no legend is given."""
+        q = (Dataquery().expr(filtered(query.expr)).ref_id(ref_id).datasource(self.datasource)
              .legend_format(query.legend or "__auto"))
         if query.exemplar:
             q = q.exemplar(True)
         if query.heatmap:
             q = q.format(PromQueryFormat.HEATMAP)
+        if query.table:
+            q = q.format(PromQueryFormat.TABLE)
         return q.instant() if query.instant else q.range()
 
     def _targets(self, panel: QueryPanel, queries: list[Query]) -> QueryPanel:
@@ -117,6 +127,25 @@ class PanelKit:
                  .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False)))
         return self._targets(panel, queries)
 
+    def table(self, title: str, columns: list[tuple[str, str, Query]], description: str = "",
+              width: int = FULL, sort_desc: str = "") -> table.Panel:
+        """One row per series: instant table queries merged on their labels (Grafana's merge
+        transformation), the rows sorted by one column, descending (sortBy), each value column
+        renamed and given its unit. columns: (column name, Grafana unit, query), the query's
+        refId in order (A, B, ...); sort_desc: the name of the column to sort by."""
+        value_of = {name: f"Value #{chr(ord('A') + i)}" for i, (name, _, _) in enumerate(columns)}
+        panel = (table.Panel().title(title).description(description).span(width).height(HEIGHT)
+                 .align(FieldTextAlignment.AUTO).inspect(False)  # the model's defaults, explicit: JSON round-trips
+                 .with_transformation(DataTransformerConfig(id_val="merge", options={}))
+                 .with_transformation(DataTransformerConfig(id_val="sortBy", options={
+                     "fields": {}, "sort": [{"field": value_of[sort_desc], "desc": True}]}))
+                 .with_transformation(DataTransformerConfig(id_val="organize", options={
+                     "excludeByName": {"Time": True}, "indexByName": {},
+                     "renameByName": {v: k for k, v in value_of.items()}})))
+        for name, unit, _ in columns:
+            panel = panel.override_by_name(name, [DynamicConfigValue(id_val="unit", value=unit)])
+        return self._targets(panel, [q for _, _, q in columns])
+
     @staticmethod
     def row(title: str) -> Row:
         """A section heading; the panels added after it belong to it."""
@@ -127,10 +156,15 @@ class PanelKit:
 TAG = "infersight"
 
 
-def base_dashboard(uid: str, title: str, description: str) -> Dashboard:
+def base_dashboard(uid: str, title: str, description: str, kit: PanelKit) -> Dashboard:
     """The settings every infersight dashboard shares: tag, time range, refresh, shared crosshair
-    (so engine phases line up with GPU panels below them), and links to the other dashboards."""
-    return (Dashboard(title).uid(uid).description(description).tags([TAG]).time("now-15m", "now")
-            .refresh("10s").timezone("browser").tooltip(DashboardCursorSync.CROSSHAIR).readonly()
-            .link(DashboardLink("infersight").type(DashboardLinkType.DASHBOARDS).tags([TAG])
-                  .as_dropdown(True).keep_time(True)))
+    (so engine phases line up with GPU panels below them), the template variables (datasource,
+    then the fleet filters), and links to the other dashboards that keep the variables' values."""
+    d = (Dashboard(title).uid(uid).description(description).tags([TAG]).time("now-15m", "now")
+         .refresh("10s").timezone("browser").tooltip(DashboardCursorSync.CROSSHAIR).readonly()
+         .link(DashboardLink("infersight").type(DashboardLinkType.DASHBOARDS).tags([TAG])
+               .as_dropdown(True).keep_time(True).include_vars(True))
+         .with_variable(datasource_variable(kit.datasource_uid)))
+    for variable in filter_variables(kit.datasource):
+        d = d.with_variable(variable)
+    return d
