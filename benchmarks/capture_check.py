@@ -71,7 +71,7 @@ def run_round(engine: Engine, args: argparse.Namespace, seed: int, capture=None)
     return times
 
 
-def replay_under_profiler(graphs) -> None:  # noqa: ANN001 -- runtime.cuda_graphs.DecodeGraphs
+def replay_under_profiler(graphs) -> None:  # noqa: ANN001 -- runtime.runner.cuda_graphs.DecodeGraphs
     """Let `graphs.run` replay while torch.profiler records: it falls back to eager when it sees the
     profiler's flag, so the flag is hidden for the call alone (the ranges outside it still see it)."""
     import torch.autograd.profiler as autograd_profiler

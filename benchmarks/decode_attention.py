@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from infersight.kernels.ceiling_lookup import lookup_ceilings  # noqa: E402
-from infersight.runtime.attention import paged_decode_attention  # noqa: E402
-from infersight.runtime.triton_decode import DecodeTuning, triton_paged_decode_attention  # noqa: E402
+from infersight.runtime.model.attention import paged_decode_attention  # noqa: E402
+from infersight.runtime.model.triton_decode import DecodeTuning, triton_paged_decode_attention  # noqa: E402
 
 #: The %copy columns' ceiling: this GPU's copy bandwidth (bytes read + written) as `infersight bench
 #: ceilings` measured and cached it, else its datasheet's; the table names which.

@@ -141,8 +141,8 @@ def decode_profile(batch: int, fused: bool, prompt_len: int, steps: int, compile
             launch.append(time.perf_counter() - t0)
             torch.cuda.synchronize()
         bucket, width = list(graphs.graphs)[-1]
-        from infersight.runtime.graph_inputs import decode_rows
-        from infersight.runtime.model_runner import FeedItem
+        from infersight.runtime.runner.graph_inputs import decode_rows
+        from infersight.runtime.runner.model_runner import FeedItem
         rows = decode_rows([FeedItem(r, r.num_computed, [0], 1) for r in engine.scheduler.running], graphs.block_size)
         for _ in range(20):
             torch.cuda.synchronize()
@@ -162,7 +162,7 @@ def decode_profile(batch: int, fused: bool, prompt_len: int, steps: int, compile
 def prefill_profile(tokens: int) -> dict[str, object]:
     import dataclasses
 
-    from infersight.runtime.model_config import resolve_model
+    from infersight.runtime.model.model_config import resolve_model
 
     cfg = resolve_model("llama-1b-shape")
     cfg = dataclasses.replace(cfg, max_seq_len=max(cfg.max_seq_len, tokens + 2))

@@ -64,7 +64,7 @@ from infersight.runtime.parallel.engine import ExpertParallelEngine
 from infersight.runtime.parallel.group import NVLS_OFF_ENV, EPGroup, init_from_env
 from infersight.commands.ep_launch import ep_ring_name
 from infersight.runtime.parallel.placement import LayerPlacement
-from infersight.runtime.sampling import SamplingParams
+from infersight.runtime.engine.sampling import SamplingParams
 
 # Every rank, before any NCCL communicator exists (importing torch creates none): multicast off.
 os.environ.update(NVLS_OFF_ENV)

@@ -16,9 +16,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from infersight.runtime.forward_batch import ForwardBatch  # noqa: E402
-from infersight.runtime.model_config import ModelConfig  # noqa: E402
-from infersight.runtime.weights import build_model  # noqa: E402
+from infersight.runtime.model.forward_batch import ForwardBatch  # noqa: E402
+from infersight.runtime.model.model_config import ModelConfig  # noqa: E402
+from infersight.runtime.model.weights import build_model  # noqa: E402
 
 DENSE = ModelConfig("sync-dense", d_model=256, n_layers=2, n_heads=8, n_kv_heads=2, ffn_dim=512, max_seq_len=1024)
 MOE = ModelConfig("sync-moe", d_model=256, n_layers=2, n_heads=8, n_kv_heads=2, ffn_dim=256, n_experts=8, top_k=2,

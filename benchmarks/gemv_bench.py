@@ -1,5 +1,5 @@
 """The decode projections of llama-1b-shape at 1-4 tokens: cuBLAS (F.linear) against
-runtime.triton_gemv, each timed as a CUDA graph of many calls over distinct weights (more bytes
+runtime.model.triton_gemv, each timed as a CUDA graph of many calls over distinct weights (more bytes
 than L2), median of replays; GB/s and % of the copy bandwidth. Checks the results too.
 
     python benchmarks/gemv_bench.py [--tokens 1 2 4] [--copy-gbps 4270]
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from infersight.bench.timing import captured, replay_ms
-from infersight.runtime.triton_fused import silu_mul
-from infersight.runtime.triton_gemv import _launch, gemv, gemv_silu_mul
+from infersight.runtime.model.triton_fused import silu_mul
+from infersight.runtime.model.triton_gemv import _launch, gemv, gemv_silu_mul
 
 SHAPES = {"qkv": (3072, 2048), "out": (2048, 2048), "gate_up": (16384, 2048), "down": (2048, 8192)}
 

@@ -42,7 +42,7 @@ speculation() {
     --out "$OUT/spec_calibration_cpu.jsonl" > "$OUT/spec_calibration_cpu.txt" 2>&1 &
   local calib=$!
   stamp "CUDA-graph tests"
-  timeout 240 taskset -c 0-7 python3 -m pytest -q -p no:cacheprovider -x tests/runtime/test_cuda_graphs.py
+  timeout 240 taskset -c 0-7 python3 -m pytest -q -p no:cacheprovider -x tests/runtime/runner/test_cuda_graphs.py
   for b in 4 16; do
     stamp "bench speculation batch $b"
     timeout 240 taskset -c 0-7 $bench --batch $b --requests $((8 * b)) > "$OUT/spec_bench_b$b.json"
@@ -133,10 +133,10 @@ gpu_tests() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   stamp "CUDA tests"
-  timeout 240 python3 -m pytest -rfE -p no:cacheprovider tests/runtime/test_async_scheduling.py \
-    tests/runtime/test_cuda_graphs.py tests/runtime/test_fused_forward.py tests/runtime/test_batch_sampling.py \
-    tests/runtime/test_profiled_decode.py tests/runtime/test_moe_experts.py tests/runtime/test_triton_decode.py \
-    tests/runtime/test_tokens_told.py 2>&1 | tail -n 4
+  timeout 240 python3 -m pytest -rfE -p no:cacheprovider tests/runtime/engine/test_async_scheduling.py \
+    tests/runtime/runner/test_cuda_graphs.py tests/runtime/model/test_fused_forward.py tests/runtime/engine/test_batch_sampling.py \
+    tests/runtime/runner/test_profiled_decode.py tests/runtime/model/test_moe_experts.py tests/runtime/model/test_triton_decode.py \
+    tests/runtime/engine/test_tokens_told.py 2>&1 | tail -n 4
   stamp "correctness against the reference paths"
   timeout 120 python3 benchmarks/gpu_check.py
 }

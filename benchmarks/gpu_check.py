@@ -11,7 +11,7 @@ import sys
 import torch
 
 from infersight.runtime import LLM, ModelConfig, SamplingParams
-from infersight.runtime.attention import flash_attention, gather_kv, naive_attention, paged_decode_attention
+from infersight.runtime.model.attention import flash_attention, gather_kv, naive_attention, paged_decode_attention
 
 SMALL = ModelConfig("gpu-check-moe", d_model=128, n_layers=2, n_heads=8, n_kv_heads=2, ffn_dim=256,
                     n_experts=8, top_k=2, max_seq_len=512)
@@ -40,7 +40,7 @@ def main() -> int:
     ok = all(rel_err(out[b:b + 1], naive_attention(qd[b:b + 1], *gather_kv(kc, vc, tables[b], int(lens[b])),
                                                       causal=False)) <= 1e-5 for b in range(4))
     results.append(("paged decode == naive (cuda fp32)", ok))
-    from infersight.runtime.triton_decode import triton_decode_problem, triton_paged_decode_attention
+    from infersight.runtime.model.triton_decode import triton_decode_problem, triton_paged_decode_attention
     problem = triton_decode_problem(dev)
     results.append((f"triton decode kernel runs ({problem or 'ok'})", problem is None))
     if problem is None:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infersight.runtime.model_config import MODEL_CONFIGS
+from infersight.runtime.model.model_config import MODEL_CONFIGS
 
 
 def write_checkpoint(out: Path) -> None:

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def build_engine(batch: int, context: int, steps: int, probes: bool, model: str):  # noqa: ANN201
     from infersight.runtime import Engine, EngineConfig, SamplingParams
-    from infersight.runtime.cuda_graphs import batch_buckets, bucket_for, width_buckets
-    from infersight.runtime.graph_inputs import DecodeInputs, decode_rows
+    from infersight.runtime.runner.cuda_graphs import batch_buckets, bucket_for, width_buckets
+    from infersight.runtime.runner.graph_inputs import DecodeInputs, decode_rows
 
     block = 16
     max_len = context + steps + 64
@@ -82,7 +82,7 @@ def build_engine(batch: int, context: int, steps: int, probes: bool, model: str)
         return host_tokens[:rows].tolist()
 
     try:
-        from infersight.runtime.model_runner import LogitsRows as rows_class
+        from infersight.runtime.runner.model_runner import LogitsRows as rows_class
     except ImportError:  # a tree from before LogitsRows: the runner split the logits
         rows_class = None
     runner.run = torch.inference_mode()(run)

@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from infersight.kernels.ceiling_lookup import lookup_ceilings  # noqa: E402
-from infersight.runtime.model_config import MODEL_CONFIGS  # noqa: E402
-from infersight.runtime.moe import MoEFFN, route  # noqa: E402
+from infersight.runtime.model.model_config import MODEL_CONFIGS  # noqa: E402
+from infersight.runtime.model.moe import MoEFFN, route  # noqa: E402
 from infersight.runtime.ranges import RangeMarker, layer_range_names  # noqa: E402
 
 #: The roofline's ceiling: this GPU's copy bandwidth (bytes read + written) as `infersight bench

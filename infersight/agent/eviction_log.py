@@ -1,6 +1,6 @@
 """EvictionLog: who evicted whom in the KV pool, as the probe records say, bounded.
 
-Our engine's pool (runtime/kv_pool.py) emits EVICTED when it hands out a cached free block: the
+Our engine's pool (runtime/kv/kv_pool.py) emits EVICTED when it hands out a cached free block: the
 event's request_id is the allocating request (the evictor). The content that was dropped is the
 content the block's last CACHED event left behind: that event's request_id is the request whose
 release cached it (the victim, whose prefix a later request can no longer hit). So each eviction

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from infersight.runtime.model_config import ModelConfig
+from infersight.runtime.model.model_config import ModelConfig
 
 
 def hf_model(cfg: ModelConfig, dtype: torch.dtype, device: str) -> Any:

@@ -18,9 +18,9 @@ Face transformers on the same shape in the same process (bench.hf_anchor): "eage
 eager and static-cache + torch.compile. The KV pool is sized for this run only: max_model_len = prompt + decode steps.
 prefill_len N adds one N-token prompt prefilled in one step, in modelled TFLOP/s against the GEMM
 ceiling (bench.runtime_prefill), in a second engine after the first is gone.
-fused_forward (default) runs CUDA forwards through runtime.forward_fused; False (--unfused) through
+fused_forward (default) runs CUDA forwards through runtime.model.forward_fused; False (--unfused) through
 Transformer.forward. graph_io says whether the decode graphs copy their inputs and greedy tokens
-themselves (runtime.graph_tokens), so a greedy step is one launch.
+themselves (runtime.runner.graph_tokens), so a greedy step is one launch.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from infersight.bench.decode_block import DecodeBlockClock, DecodeBlockTiming
 from infersight.bench.runtime_prefill import LongPrefillResult, bench_long_prefill
 from infersight.bench.timing import replay_ms, sync, timed_step
 from infersight.runtime import Engine, EngineConfig, SamplingParams
-from infersight.runtime.cuda_graphs import DecodeGraphs
+from infersight.runtime.runner.cuda_graphs import DecodeGraphs
 
 
 @dataclass
@@ -66,7 +66,7 @@ class RuntimeBenchResult:
     long_prefill: LongPrefillResult | None = None
     async_scheduling: bool = False
     temperature: float = 0.0
-    decode_gemv: bool = False          # batch-1 projections through runtime.triton_gemv (fused forward only)
+    decode_gemv: bool = False          # batch-1 projections through runtime.model.triton_gemv (fused forward only)
     launched_ahead_share: float | None = None  # async: the timed steps launched before the one before was read
     decode_block: DecodeBlockTiming | None = None  # decode_step_ms's steps timed as one block (bench.decode_block)
 

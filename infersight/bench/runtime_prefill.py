@@ -22,7 +22,7 @@ import torch
 
 from infersight.bench.timing import timed_step
 from infersight.runtime import Engine, EngineConfig, SamplingParams
-from infersight.runtime.model_config import ModelConfig, resolve_model
+from infersight.runtime.model.model_config import ModelConfig, resolve_model
 
 
 @dataclass

@@ -14,7 +14,7 @@ from infersight.runtime.ranges import RangeMarker
 if TYPE_CHECKING:
     import torch
 
-    from infersight.runtime.model_config import ModelConfig
+    from infersight.runtime.model.model_config import ModelConfig
     from infersight.runtime.stats import StepStats
 
 

@@ -77,7 +77,7 @@ def _roofline_inputs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     if args.batch is None or args.context is None:
         raise ValueError("--model needs --batch (sequences per step) and --context (tokens of context)")
     from infersight.kernels.roofline import StepShape
-    from infersight.runtime.model_config import resolve_model
+    from infersight.runtime.model.model_config import resolve_model
 
     dtype_bytes = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}[args.dtype]
     prompt = args.prompt_len or args.context

@@ -115,7 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     rt.add_argument("--temperature", type=float, default=0.0,
                     help="the decode requests' temperature (0: greedy; above: sampled, a seed per request)")
     rt.add_argument("--no-gemv", action="store_true",
-                    help="batch-1 projections through cuBLAS, not runtime.triton_gemv (EngineConfig.decode_gemv)")
+                    help="batch-1 projections through cuBLAS, not runtime.model.triton_gemv (EngineConfig.decode_gemv)")
     rt.add_argument("--prefill-len", type=int, default=0,
                     help="also prefill one prompt of this many tokens in one step; modelled TFLOP/s against the GEMM ceiling")
     rt.add_argument("--hf-anchor", choices=("none", "eager", "all"), default="none",

@@ -22,7 +22,7 @@ step_timing      step_id, start_ns, end_ns, schedule_ns, draft_ns, target_ns, de
                  spec_tokens, spec_accepted, draft_forwards, spec_probe, graph_captures   (one row per step of
                  an engine that times its parts: draft_ns covers every draft forward, target_ns the target
                  forward, -1 when unknown; spec_probe (bool): a decode step run without speculation on
-                 purpose, see infersight.runtime.spec_probe; graph_captures: CUDA graphs the step captured,
+                 purpose, see infersight.runtime.speculative.spec_probe; graph_captures: CUDA graphs the step captured,
                  a one-time cost that makes it no sample of the steady step time)
 prefix           ts_ns, request_id, task, prompt_tokens, cached_tokens, group_hash
 network          request_id, receive_ns, first_byte_ns, last_byte_ns   (requests served over HTTP by

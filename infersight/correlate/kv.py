@@ -1,7 +1,7 @@
 """KV block lifecycle: transition counts, the pool's current state, and how long content lives.
 
 Input is the `kv_events` frame (ts_ns, event, block_id, request_id, block_hash), events in the
-KVBlockEvent names, lower case. What the pool emits (runtime/kv_pool.py, kv_cache.py) decides
+KVBlockEvent names, lower case. What the pool emits (runtime/kv/kv_pool.py, kv_cache.py) decides
 how events are replayed:
 
   * ALLOCATED: a free block handed out (ref count := 1); if it came from the cached free list it is

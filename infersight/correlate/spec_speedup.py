@@ -7,7 +7,7 @@ client's wall clock, and CI checks that the measurement lies in the interval pri
 (tests/bench/test_spec_ab.py).
 
 Inputs: the `spec` frame (one row per verification) and the `step_timing` frame (one row per
-step; spec_probe marks the plain decode steps an engine ran on purpose, runtime.spec_probe).
+step; spec_probe marks the plain decode steps an engine ran on purpose, runtime.speculative.spec_probe).
 Each verification is joined to the step it happened in: ts_ns within [start_ns, end_ns] of a
 speculative step of the same engine (request and step ids share their bits above ENGINE_ID_SHIFT,
 which is how the agent keeps several engines apart). A step that captured a CUDA graph

@@ -21,7 +21,7 @@ import pandas as pd
 
 from infersight.kernels.frames import TraceError, typed_frame
 from infersight.kernels.input_files import read_regular_file
-from infersight.runtime.model_config import ModelConfig, model_config_from_dict
+from infersight.runtime.model.model_config import ModelConfig, model_config_from_dict
 
 FORMAT = "infersight-capture-shapes/1"
 SUFFIX = ".shapes.json"

@@ -28,7 +28,7 @@ import torch
 from infersight.probes.control import CaptureDecode, CaptureState, CaptureTool, ControlBlock
 
 if TYPE_CHECKING:
-    from infersight.runtime.model_config import ModelConfig
+    from infersight.runtime.model.model_config import ModelConfig
     from infersight.runtime.stats import StepStats
 
 log = logging.getLogger("infersight.probes")

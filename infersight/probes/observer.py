@@ -29,7 +29,7 @@ from infersight.probes.records import (
 from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD, GPU_RECORD_EVERY_S
 from infersight.probes.ring import RingProducer
 from infersight.probes.step_block import StepBlock, step_values, timing_values
-from infersight.runtime.model_config import ModelConfig
+from infersight.runtime.model.model_config import ModelConfig
 from infersight.runtime.observer import EngineObserver, KVBlockEvent
 from infersight.runtime.ranges import RangeMarker
 from infersight.runtime.stats import StepStats

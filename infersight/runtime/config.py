@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from infersight.runtime.model_config import MODEL_CONFIGS, ModelConfig, resolve_model
+from infersight.runtime.model.model_config import MODEL_CONFIGS, ModelConfig, resolve_model
 
 __all__ = ["MODEL_CONFIGS", "EngineConfig", "ModelConfig", "resolve_model"]
 
@@ -40,7 +40,7 @@ class EngineConfig:
     decode_attention: paged decode attention (auto: the Triton kernel on CUDA when triton is
     installed, else the torch reference).
     spec_probe_every: with a speculative model, N >= 2 runs one in N pure-decode steps at each batch
-    size without speculation (see runtime.spec_probe), so the sidecar can time a plain step against
+    size without speculation (see runtime.speculative.spec_probe), so the sidecar can time a plain step against
     a speculative one at the same batch size; 0 never does.
     max_model_len: the longest sequence (prompt + output) the engine serves, vLLM's name; None: the
     model's max_seq_len. A smaller value lets a small KV pool (num_kv_blocks) be used; longer
@@ -49,13 +49,13 @@ class EngineConfig:
     compile_layers: on CUDA, torch.compile each layer's norms, RoPE and SwiGLU (fewer, fused
     kernels; seconds of compilation at start and at new shapes); ignored on the CPU.
     fused_forward: on CUDA with the Triton decode kernel, every forward (decode graphs, eager steps,
-    prefill) runs runtime.forward_fused's fused kernels; False keeps Transformer.forward (whose norms,
+    prefill) runs runtime.model.forward_fused's fused kernels; False keeps Transformer.forward (whose norms,
     RoPE and SwiGLU compile_layers compiles). Ignored on the CPU.
     decode_gemv: with fused_forward, a one-token forward (batch-1 decode) runs its projections as
-    runtime.triton_gemv's matrix-vector kernels; False keeps cuBLAS there.
+    runtime.model.triton_gemv's matrix-vector kernels; False keeps cuBLAS there.
     async_scheduling: vLLM's name; a steady decode step is launched before the tokens of the step
     still on the device are read, which then feeds them on the device, so the host's work for one
-    step overlaps the device's work for the other (runtime.async_steps). Tokens are those of the
+    step overlaps the device's work for the other (runtime.engine.async_steps). Tokens are those of the
     synchronous engine (sampled ones drawn on the device, keyed as it keys them); a request waiting
     for a free slot is admitted one step later. Steps that prefill, preempt or run under
     torch.profiler stay synchronous; not with a speculative model. None (the default): on for CUDA without a speculative model, as vLLM

@@ -13,7 +13,7 @@ Failures are confined and counted: a request whose own sampling or probes raise 
 the engine with reason "error" and only its handler gets Failed (scope "request"); a step that
 raises as a whole fails the requests in flight (scope "step"); a probe record that cannot be
 written is counted and the request goes on. A request the draft model fails for is not failed: it
-decodes without speculation (runtime.speculative.DraftFallbacks), counted apart.
+decodes without speculation (runtime.speculative.verify.DraftFallbacks), counted apart.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from infersight.probes.records import TextField
-from infersight.runtime.engine import Engine
-from infersight.runtime.outputs import RequestOutput
+from infersight.runtime.engine.engine import Engine
+from infersight.runtime.engine.outputs import RequestOutput
 from infersight.serve.metrics import ServerCounters
 from infersight.serve.probe_records import ProbeWriter, ServedRecord
 

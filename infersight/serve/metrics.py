@@ -41,7 +41,7 @@ class ServerCounters(Collector):
             self.probe_writes_failed += 1
 
     def draft_fallbacks(self, requests: int, steps: int) -> None:
-        """The engine's running totals (runtime.speculative.DraftFallbacks): requests and steps that
+        """The engine's running totals (runtime.speculative.verify.DraftFallbacks): requests and steps that
         went on without speculation because the draft model failed."""
         with self._lock:
             self.fallbacks = {"request": requests, "step": steps}

@@ -11,7 +11,7 @@ from infersight.probes.observer import ProbeObserver
 from infersight.probes.records import (
     TEXT_CHUNK_BYTES, Operation, RecordKind, ServedFlag, TextField, record_struct,
 )
-from infersight.runtime.sampling import SamplingParams
+from infersight.runtime.engine.sampling import SamplingParams
 from infersight.serve.tracecontext import IncomingTrace
 
 _OPERATIONS = {"chat": Operation.CHAT, "text_completion": Operation.TEXT_COMPLETION}

@@ -5,7 +5,7 @@ Supported: POST /v1/completions (one prompt: a string or a list of token ids) an
 (max_completion_tokens for chat), temperature, top_p, seed, user, n=1, and the vLLM extensions
 top_k and ignore_eos. Anything the engine cannot honour (n > 1, stop sequences, logprobs, tools,
 penalties other than neutral) is a 400, not silently ignored; unknown fields are ignored, as vLLM
-does. Every field is checked at the door, with vLLM's ranges and messages (runtime.request's
+does. Every field is checked at the door, with vLLM's ranges and messages (runtime.engine.request's
 checked_sampling_fields): a value the sampler or the probe records could not take never reaches
 the engine. Errors are OpenAI-style: {"error": {message, type, param, code}}.
 """
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from infersight.runtime.errors import InvalidRequestError
-from infersight.runtime.request import InvalidParamError, checked_sampling_fields
-from infersight.runtime.sampling import SamplingParams
+from infersight.runtime.engine.request import InvalidParamError, checked_sampling_fields
+from infersight.runtime.engine.sampling import SamplingParams
 from infersight.serve import fields as F
 from infersight.serve.api_error import APIError
 from infersight.serve.fields import check

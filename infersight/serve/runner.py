@@ -10,7 +10,7 @@ from infersight.http.connections import ConnectionGate
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime.config import EngineConfig
-from infersight.runtime.engine import Engine
+from infersight.runtime.engine.engine import Engine
 from infersight.serve.api_error import openai_error_body
 from infersight.serve.app import build_app
 from infersight.serve.config import ServeConfig

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from infersight.runtime.config import MODEL_CONFIGS
-from infersight.runtime.weights import SHIPPED_WEIGHTS_DIR
+from infersight.runtime.model.weights import SHIPPED_WEIGHTS_DIR
 from infersight.training.corpus import Corpus, build_corpus, describe
 from infersight.training.train import (TrainResult, greedy_agreement, save, speculative_acceptance, train,
                                        write_result)

@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 
 from infersight.runtime.config import ModelConfig, resolve_model
-from infersight.runtime.model import Transformer
-from infersight.runtime.moe import MoEFFN
+from infersight.runtime.model.transformer import Transformer
+from infersight.runtime.model.moe import MoEFFN
 from infersight.runtime.tokenizer import ByteTokenizer
-from infersight.runtime.weights import SHIPPED_WEIGHTS_DIR, init_random, save_safetensors
+from infersight.runtime.model.weights import SHIPPED_WEIGHTS_DIR, init_random, save_safetensors
 from infersight.training.corpus import Corpus
 
 BOS, EOS, PAD = ByteTokenizer.bos_id, ByteTokenizer.eos_id, ByteTokenizer.pad_id

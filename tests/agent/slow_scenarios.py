@@ -25,7 +25,7 @@ from slow_scenario_kit import Driver, Outcome, tokens
 
 from infersight.correlate.frames import SERVED_COLUMNS, EventFrames
 from infersight.runtime import EngineConfig, ModelConfig
-from infersight.runtime.weights import shipped_weights
+from infersight.runtime.model.weights import shipped_weights
 from infersight.workload import WorkloadConfig, build_workload
 
 TINY = ModelConfig("slow-t", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=512)

@@ -5,7 +5,7 @@ import pytest
 
 from infersight.bench.runtime import bench_runtime, roofline_step_ms
 from infersight.runtime import EngineConfig, ModelConfig
-from infersight.runtime.engine import Engine
+from infersight.runtime.engine.engine import Engine
 
 LONG = ModelConfig("br-long", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=4096)
 

@@ -12,7 +12,7 @@ from testkit import one_torch_thread
 from infersight.bench.decode_block import DecodeBlockClock
 from infersight.bench.runtime import bench_runtime
 from infersight.runtime import ModelConfig
-from infersight.runtime.engine import Engine
+from infersight.runtime.engine.engine import Engine
 from infersight.runtime.stats import StepStats
 
 TINY = ModelConfig("db-tiny", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=256)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from fuzzkit import INTERESTING
 
-from infersight.runtime.model_config import MODEL_CONFIGS
+from infersight.runtime.model.model_config import MODEL_CONFIGS
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS.parents[1] / "shared" / "fixtures"

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse
 from fuzzkit import case_count, describe, fuzz, mutations
 from infersight.http.limits import json_nesting_exceeds
 from infersight.probes.records import _LAYOUTS, RecordKind, TextField
-from infersight.runtime.request import SAMPLING_EPS
+from infersight.runtime.engine.request import SAMPLING_EPS
 from infersight.serve.api_error import APIError
 from infersight.serve.probe_records import ProbeWriter, ServedRecord
 from infersight.serve.protocol import parse_chat, parse_completion

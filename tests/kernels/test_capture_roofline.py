@@ -24,7 +24,7 @@ from infersight.kernels.roofline import (
     steps_work, with_measured_bytes,
 )
 from infersight.kernels.shapes import engine_step_ids, load_capture_shapes, shapes_path_for
-from infersight.runtime.model_config import ModelConfig
+from infersight.runtime.model.model_config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[2]
 M = ModelConfig("t", d_model=8, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=16, vocab_size=10)

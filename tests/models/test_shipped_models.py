@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from infersight.runtime import LLM, SamplingParams
-from infersight.runtime.weights import shipped_weights
+from infersight.runtime.model.weights import shipped_weights
 from infersight.workload import TASKS, WorkloadConfig, build_workload
 
 pytestmark = pytest.mark.skipif(shipped_weights("tiny-moe") is None or shipped_weights("tiny-draft") is None,

@@ -91,7 +91,7 @@ RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "models": ((), "model definitions, read by the runtime and the CLI"),
     "workload": ((), "the demo workload, shared by the engine side and the tools"),
     "probes": (("runtime",), "the engine's half of the ring observes the runtime (observer, stats, model config)"),
-    "kernels": (("runtime.config", "runtime.model_config"), "trace readers: model shapes for the roofline only"),
+    "kernels": (("runtime.config", "runtime.model.model_config"), "trace readers: model shapes for the roofline only"),
     "correlate": (("kernels", "probes.records", "runtime.observer"),
                   "pure analyses over frames decoded from the record layout and the observer's enums"),
     "http": (("exporters.catalogue",), "the shared HTTP door: counts under catalogue names, serves no one part"),

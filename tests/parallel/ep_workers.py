@@ -17,8 +17,8 @@ from infersight.probes.observer import ProbeObserver
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingConsumer
 from infersight.runtime.config import ModelConfig
-from infersight.runtime.engine import Engine
-from infersight.runtime.moe import MoEFFN
+from infersight.runtime.engine.engine import Engine
+from infersight.runtime.model.moe import MoEFFN
 from infersight.runtime.parallel.group import EPGroup
 from infersight.commands.ep_launch import ep_ring_name
 from infersight.runtime.parallel.generation import GenerationSpec, run_generation
@@ -165,7 +165,7 @@ def build_peak_rss(world: int, rank: int | None) -> tuple[int, int]:
     reset just before the build (clear_refs 5), minus the RSS then."""
     from infersight.runtime.config import EngineConfig
     from infersight.runtime.parallel.local_model import build_local_model
-    from infersight.runtime.weights import build_model
+    from infersight.runtime.model.weights import build_model
 
     torch.set_num_threads(1)
     # Both builds once on a tiny model first: the lazy imports and kernel loads of a first build

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from infersight.runtime.config import resolve_model
-from infersight.runtime.weights import build_model
+from infersight.runtime.model.weights import build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD, BATCH, STEPS, TOP_K, D_MODEL, FFN = 4, 8, 12, 2, 256, 128  # the script's cpu flags, tiny-moe

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from infersight.runtime.engine import Engine
+from infersight.runtime.engine.engine import Engine
 from infersight.runtime.parallel.group import free_port
 from infersight.runtime.parallel.generation import GenerationSpec, seeded_prompts, tokens_digest
 

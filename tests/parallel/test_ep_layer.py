@@ -7,7 +7,7 @@ import torch
 
 from ep_workers import LAYER_CASES, LAYER_CFG, layer_inputs, run_layer_cases
 from gloo_spawn import spawn_local
-from infersight.runtime.moe import route
+from infersight.runtime.model.moe import route
 
 WORLD = 2
 ELEMENT_BYTES = {torch.float32: 4, torch.bfloat16: 2}

@@ -16,7 +16,7 @@ from infersight.runtime.parallel.local_model import build_local_model
 from infersight.runtime.parallel.placement import LayerPlacement
 from infersight.runtime.parallel.stats import EPStatsCollector
 from infersight.runtime.ranges import RangeMarker
-from infersight.runtime.weights import build_model, save_safetensors
+from infersight.runtime.model.weights import build_model, save_safetensors
 
 RANDOM = ModelConfig("ep-local-test", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=48,
                      n_experts=8, top_k=2, shared_expert=True, max_seq_len=64)

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from infersight.runtime import LLM, ByteTokenizer, ModelConfig, SamplingParams
-from infersight.runtime.forward_batch import ForwardBatch, Segment
-from infersight.runtime.moe import MoEFFN
+from infersight.runtime.model.forward_batch import ForwardBatch, Segment
+from infersight.runtime.model.moe import MoEFFN
 from infersight.runtime.ranges import RangeMarker, layer_range_names
-from infersight.runtime.weights import build_model
+from infersight.runtime.model.weights import build_model
 from infersight.training.corpus import build_corpus
 from infersight.training.train import IGNORE, WindowSampler, init_model, lm_loss, save, train
 

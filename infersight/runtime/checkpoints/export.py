@@ -16,7 +16,7 @@ import torch
 from infersight.runtime.checkpoints.byte_tokenizer_json import SPECIAL_TOKENS, byte_tokenizer_json
 from infersight.runtime.checkpoints.tensor_names import checkpoint_tensors
 from infersight.runtime.errors import UnknownModelError
-from infersight.runtime.model_config import ModelConfig, resolve_model
+from infersight.runtime.model.model_config import ModelConfig, resolve_model
 from infersight.runtime.tokenizer import ByteTokenizer
 
 
@@ -43,7 +43,7 @@ def export_hf(model: str | ModelConfig, out: str | Path, weights: str | Path | N
     """Write `model` (a named config; its shipped weights, or `weights`) to the directory `out`."""
     from safetensors.torch import save_file
 
-    from infersight.runtime.weights import build_model
+    from infersight.runtime.model.weights import build_model
 
     cfg = resolve_model(model)
     config = hf_config(cfg)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from infersight.runtime.checkpoints.generation_config import eos_token_ids
 from infersight.runtime.checkpoints.model_dir import CHAT_TEMPLATE_FILE, read_json
 from infersight.runtime.errors import InvalidRequestError, WeightsError
-from infersight.runtime.model_config import ModelConfig
+from infersight.runtime.model.model_config import ModelConfig
 from infersight.runtime.tokenizer import ByteTokenizer
 
 if TYPE_CHECKING:

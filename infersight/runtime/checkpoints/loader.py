@@ -17,7 +17,7 @@ from infersight.runtime.checkpoints.model_dir import read_json
 from infersight.runtime.checkpoints.shard_reader import ShardReader
 from infersight.runtime.checkpoints.tensor_names import IGNORED_SUFFIXES, TensorTarget, checkpoint_tensors
 from infersight.runtime.errors import WeightsError
-from infersight.runtime.model_config import ModelConfig
+from infersight.runtime.model.model_config import ModelConfig
 
 
 def _skipped(name: str, cfg: ModelConfig) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infersight.runtime.model_config import ModelConfig
+from infersight.runtime.model.model_config import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from infersight.runtime.config import EngineConfig
-from infersight.runtime.engine import Engine
-from infersight.runtime.model import Transformer
+from infersight.runtime.engine.engine import Engine
+from infersight.runtime.model.transformer import Transformer
 from infersight.runtime.observer import EngineObserver
 from infersight.runtime.parallel.group import EPGroup
 from infersight.runtime.parallel.local_model import build_local_model

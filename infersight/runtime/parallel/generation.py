@@ -21,7 +21,7 @@ from infersight.runtime.parallel.engine import ExpertParallelEngine
 from infersight.runtime.parallel.group import EPGroup
 from infersight.runtime.parallel.placement import LayerPlacement
 from infersight.runtime.parallel.stats import EPLayerStats
-from infersight.runtime.sampling import SamplingParams
+from infersight.runtime.engine.sampling import SamplingParams
 
 
 @dataclass(frozen=True)

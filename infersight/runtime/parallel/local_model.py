@@ -21,14 +21,14 @@ import torch
 
 from infersight.runtime.config import EngineConfig
 from infersight.runtime.errors import WeightsError
-from infersight.runtime.model import Transformer
-from infersight.runtime.moe import MoEFFN
+from infersight.runtime.model.transformer import Transformer
+from infersight.runtime.model.moe import MoEFFN
 from infersight.runtime.parallel.group import EPGroup
 from infersight.runtime.parallel.moe import ExpertParallelMoE
 from infersight.runtime.parallel.placement import LayerPlacement
 from infersight.runtime.parallel.stats import EPStatsCollector
 from infersight.runtime.ranges import RangeMarker
-from infersight.runtime.weights import init_named_random, shipped_weights
+from infersight.runtime.model.weights import init_named_random, shipped_weights
 
 
 def layer_placements(model: Transformer, world: int,

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from infersight.runtime.moe import MoEFFN, route
-from infersight.runtime.moe_experts import expert_histogram
+from infersight.runtime.model.moe import MoEFFN, route
+from infersight.runtime.model.moe_experts import expert_histogram
 from infersight.runtime.parallel.exchange import Exchange, plan_dispatch, shard_sizes
 from infersight.runtime.parallel.group import EPGroup
 from infersight.runtime.parallel.placement import LayerPlacement

@@ -9,7 +9,7 @@ import pytest
 from hf_tiny_checkpoints import needs_transformers
 from infersight.runtime.checkpoints.architectures import model_fields
 from infersight.runtime.errors import UnknownModelError
-from infersight.runtime.model_config import Llama3RopeScaling, ModelConfig, model_config_from_dict
+from infersight.runtime.model.model_config import Llama3RopeScaling, ModelConfig, model_config_from_dict
 
 LLAMA_V5 = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
             "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 300, "max_position_embeddings": 256,

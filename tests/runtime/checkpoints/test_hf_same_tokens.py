@@ -54,8 +54,8 @@ def test_greedy_tokens_and_text_are_those_of_transformers(hf_checkpoints: dict[s
 @pytest.mark.parametrize("arch", sorted(ARCHES))
 def test_logits_agree_with_transformers_within_the_stated_tolerance(hf_checkpoints: dict[str, Path],
                                                                     arch: str) -> None:
-    from infersight.runtime.model_config import resolve_model
-    from infersight.runtime.weights import build_model
+    from infersight.runtime.model.model_config import resolve_model
+    from infersight.runtime.model.weights import build_model
 
     directory = hf_checkpoints[arch]
     model, _ = _reference(directory)

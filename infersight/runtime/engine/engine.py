@@ -1,0 +1,418 @@
+"""The engine loop: schedule, run the draft (if any), run the target, sample or verify, commit.
+
+The engine is glue: the scheduler owns the queues and the KV cache manager; the runners own the
+models. It emits events to one observer and returns a plain StepStats from step(); it never prints.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Sequence
+
+import torch
+
+from infersight.runtime.engine.async_steps import InflightStep, TokenReadback, launchable
+from infersight.runtime.checkpoints.hf_tokenizer import tokenizer_for
+from infersight.runtime.config import EngineConfig
+from infersight.runtime.speculative.draft_proposer import propose
+from infersight.runtime.engine.engine_async import AsyncSteps
+from infersight.runtime.errors import InvalidRequestError
+from infersight.runtime.runner.forward_timer import ForwardTimer
+from infersight.runtime.kv.kv_cache import KVCacheManager
+from infersight.runtime.model.transformer import Transformer
+from infersight.runtime.runner.model_runner import FeedItem, ModelRunner
+from infersight.runtime.observer import EngineObserver
+from infersight.runtime.engine.outputs import RequestOutput
+from infersight.runtime.engine.request import Request, checked_params
+from infersight.runtime.engine.sampling import SamplingParams, probs_from_logits, sample, sample_batch
+from infersight.runtime.engine.scheduler import Scheduler, ScheduledRequest
+from infersight.runtime.speculative.spec_probe import SpecProbe
+from infersight.runtime.speculative.verify import DraftFallbacks, verify
+from infersight.runtime.stats import StepStats
+from infersight.runtime.model.weights import build_model
+
+log = logging.getLogger("infersight.runtime")
+
+
+def decode_kernel(config: EngineConfig) -> str:
+    """The decode kernel: config's choice, except that an automatic pick of Triton falls back to
+    torch (with a warning) when the kernel does not run here."""
+    kernel = config.resolved_decode_attention
+    if kernel == "triton" and config.decode_attention == "auto":
+        from infersight.runtime.model.triton_decode import triton_decode_problem
+
+        problem = triton_decode_problem(config.device)
+        if problem:
+            log.warning("Triton decode attention unavailable (%s); using the torch path", problem)
+            return "torch"
+    return kernel
+
+
+class Engine(AsyncSteps):
+    def __init__(self, config: EngineConfig, observer: EngineObserver | None = None) -> None:
+        self.config = config
+        self.observer = observer if observer is not None else EngineObserver()
+        self.tokenizer = tokenizer_for(config.model_config)  # a checkpoint's own, else bytes
+        self.ranges = self.observer.ranges
+        self.kv = KVCacheManager(config, self.observer)
+        self.scheduler = Scheduler(config, self.kv, self.observer)
+        backend = config.resolved_attention_backend
+        self.decode_attention = decode_kernel(config)
+        cfg = config.model_config
+        target = self.build_target(config, backend, self.decode_attention)
+        self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
+        self.target.use_cuda_graphs(config, self.decode_attention)  # decode steps as CUDA graphs, when they can be
+        self.draft: ModelRunner | None = None
+        if config.draft_config is not None:
+            draft = build_model(config.draft_config, dtype=config.torch_dtype, device=config.device,
+                                seed=config.seed, weights=config.speculative_weights,
+                                attention_backend=backend, ranges=self.ranges,
+                                decode_attention=self.decode_attention)
+            self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
+        self.spec_probe = SpecProbe(config.spec_probe_every if self.draft is not None else 0)
+        self.draft_fallbacks = DraftFallbacks()  # requests (and steps) the draft failed: decoded plainly
+        self.forward_timer = ForwardTimer(config.device)
+        # Async scheduling (runtime.engine.async_steps): the step launched and not read back yet.
+        self.readback = TokenReadback(config.max_num_seqs, config.device) if config.async_scheduling else None
+        self.inflight: InflightStep | None = None
+        self.steps_launched_ahead = 0
+        self.expert_counts = None
+        if self.observer.wants_expert_counts and cfg.is_moe:
+            self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long, device=config.device)
+        self.requests: dict[int, Request] = {}
+        self.observer.on_model(cfg, config.torch_dtype.itemsize)
+        self.next_request_id = 0
+        self._trace_ids = random.Random()  # W3C trace ids for requests that arrive without one
+        self.step_id = 0
+
+    def build_target(self, config: EngineConfig, attention_backend: str, decode_attention: str) -> Transformer:
+        """The target model, in eval mode on config.device. An expert-parallel engine overrides this to
+        build only its rank's experts (runtime/parallel/local_model.py)."""
+        return build_model(config.model_config, dtype=config.torch_dtype, device=config.device, seed=config.seed,
+                           weights=config.weights, attention_backend=attention_backend, ranges=self.ranges,
+                           decode_attention=decode_attention)
+
+    # -- requests -------------------------------------------------------------------------------
+    def add_request(self, prompt: str | list[int], params: SamplingParams | None = None, *,
+                    task: str | None = None, trace_id: int = 0) -> int:
+        """Queue a request; returns its id. Bad input raises InvalidRequestError and changes nothing.
+
+        trace_id: the caller's 128-bit W3C trace id (from its traceparent); 0 generates one."""
+        params = params if params is not None else SamplingParams()
+        params = checked_params(params, self.config.max_model_len)  # InvalidParamError names the field
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidRequestError("prompt is empty")
+            token_ids = self.tokenizer.encode(prompt)
+        else:
+            token_ids = list(prompt)
+            if not token_ids:
+                raise InvalidRequestError("prompt is empty")
+            vocab = self.config.model_config.vocab_size
+            if not all(isinstance(t, int) and 0 <= t < vocab for t in token_ids):
+                raise InvalidRequestError(f"prompt token ids must be integers in [0, {vocab})")
+        max_len = self.config.max_model_len
+        if len(token_ids) >= max_len:
+            raise InvalidRequestError(f"prompt has {len(token_ids)} tokens; the maximum length is {max_len} "
+                                      f"(max_model_len) including at least one generated token")
+        rid = self.next_request_id
+        self.next_request_id += 1
+        seed = params.seed if params.seed is not None else self.config.seed * 1_000_003 + rid
+        gen = torch.Generator(device=self.config.device).manual_seed(seed)
+        trace_id = trace_id or self._trace_ids.getrandbits(128) or 1
+        now = time.monotonic_ns()
+        req = Request(rid, token_ids, params, gen, now, trace_id=trace_id, task=task or params.task)
+        self.requests[rid] = req
+        self.scheduler.add(req)
+        self.observer.on_request_arrived(rid, now, len(token_ids), req.task, trace_id)
+        return rid
+
+    def abort_request(self, request_id: int) -> None:
+        req = self.requests.get(request_id)
+        if req is not None and not req.is_finished:
+            self._finish(req, "abort")
+            if self.inflight is not None and self.inflight.all_finished():
+                self._settle()  # nobody is left to step it: end it now, not at some later step()
+
+    def fail_request(self, req: Request, exc: Exception, stats: StepStats | None = None) -> None:
+        """Finish a request whose own sampling, commit or probes raised: reason "error", req.error set
+        (a caller reads it from there); the rest of the batch goes on. A request that had already
+        finished keeps its result (what raised came after it)."""
+        log.error("request %d failed in step %d: %s: %s", req.request_id, self.step_id, type(exc).__name__, exc,
+                  exc_info=exc)
+        if req.is_finished:
+            return
+        req.error = exc
+        try:
+            self._finish(req, "error")
+        except Exception:  # noqa: BLE001 -- the scheduler has let it go; only its FINISHED record is lost
+            log.exception("request %d: finishing it after its failure raised too", req.request_id)
+        if stats is not None:
+            stats.finished.append(req.request_id)
+
+    def capture_decode_graphs(self) -> int:
+        """Capture every CUDA graph pure decode steps may replay, before serving (a lazy capture
+        costs the step that needs it); returns how many. Nothing without graphs (the CPU, eager)."""
+        return self.target.capture_decode_graphs(self.expert_counts)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def get_output(self, request_id: int) -> RequestOutput:
+        req = self.requests[request_id]
+        return RequestOutput.from_request(req, self.tokenizer.decode(req.output_token_ids))
+
+    def release(self, request_id: int) -> RequestOutput:
+        """The output of a finished request, forgetting the request."""
+        out = self.get_output(request_id)
+        del self.requests[request_id]
+        return out
+
+    # -- the step -------------------------------------------------------------------------------
+    def step(self) -> StepStats:
+        """Schedule and run one iteration; returns what happened (never prints). With async
+        scheduling, the step returned may be one launched by the call before, and the next one may
+        already be running on the device (runtime.engine.async_steps)."""
+        pending = self.inflight
+        if pending is None:
+            self.step_id += 1
+            start = time.monotonic_ns()
+            stats = StepStats(self.step_id, start, start)
+            self._begin(stats)
+            with self.ranges.range("step"):
+                with self.ranges.range("schedule"):
+                    plan = self.scheduler.schedule()
+                stats.num_preempted = len(plan.preempted)
+                if plan.scheduled:
+                    if self.readback is not None and launchable(plan.scheduled):
+                        pending = self._launch(plan.scheduled, stats, None)
+                    else:
+                        self._run(plan.scheduled, start, stats)
+            if pending is None:
+                return self._end(stats)
+        with self.ranges.range("step"):
+            self.inflight = self._launch_next(pending)
+            self._resolve(pending)
+        stats = self._end(pending.stats)
+        if self.inflight is not None:
+            if self.inflight.all_finished():  # every request of it ended with the step just read
+                self._drop(self.inflight)
+            else:
+                self.inflight.stats.start_ns = stats.end_ns
+                self._begin(self.inflight.stats)
+        return stats
+
+    def _begin(self, stats: StepStats) -> None:
+        self.ranges.begin_step(stats.step_id)
+        self.observer.on_step_begin(stats.step_id, stats.start_ns)
+
+    def _end(self, stats: StepStats) -> StepStats:
+        stats.end_ns = time.monotonic_ns()
+        stats.kv_blocks_in_use = self.kv.pool.num_in_use
+        stats.kv_blocks_cached = len(self.kv.pool.free_cached)
+        stats.kv_blocks_total = self.kv.pool.num_blocks
+        stats.kv_block_size = self.config.block_size
+        stats.num_waiting = len(self.scheduler.waiting)
+        stats.num_running = len(self.scheduler.running)
+        stats.num_swapped = len(self.scheduler.swapped)
+        self.observer.on_step_end(stats)
+        return stats
+
+    def _run(self, sched: list[ScheduledRequest], start: int, stats: StepStats) -> None:
+        if self.expert_counts is not None:
+            self.expert_counts.zero_()
+        prefilling = {s.req.request_id for s in sched if s.req.in_prefill or not s.req.output_token_ids}
+        if self.spec_probe.runs_plain(sched, prefilling):
+            # A plain decode step, as an engine without a draft would run it: no drafting at all
+            # (the draft's KV catches up at the next speculative step).
+            stats.spec_probe = True
+            sched = [ScheduledRequest(s.req, s.num_new_tokens) for s in sched]
+        t_draft = time.monotonic_ns()
+        stats.schedule_ns = t_draft - start
+        drafts: dict[int, list[int]] = {}
+        draft_probs: dict[int, torch.Tensor] = {}
+        if self.draft is not None and not stats.spec_probe:
+            sched = self.draft_fallbacks.without_drafts(sched, lambda rid: rid not in self.draft_fallbacks.off)
+            with self.ranges.range("forward.draft"):
+                try:
+                    drafts, draft_probs = propose(self.draft, sched, self.draft_fallbacks, self.requests)
+                except Exception as exc:  # noqa: BLE001 -- the draft only proposes: the step goes on without it
+                    self.draft_fallbacks.step_failed(self.step_id, exc)
+            sched = self.draft_fallbacks.without_drafts(sched, drafts.__contains__)
+            stats.draft_forwards = max((s.num_spec_tokens for s in sched), default=0)
+            stats.draft_ns = time.monotonic_ns() - t_draft
+        forward = self._forward_name(sched, prefilling)
+        stats.phase = forward.removeprefix("forward.")
+        captures = self.target.num_captures
+        with self.ranges.range(forward):
+            self.forward_timer.start()
+            logits = self.target.run(self._target_items(sched, drafts), self.expert_counts,
+                                     self.observer.decode_graphs_while_profiling)
+            self.forward_timer.stop()
+        stats.graph_captures = self.target.num_captures - captures
+        end_forward = time.monotonic_ns()
+        with self.ranges.range("sampling"):
+            sampled = self._sample_plain(sched, logits, drafts)
+            self._commit_rows(sched, logits, sampled, drafts, draft_probs, prefilling, start, end_forward, stats)
+        if stats.target_ns < 0:
+            stats.target_ns = self.forward_timer.elapsed_ns()
+        if self.expert_counts is not None:
+            self.observer.on_expert_counts(self.step_id, self.expert_counts)
+
+    def _commit_rows(self, sched: list[ScheduledRequest], logits: Sequence[torch.Tensor] | None,
+                     sampled: dict[int, int], drafts: dict[int, list[int]], draft_probs: dict[int, torch.Tensor],
+                     prefilling: set[int], start: int, end_forward: int, stats: StepStats) -> None:
+        """Each scheduled request's share of the step: counters moved, tokens sampled or verified,
+        KV committed, tokens emitted; a request that fails here ends alone (fail_request).
+        logits: None only when every request's token is in `sampled` (an async step)."""
+        emitted: list[tuple[Request, int]] = []  # tokens told to the observer at once, after the loop
+        for i, s in enumerate(sched):
+            req = s.req
+            token = sampled.get(req.request_id)
+            # A row view only where it is read (ModelRunner.LogitsRows): not for a sampled token.
+            lg = logits[i] if logits is not None and (token is None or s.num_spec_tokens) else None
+            stats.batch.append((req.request_id, s.num_new_tokens + s.num_spec_tokens))
+            stats.context_lens.append(req.num_computed + s.num_new_tokens + s.num_spec_tokens)
+            if req.request_id in prefilling:
+                stats.num_prefill_tokens += s.num_new_tokens
+                req.times.prefill_chunks.append((start, end_forward, s.num_new_tokens))
+                self.observer.on_prefill_chunk(req.request_id, start, end_forward, req.num_computed,
+                                               s.num_new_tokens)
+            else:
+                stats.num_decode_tokens += s.num_new_tokens
+            try:
+                new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
+                                           stats, token)
+                self.kv.commit(req)
+                if new_tokens:
+                    self._emit(req, new_tokens, stats, emitted)
+            except Exception as exc:  # noqa: BLE001 -- one request's failure ends that request only
+                self.fail_request(req, exc, stats)
+        if emitted:
+            self._tell_emitted(emitted, stats)
+
+    def _tell_emitted(self, emitted: list[tuple[Request, int]], stats: StepStats) -> None:
+        """The step's held emissions in one observer call; should it raise, each alone, and a request
+        whose call raises fails (as a probe failure inside _emit would fail it)."""
+        now = time.monotonic_ns()
+        try:
+            self.observer.on_tokens_emitted_many([r.request_id for r, _ in emitted], now, [n for _, n in emitted])
+        except Exception:  # noqa: BLE001 -- the observer recorded none of them: offered one by one below
+            for req, n in emitted:
+                try:
+                    self.observer.on_tokens_emitted(req.request_id, now, n)
+                except Exception as exc:  # noqa: BLE001 -- this request's failure ends this request only
+                    self.fail_request(req, exc, stats)
+
+    @staticmethod
+    def _forward_name(sched: list[ScheduledRequest], prefilling: set[int]) -> str:
+        """forward.verify when drafts are checked, else prefill, decode or mixed by batch content."""
+        if any(s.num_spec_tokens for s in sched):
+            return "forward.verify"
+        n_prefill = sum(1 for s in sched if s.req.request_id in prefilling)
+        if n_prefill == len(sched):
+            return "forward.prefill"
+        return "forward.mixed" if n_prefill else "forward.decode"
+
+    def _target_items(self, sched: list[ScheduledRequest], drafts: dict[int, list[int]]) -> list[FeedItem]:
+        items = []
+        for s in sched:
+            req = s.req
+            if s.num_new_tokens == 1 and req.output_token_ids and req.num_computed == req.num_tokens - 1:
+                toks = req.output_token_ids[-1:]  # a decode: no copy of the whole prompt + output
+            else:
+                toks = req.token_ids[req.num_computed:req.num_computed + s.num_new_tokens]
+            if s.num_spec_tokens:
+                items.append(FeedItem(req, req.num_computed, toks + drafts[req.request_id], s.num_spec_tokens + 1))
+            else:
+                items.append(FeedItem(req, req.num_computed, toks, 1 if s.samples else 0))
+        return items
+
+    def _sample_plain(self, sched: list[ScheduledRequest], logits: Sequence[torch.Tensor],
+                      drafts: dict[int, list[int]]) -> dict[int, int]:
+        """The next token of every request that samples without verifying drafts: one batched draw
+        (runtime.engine.sampling.sample_batch) and one host sync for the whole step. Should the draw raise,
+        {} sends each request down its own sampling path, where a failure ends that request only."""
+        rows = [(s.req, i) for i, s in enumerate(sched)
+                if s.samples and not (s.num_spec_tokens and s.req.request_id in drafts)]
+        if not rows:
+            return {}
+        reqs = [r for r, _ in rows]
+        try:
+            # A greedy graph step's tokens are already on the host (ModelRunner.greedy_tokens).
+            tokens = (self.target.greedy_tokens(len(rows))
+                      if len(rows) == len(sched) and all(r.params.greedy for r in reqs) else None)
+            if tokens is None:
+                full = self.target.last_logits
+                batch = (full if full is not None and len(rows) == len(sched) == full.shape[0]
+                         else torch.stack([logits[i][-1] for _, i in rows]))
+                tokens = sample_batch(batch, [r.params for r in reqs], [r.generator.initial_seed() for r in reqs],
+                                      [len(r.output_token_ids) for r in reqs]).tolist()
+        except Exception:  # noqa: BLE001 -- see the docstring
+            log.exception("step %d: batched sampling failed; sampling request by request", self.step_id)
+            return {}
+        return {r.request_id: t for r, t in zip(reqs, tokens)}
+
+    def _advance(self, s: ScheduledRequest, logits: torch.Tensor | None, drafted: list[int] | None,
+                 q: torch.Tensor | None, stats: StepStats, sampled: int | None = None) -> list[int]:
+        """Move the request's computed counters forward and return the tokens it gained (logits:
+        the request's rows, None only when `sampled` is its token and it verifies no drafts)."""
+        req = s.req
+        if s.num_spec_tokens and drafted is not None and q is not None:
+            assert logits is not None
+            p = probs_from_logits(logits, req.params)
+            result = verify(drafted, q, p, req.generator, req.params.greedy)
+            if stats.target_ns < 0:  # verify() has read the logits: the forward is over (see ForwardTimer)
+                stats.target_ns = self.forward_timer.elapsed_ns()
+            base = req.num_computed
+            # Target KV is valid for the fed token and the accepted drafts; the draft was fed one
+            # position fewer (its last proposal was never fed back). The rest is rolled back.
+            req.num_computed = base + 1 + result.num_accepted
+            req.draft_computed = min(base + s.num_spec_tokens, req.num_computed)
+            req.num_spec_proposed += s.num_spec_tokens
+            req.num_spec_accepted += result.num_accepted
+            stats.num_spec_tokens += s.num_spec_tokens
+            stats.num_spec_accepted += result.num_accepted
+            self.observer.on_spec_verified(req.request_id, s.num_spec_tokens, result.num_accepted,
+                                           result.accept_mask, stats.draft_ns, stats.target_ns)
+            return result.tokens
+        # draft_computed is left alone: propose() moved it when the draft ran, and after a plain
+        # probe step the draft is one token behind, which the next propose() feeds.
+        req.num_computed += s.num_new_tokens
+        if not s.samples:
+            return []
+        if sampled is not None:
+            return [sampled]
+        assert logits is not None
+        return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]
+
+    def _emit(self, req: Request, tokens: list[int], stats: StepStats, held: list[tuple[Request, int]]) -> None:
+        """Append the request's new tokens, finish it if they end it; the observer hears of them now
+        when they end it (TOKENS must precede FINISHED), else with the step's others (`held`)."""
+        if not req.output_token_ids:
+            req.times.first_token_ns = now = time.monotonic_ns()
+            self.observer.on_first_token(req.request_id, now)
+        reason = None
+        emitted = 0
+        for t in tokens:
+            req.output_token_ids.append(t)
+            emitted += 1
+            if t in self.tokenizer.eos_ids and not req.params.ignore_eos:
+                reason = "stop"
+            elif (len(req.output_token_ids) >= req.params.max_tokens
+                  or req.num_tokens >= self.config.max_model_len):
+                reason = "length"
+            if reason:
+                break
+        if not reason:
+            held.append((req, emitted))
+            return
+        self.observer.on_tokens_emitted(req.request_id, time.monotonic_ns(), emitted)
+        self._finish(req, reason)
+        stats.finished.append(req.request_id)
+
+    def _finish(self, req: Request, reason: str) -> None:
+        self.scheduler.finish(req, reason)
+        req.times.finish_ns = now = time.monotonic_ns()
+        self.observer.on_request_finished(req.request_id, now, reason, len(req.output_token_ids))
