@@ -5,8 +5,10 @@ started once and shared by every check:
 - the preemption-storm alert holds for the slow node only (the rule files Prometheus loaded, read
   back from its rules API and evaluated there);
 - one app trace fanned out to two nodes is one trace in Phoenix, the two engines' spans told apart;
-- every dashboard query has data for each node, from the central Prometheus (the GPU panels have
-  none on a CPU, the kernel panels need the flight recorder, off here: loopback_fleet says why);
+- every dashboard query, its template variables substituted as Grafana does (each node alone, and
+  "All"), has data for each node from the central Prometheus (the GPU panels have none on a CPU,
+  the kernel panels need the flight recorder, off here: loopback_fleet says why); the variables
+  list the fleet's nodes, model and agents; the fleet overview's table lists the slow node first;
 - `infersight fleet` names the slow node and its cause, and links to its agent's slowest requests.
 
 The expected node is loopback_fleet.SLOW_NODE, the one given the small KV pool: never read from
@@ -19,14 +21,16 @@ import re
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dashboards"))  # query_coverage, shared
+from grafana_emulation import substitute, table_rows  # noqa: E402
 from loopback_fleet import (  # noqa: E402
-    JOB, NODES, SCRAPE_S, SLOW_KV_BLOCKS, SLOW_NODE, KV_BLOCKS, Central, FleetRun, Node, drive_load,
+    JOB, MODEL, NODES, SCRAPE_S, SLOW_KV_BLOCKS, SLOW_NODE, KV_BLOCKS, Central, FleetRun, Node, drive_load,
     fan_out, requires_prometheus,
 )
 from phoenix_server import phoenix_spans  # noqa: E402  (the session's Phoenix: tests/conftest.py's `phoenix`)
@@ -34,8 +38,9 @@ from query_coverage import query_coverage, sample_names  # noqa: E402
 from testkit import require_service  # noqa: E402
 
 from infersight.cli import main  # noqa: E402
-from infersight.dashboards.grafana import gpu, kernels, write_dashboards  # noqa: E402
+from infersight.dashboards.grafana import fleet as fleet_board, gpu, kernels, write_dashboards  # noqa: E402
 from infersight.exporters import catalogue as C  # noqa: E402
+from infersight.fleet.outliers import Z_CUT  # noqa: E402
 
 pytestmark = requires_prometheus
 PREEMPTION_ALERT = "InfersightPreemptionStorm"
@@ -129,56 +134,100 @@ def test_the_preemption_alert_holds_for_the_slow_node_only(fleet: FleetRun) -> N
     assert per_node.get(SLOW_NODE, 0) > 0
 
 
-def _node_selector(expr: str, node: str) -> str:
-    """The query restricted to one node: node="..." added to each of its infersight series selectors."""
-    def add(m: re.Match) -> str:
-        name, braces = m.group(1), m.group(2)
-        inner = braces[1:-1].strip() if braces else ""
-        return f'{name}{{node="{node}"{", " + inner if inner else ""}}}'
-    return re.sub(r"\b(" + re.escape(C.P) + r"[a-zA-Z0-9_]+)(\{[^}]*\})?", add, expr)
+def _boards(tmp_path: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in write_dashboards(tmp_path) if p.suffix == ".json"}
 
 
-def test_node_selector() -> None:
-    assert (_node_selector('sum(rate(infersight_x_total{a="1"}[5m])) / infersight_y', "n")
-            == 'sum(rate(infersight_x_total{node="n", a="1"}[5m])) / infersight_y{node="n"}')
-
-
-def _substitute(expr: str) -> str:
-    """Grafana's variables as Grafana fills them: the built-ins by the run's window, template
-    variables by the regex matching everything."""
-    for name, value in {"__rate_interval": WINDOW, "__interval": "15s", "__range": WINDOW}.items():
-        expr = re.sub(r"\$\{?" + name + r"\}?", value, expr)
-    expr = re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]", ".*", expr)
-    assert "$" not in expr, expr
-    return expr
+def _selections(fleet: FleetRun) -> dict[str, list[tuple[str, dict[str, list[str]]]]]:
+    """Per node, the template-variable selections that pick that node alone, as a user would in
+    Grafana: by its node; the slow node also by its model and engine instance (the agent target,
+    a HOST:PORT whose dots Grafana escapes), which proves those two variables on every query
+    without tripling the module's time."""
+    return {name: [(f"node={name}", {"node": [name]})] + ([
+        (f"model={MODEL}, instance={node.agent_instance}", {"model": [MODEL], "instance": [node.agent_instance]})]
+        if name == SLOW_NODE else []) for name, node in fleet.nodes.items()}
 
 
 def test_every_dashboard_query_has_data_for_each_node(fleet: FleetRun, tmp_path: Path) -> None:
-    """Each query of each generated dashboard, restricted to one node, answers from the central
-    Prometheus for every node, except where that node's agent has none of the series the query
-    reads (a node that never preempted has no preemption series): expected from each agent's own
-    /metrics (query_coverage), not from Prometheus. The GPU-fed panels (no GPU here) are empty."""
-    boards = {p.stem: json.loads(p.read_text()) for p in write_dashboards(tmp_path) if p.suffix == ".json"}
-    assert kernels.UID in boards
+    """Each query of each generated dashboard, its template variables substituted as Grafana does
+    (grafana_emulation: each node selected alone, by node and by model + instance, the rest "All";
+    then everything "All", the regex .*), answers from the central Prometheus for every node, except
+    where that node's agent has none of the series the query reads (a node that never preempted has
+    no preemption series): expected from each agent's own /metrics (query_coverage), not from
+    Prometheus. The GPU-fed panels (no GPU here) are empty."""
+    boards = _boards(tmp_path)
+    assert kernels.UID in boards and fleet_board.UID in boards
     del boards[kernels.UID]  # fed by the flight recorder, off in the fleet (loopback_fleet.AGENT_SLO_E2E_S says why)
     gpu_fed = {(gpu.UID, title) for title in gpu.gpu_fed_titles()}
     wrong: dict[str, list[str]] = {}
     without_events: dict[str, set[str]] = {}
-    for node in NODES:
+    any_node: dict[tuple[str, str, str], bool] = {}
+    jobs = []
+    for node, selections in _selections(fleet).items():
         exposition = httpx.get(f"http://{fleet.nodes[node].agent_instance}/metrics", timeout=60).text
         targets = query_coverage(boards, sample_names(exposition))
         assert len(targets) > 40
         for t in targets:
             expected = t.has_data and (t.dashboard, t.panel) not in gpu_fed
-            got = bool(fleet.central.query(_node_selector(_substitute(t.expr), node)))
-            if got != expected:
-                wrong.setdefault(f"{t.dashboard} / {t.panel}: {t.expr[:90]}", []).append(f"{node} (data: {got})")
+            key = (t.dashboard, t.panel, t.expr)
+            any_node[key] = any_node.get(key, False) or expected
+            for what, selection in selections:
+                variables = boards[t.dashboard]["templating"]["list"]
+                jobs.append((f"{t.dashboard} / {t.panel}: {t.expr[:90]}", f"{node} by {what}", expected,
+                             substitute(t.expr, variables, selection, WINDOW)))
             if not t.has_data and (t.dashboard, t.panel) not in gpu_fed:
                 without_events.setdefault(node, set()).add(t.panel)
+    for (uid, panel, expr), expected in any_node.items():  # everything at "All"
+        jobs.append((f"{uid} / {panel}: {expr[:90]}", "All", expected,
+                     substitute(expr, boards[uid]["templating"]["list"], {}, WINDOW)))
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda job: bool(fleet.central.query(job[3])), jobs))
+    for (what, who, expected, _), got in zip(jobs, answers):
+        if got != expected:
+            wrong.setdefault(what, []).append(f"{who} (data: {got})")
+    assert len(jobs) > 5 * 40
     assert not wrong, f"queries whose data for a node is not what its agent holds: {json.dumps(wrong, indent=1)}"
     # Only the slow node preempted: the others lack exactly its preemption panel's series.
     assert SLOW_NODE not in without_events, without_events[SLOW_NODE]
     assert all(panels <= {"Preemptions and recomputation"} for panels in without_events.values()), without_events
+
+
+def test_template_variables_list_the_fleets_labels(fleet: FleetRun, tmp_path: Path) -> None:
+    """Every dashboard's variables, asked as Grafana asks them (label_values: Prometheus's label
+    values API with the query's selector, the earlier variables substituted), list the fleet's nodes,
+    models and agent targets as this test started them; none of its series has a namespace or pod
+    (no Kubernetes here), so those list nothing and "All" (.*) stands. Chained: with one node
+    chosen, the instance variable lists that node's agent alone."""
+    expected = {"namespace": set(), "node": set(NODES), "pod": set(), "model": {MODEL},
+                "instance": {n.agent_instance for n in fleet.nodes.values()}}
+    picked = {"node": [SLOW_NODE]}
+    for uid, board in _boards(tmp_path).items():
+        variables = board["templating"]["list"]
+        for var in variables:
+            if var["name"] not in expected:
+                continue
+            selector, label = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"]).groups()
+            for selection, want in (({}, expected[var["name"]]),
+                                    (picked, {fleet.nodes[SLOW_NODE].agent_instance} if var["name"] == "instance"
+                                     else None)):
+                if want is None:
+                    continue
+                got = httpx.get(f"{fleet.central.url}/api/v1/label/{label}/values", timeout=10,
+                                params={"match[]": substitute(selector, variables, selection, WINDOW)}).json()
+                assert set(got["data"]) == want, (uid, var["name"], selection, got)
+
+
+def test_fleet_overview_lists_the_slow_node_first(fleet: FleetRun, tmp_path: Path) -> None:
+    """The fleet overview's table as Grafana shows it (its queries over the run, its merge and sortBy
+    transformations emulated): one row per node, the slow node first, standing out (z > 3.5)."""
+    board = _boards(tmp_path)[fleet_board.UID]
+    panel = next(p for p in board["panels"] if p["title"] == fleet_board.TABLE_TITLE)
+    rows = table_rows(panel, fleet.central.query, lambda e: substitute(e, board["templating"]["list"], {}, WINDOW))
+    assert sorted(r["node"] for r in rows) == sorted(NODES), rows
+    assert {r["instance"] for r in rows} == {n.agent_instance for n in fleet.nodes.values()}
+    assert rows[0]["node"] == SLOW_NODE, rows
+    assert rows[0][fleet_board.DEVIATION] > Z_CUT > max(r[fleet_board.DEVIATION] for r in rows[1:]), rows
+    assert rows[0]["Preemptions"] > 0 and all(r["Preemptions"] == 0 for r in rows[1:]), rows
 
 
 def test_one_app_trace_spans_two_nodes_in_phoenix(fleet: FleetRun) -> None:
