@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from infersight.agent import report
     from infersight.agent.config import AgentConfig
+    from infersight.agent.gpu_config import GpuConfig
     from infersight.agent.service import Agent
     from infersight.probes.config import ProbeConfig
     from infersight.probes.observer import ProbeObserver
@@ -154,8 +155,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     workload = build_workload(WorkloadConfig(num_requests=args.requests, rate_per_s=args.rate,
                                              max_tokens=args.max_tokens, seed=0))
     parquet_dir = Path(tempfile.mkdtemp(prefix="energy-check-"))
-    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(parquet_dir), gpu_source="nvml",
-                              gpu_interval_s=args.interval_s))
+    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(parquet_dir),
+                              gpu=GpuConfig(source="nvml", interval_s=args.interval_s)))
     pynvml.nvmlInit()
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     try:

@@ -135,6 +135,7 @@ def _offline_splits(run_dir: Path, phase_ids: set[int]) -> tuple[dict[str, dict[
 
 def run(args: argparse.Namespace, counter_mj: Callable[[], int], gpu_collector: Any = None) -> dict[str, Any]:
     from infersight.agent.config import AgentConfig
+    from infersight.agent.gpu_config import GpuConfig
     from infersight.agent.service import Agent
     from infersight.bench.switch import SwitchObserver
     from infersight.demo import warm_up
@@ -155,8 +156,8 @@ def run(args: argparse.Namespace, counter_mj: Callable[[], int], gpu_collector: 
     if args.warmup_s > 0:  # the workload's own shapes too, unobserved: the first phase must not pay for them
         _closed_loop(engine, argparse.Namespace(**{**vars(args), "phase_s": args.warmup_s}), CLASSES, {})
     switch.select("probes")
-    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(run_dir), gpu_source="nvml",
-                              gpu_interval_s=args.interval_s, energy_gpus=(0,)), gpu_collector=gpu_collector)
+    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(run_dir),
+                              gpu=GpuConfig(source="nvml", interval_s=args.interval_s, energy_gpus=(0,))), gpu_collector=gpu_collector)
     ids: dict[int, str] = {}
     phases: list[dict[str, Any]] = []
     gaps: list[dict[str, Any]] = []  # the idle gaps: no request in flight

@@ -24,6 +24,8 @@ import time
 import httpx
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.capture_config import CaptureConfig
+from infersight.sources.vllm_server_config import VllmServerConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.vllm.launch import VllmServer
@@ -52,10 +54,10 @@ def main() -> int:
     recorder = RecorderConfig(budget=args.budget, window_steps=args.steps, min_interval_s=0.0,
                               preemption_storm=None, step_jump=None)
     with VllmServer(config, log_path=root / "vllm.log") as server:
-        agent = Agent(AgentConfig(rings=[f"infersight-vllm-{server.proc.pid}"], port=0, vllm_url=server.url,
-                                  vllm_profiler_dir=str(prof), vllm_metrics_interval_s=2.0, poll_interval_s=0.05,
-                                  retry_interval_s=0.5, capture_min_interval_s=0, token="unused",
-                                  flight_recorder=recorder))
+        agent = Agent(AgentConfig(rings=[f"infersight-vllm-{server.proc.pid}"], port=0, poll_interval_s=0.05,
+                                  retry_interval_s=0.5, flight_recorder=recorder,
+                                  vllm_server=VllmServerConfig(url=server.url, profiler_dir=str(prof), metrics_interval_s=2.0),
+                                  captures=CaptureConfig(min_interval_s=0, token="unused")))
         runner = threading.Thread(target=agent.run, daemon=True)
         runner.start()
         stop = threading.Event()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import socket
 
-from infersight.agent.config import ConfigError
+from infersight.config_error import ConfigError
 
 
 class PortInUseError(ConfigError):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from infersight.agent.limits_config import RecordLimits  # noqa: F401  (re-exported: its old home)
 from infersight.probes.records import (
     EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD, TEXT_CHUNK_BYTES, RecordKind, RequestEvent, TextField,
 )
@@ -51,20 +52,6 @@ def _known(codes: list[int]) -> np.ndarray:
 _REQUEST_EVENTS = _known([int(e) for e in RequestEvent])
 _KV_EVENTS = _known([int(e) for e in KVBlockEvent])
 _TEXT_FIELDS = np.array(sorted(int(f) for f in TextField))
-
-
-@dataclass(frozen=True)
-class RecordLimits:
-    """max_task_labels: distinct task names over all rings ("other" not counted); max_moe_layers,
-    max_moe_experts: the expert-load matrix is at most this big (layer ids 0..max-1, experts per layer);
-    max_tokens_per_event: the most tokens one TOKENS event may claim (a step emits one token per
-    request plus its accepted drafts: 4096 is far above any engine, and the ITL fold makes a row per
-    token, so a claim of 2^63 must not reach it)."""
-
-    max_task_labels: int = 64
-    max_moe_layers: int = 256
-    max_moe_experts: int = 1024
-    max_tokens_per_event: int = 4096
 
 
 @dataclass

@@ -45,7 +45,7 @@ def expert_frame(state: AgentState) -> pd.DataFrame:
 
 def summary(state: AgentState) -> dict[str, Any]:
     with state.lock:
-        rows = state.finished.frame()  # the kept rows (retention_bytes), as one frame
+        rows = state.finished.frame()  # the kept rows (retention.rows_bytes), as one frame
         kv_events = state.counters[C.KV_EVENTS.name]
         prefix_q = state.counters[C.PREFIX_QUERIED.name].total()
         prefix_h = state.counters[C.PREFIX_HIT.name].total()
@@ -66,7 +66,7 @@ def summary(state: AgentState) -> dict[str, Any]:
         gpu = {"status": state.gpu_status, "phase_breakdown": list(state.gpu_phases)}
         finished = state.counters[C.REQUESTS.name].total()  # all finished; `rows`: those retention keeps
         orphaned = state.counters[C.REQUESTS_ORPHANED.name].total()  # finished, but began before we saw them
-        retention = {"budget_bytes": state.config.retention_bytes, "requests": len(state.finished),
+        retention = {"budget_bytes": state.config.retention.rows_bytes, "requests": len(state.finished),
                      "bytes": state.finished.held_bytes, "evicted_requests": state.finished.evicted,
                      "spec_verifications": len(state.spec.window), "spec_bytes": state.spec.window.held_bytes,
                      "measured": True}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from infersight.agent.capture import (
-    CaptureController, CaptureRecord, CaptureRules, default_token_file, load_or_create_token,
+    CaptureController, CaptureRecord, default_token_file, load_or_create_token,
 )
 from infersight.agent.capture_analysis import analyze_capture
 from infersight.agent.component import AgentComponent
@@ -30,14 +30,13 @@ from infersight.agent.parts import (
 )
 from infersight.agent.poll_guard import PollGuard
 from infersight.agent.poll_timer import PollTimer
-from infersight.agent.record_limits import RecordLimits
 from infersight.agent.server import build_app, listener_options
 from infersight.agent.state import AgentState
 from infersight.probes.ring_lease import lease_refusal
 from infersight.correlate.frames import EventFrames
 from infersight.exporters.discovery import DiscoveryCollector
 from infersight.exporters.prometheus import build_registry
-from infersight.gpu import GpuCollector, GpuSampler, GpuTelemetryConfig, open_collector
+from infersight.gpu import GpuCollector, GpuSampler, open_collector
 from infersight.gpu.frames import covering_samples
 from infersight.gpu.selection import GpuSelection
 from infersight.tracing.identity import identity_resource, resource_attributes
@@ -66,8 +65,7 @@ class Agent:
         self.tracing: TracingHook | None = None  # built below when asked; finished rows go to it
         self.state = AgentState(config, on_rows=self._on_rows)
         self.rings = RingSet(config.rings, config.discover, config.retry_interval_s,
-                             config.discover_prefix, RecordLimits(config.max_task_labels, config.max_moe_layers,
-                                                                  config.max_moe_experts))
+                             config.discover_prefix, config.limits)
 
         self.sink = self.frame_sink = None
         if config.parquet_dir:
@@ -81,12 +79,12 @@ class Agent:
         who = resource_attributes(self.resource)
         # A node's dcgm-exporter: the series of the engines' GPUs (their GPU records) and of our pod only.
         self.gpu_selection = GpuSelection(str(who.get("k8s.pod.name", "")), str(who.get("k8s.namespace.name", "")))
-        gpu_config = GpuTelemetryConfig(config.gpu_source, config.gpu_url, config.gpu_interval_s)
+        gpu_config = config.gpu.telemetry()
         self.gpu = GpuSampler(gpu_collector or open_collector(gpu_config, selection=self.gpu_selection),
                               gpu_config.interval_s, gpu_config.ring_size)
         log.info("GPU telemetry: %s", self.gpu.status_line())
         log.info("retention: finished requests' rows up to %g MiB of row data (--retention-mib), the oldest first out",
-                 config.retention_bytes / (1 << 20))
+                 config.retention.rows_bytes / (1 << 20))
         self.registry = build_registry(self.state, self.gpu, who)
         self.registry.register(DiscoveryCollector(self.rings.discovery))  # rings held by another agent
         self.poll_guard = PollGuard()  # a source that raises in a poll is counted, not the agent's end
@@ -107,27 +105,27 @@ class Agent:
 
         # -- an engine's own /metrics (opt-in: --vllm-url): served under our names where no ring provides them
         self.vllm_metrics = None
-        if config.vllm_url:
+        if config.vllm_server.enabled:
             from prometheus_client import CollectorRegistry
 
             from infersight.exporters.scraped_view import MergedCollector
             from infersight.sources.vllm_scraper import VllmMetricsScraper
 
-            self.vllm_metrics = VllmMetricsScraper(config.vllm_url, config.vllm_metrics_interval_s,
-                                                   timeout_s=min(2.0, config.vllm_metrics_interval_s))
+            self.vllm_metrics = VllmMetricsScraper(config.vllm_server.url, config.vllm_server.metrics_interval_s,
+                                                   timeout_s=min(2.0, config.vllm_server.metrics_interval_s))
             own, self.registry = self.registry, CollectorRegistry(auto_describe=False)
-            self.registry.register(MergedCollector(own, self.vllm_metrics.latest, config.model_name))
+            self.registry.register(MergedCollector(own, self.vllm_metrics.latest,
+                                                   config.exposition.model_name))
             add(CollectorOnly("vllm_metrics", self.vllm_metrics.collector()))
         target = None
-        if self.vllm_metrics is not None and config.vllm_profiler_dir:  # captures through vLLM's profiler
+        if self.vllm_metrics is not None and config.vllm_server.profiler_dir:  # captures through vLLM's profiler
             from infersight.sources.vllm_profiler import VllmProfilerConfig, VllmProfilerTarget
 
-            target = VllmProfilerTarget(VllmProfilerConfig(config.vllm_url, config.vllm_profiler_dir,
-                                                           config.vllm_capture_wait_s, config.vllm_capture_wait_s),
+            target = VllmProfilerTarget(VllmProfilerConfig(config.vllm_server.url, config.vllm_server.profiler_dir,
+                                                           config.vllm_server.capture_wait_s,
+                                                           config.vllm_server.capture_wait_s),
                                         self.vllm_metrics.step_count)
-        self.captures = CaptureController(config.capture_min_interval_s, CaptureRules(
-            config.auto_capture_ttft_p99_s, config.auto_capture_kv_usage, config.auto_capture_preemptions,
-            config.auto_capture_cooldown_s), target=target)
+        self.captures = CaptureController(config.captures.min_interval_s, config.captures.rules(), target=target)
         add(CapturesPart(self.captures, self.state, self._ring_names,
                                   target.collector() if target is not None else None))
         self.recorder = None  # the flight recorder (opt-in: --flight-recorder): sampled kernel windows
@@ -139,9 +137,10 @@ class Agent:
                                            self.state.slow_rule.slos)
             add(RecorderPart(self.recorder, self._ring_names, lambda: self._rings_read_s,
                                       RecorderCollector(self.recorder)))
-        token_file = Path(config.token_file) if config.token_file else default_token_file(self.port)
-        self.token = config.token or load_or_create_token(token_file, private_dir=not config.token_file)
-        self.token_file = None if config.token else token_file
+        token_file = Path(config.captures.token_file) if config.captures.token_file else default_token_file(self.port)
+        self.token = config.captures.token or load_or_create_token(token_file,
+                                                                   private_dir=not config.captures.token_file)
+        self.token_file = None if config.captures.token else token_file
         if self.token_file is not None:
             log.info("capture token (bearer for POST /api/v1/capture): %s", self.token_file)
         self.evictions = EvictionLog()  # who evicted whom, for /api/v1/kv/evictions
@@ -159,7 +158,7 @@ class Agent:
             interval_ns = int(gpu_config.interval_s * 1e9)
             try:
                 self.tracing = TracingHook.from_config(
-                    config.tracing, config.model_name, self.state.counters, kernels_for_request=self.state.kernel_by_request.get,
+                    config.tracing, config.exposition.model_name, self.state.counters, kernels_for_request=self.state.kernel_by_request.get,
                     gpu_for_step=lambda start, end: covering_samples(self.gpu.recent(), start, end, interval_ns),
                     resource=self.resource)
             except ValueError as exc:  # e.g. grpc asked for but not installed
@@ -177,12 +176,12 @@ class Agent:
             add(CollectorOnly("tracing", self.otlp_receiver.collector()))
         # -- vLLM's KV cache events (opt-in): translated into the kv_events frame each poll ----------
         self.vllm_kv = None
-        if config.vllm_kv_events:
+        if config.vllm_kv.enabled:
             from infersight.sources.vllm_kv_events import VllmKVSubscriber  # zmq when asked
             from infersight.sources.vllm_kv_metrics import VllmKVCollector
 
             try:
-                self.vllm_kv = VllmKVSubscriber(config.vllm_kv_config(),
+                self.vllm_kv = VllmKVSubscriber(config.vllm_kv.subscriber(),
                                                 wall_anchor=lambda: self.state.wall_anchor)
             except ValueError as exc:  # the endpoint is busy or not an address of this host
                 raise ConfigError(str(exc)) from None

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infersight.agent.config import AgentConfig
+from infersight.agent.slow_config import SlowRequestConfig
 from infersight.correlate import slow_causes, slow_rule
 
 
 class SlowJudge:
-    def __init__(self, config: AgentConfig) -> None:
-        self.rule = slow_rule.SlowRule(config.slow_quantile, config.slow_window, config.min_requests_for_p99,
+    def __init__(self, config: SlowRequestConfig) -> None:
+        self.rule = slow_rule.SlowRule(config.quantile, config.window, config.min_requests_for_p99,
                                        config.slo_ttft_s, config.slo_itl_s, config.slo_e2e_s)
         self.window = pd.DataFrame()  # slow_features of the last slow_window finished requests
 

@@ -58,16 +58,16 @@ class AgentState:
         self.counters = {spec.name: LabelledCounter() for spec in C.CATALOGUE if spec.kind == "counter"}
         self.histograms = {spec.name: LabelledHistogram(spec.buckets or ()) for spec in C.CATALOGUE
                            if spec.kind == "histogram"}
-        self.energy_account = EnergyAccount(self.counters, tuple(config.energy_gpus),
-                                            wait_s=max(5.0, 4 * config.gpu_interval_s))
+        self.energy_account = EnergyAccount(self.counters, config.gpu.energy_gpus,
+                                            wait_s=max(5.0, 4 * config.gpu.interval_s))
         self.steps = StepFold(self.counters, self.histograms, self.energy_account)
         self.kv = KvFold(self.counters, self.histograms)
         self.experts = ExpertFold()
-        self.prefix = PrefixFold(self.counters, config.retain_requests)
+        self.prefix = PrefixFold(self.counters, config.retention.requests)
         self.spec = SpecFold(self.counters)
         self.network_hold = NetworkHold()
-        self.judge = SlowJudge(config)
-        self.ledger = RequestLedger(self.counters, self.histograms, config.retention_bytes, self.steps,
+        self.judge = SlowJudge(config.slow)
+        self.ledger = RequestLedger(self.counters, self.histograms, config.retention.rows_bytes, self.steps,
                                     self.energy_account, self.network_hold, self.kv, self.spec, self.judge,
                                     self._kernel_seconds_of, self._emit_rows)
         self._no_request_events = EventFrames().request_events  # releases held rows without new events
@@ -93,7 +93,7 @@ class AgentState:
 
     @property
     def finished(self) -> FinishedRows:
-        """The last finished requests' rows, oldest first, within retention_bytes (frames, or dicts when iterated)."""
+        """The last finished requests' rows, oldest first, within retention.rows_bytes (frames, or dicts when iterated)."""
         return self.ledger.finished
 
     @property
@@ -221,7 +221,7 @@ class AgentState:
     def add_kernel_summaries(self, summaries: dict[int, dict[str, object]]) -> None:
         with self.lock:
             self.kernel_by_request.update(summaries)
-            while len(self.kernel_by_request) > self.config.retain_requests:
+            while len(self.kernel_by_request) > self.config.retention.requests:
                 self.kernel_by_request.popitem(last=False)
 
     def set_gpu_summary(self, status: str, phases: list[dict[str, object]]) -> None:

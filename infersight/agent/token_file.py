@@ -14,7 +14,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from infersight.agent.config import ConfigError
+from infersight.config_error import ConfigError
 
 #: A token file longer than this is not one of ours.
 MAX_TOKEN_BYTES = 4096

@@ -24,6 +24,7 @@ from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 from infersight.correlate import moe, spec_speedup
 from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
+from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.exporters.target_info import TargetInfoCollector
 from infersight.gpu.exposition import gpu_metric_families
 
@@ -32,10 +33,9 @@ if TYPE_CHECKING:
 
 
 class ExpositionSettings(Protocol):
-    max_expert_series: int
-    top_hot_pairs: int
-    vllm_compat: bool
-    model_name: str
+    """What the collector reads of the agent's config."""
+
+    exposition: ExpositionConfig
 
 
 class MetricSource(Protocol):
@@ -94,13 +94,13 @@ class AgentCollector(Collector):
     def __init__(self, state: MetricSource, gpu: "GpuSampler | None" = None) -> None:
         self.state = state
         self.gpu = gpu
-        self.identity = {C.MODEL_LABEL: state.config.model_name}  # the engine families' identity labels
+        self.identity = {C.MODEL_LABEL: state.config.exposition.model_name}  # the engine families' identity labels
 
     def _id(self, spec: MetricSpec) -> tuple[tuple[str, str], ...]:
         return identity_values(spec, self.identity)
 
     def collect(self) -> Iterator[Metric]:
-        state, cfg = self.state, self.state.config
+        state, cfg = self.state, self.state.config.exposition
         with state.lock:
             for spec in C.CATALOGUE:
                 if spec in C.GPU_METRICS:  # rendered from the sampler by gpu_metric_families

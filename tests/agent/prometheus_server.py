@@ -16,6 +16,7 @@ from agent_workload import free_port, make_engine, run_workload, unique_ring
 from testkit import needs_service
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.slow_config import SlowRequestConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 
@@ -110,7 +111,8 @@ def scraped_workload(tmp: Path, tag: str, job: str, settle_s: float = 0.0,
     engine, probe = make_engine(ring, nvtx=recorder is not None)
     # min_requests_for_p99=2: with six requests the slow-request attribution has something to do.
     # recorder: the flight recorder on, with its windows in the probe's capture directory.
-    agent = Agent(AgentConfig(rings=[ring], port=0, min_requests_for_p99=2, flight_recorder=recorder))
+    agent = Agent(AgentConfig(rings=[ring], port=0, flight_recorder=recorder,
+                              slow=SlowRequestConfig(min_requests_for_p99=2)))
     agent.start_http()
     proc = None
     try:

@@ -59,7 +59,7 @@ def test_bad_energy_gpus_is_a_usage_error(gpus: str) -> None:
 @pytest.mark.parametrize("flag,value", [("--slow-quantile", "1.5"), ("--slo-e2e-s", "0")])
 def test_bad_slow_rule_is_a_usage_error(flag: str, value: str) -> None:
     line = assert_one_line_error(run_agent("--ring", "infersight-unused", flag, value))
-    assert "quantile" in line or "slo_e2e_s" in line
+    assert flag in line  # the message names the flag
 
 
 def test_the_retention_budget_is_a_flag_the_agent_states() -> None:

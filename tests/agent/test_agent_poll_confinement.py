@@ -14,6 +14,9 @@ import zmq
 from testkit import free_port
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.gpu_config import GpuConfig
+from infersight.sources.vllm_kv_config import VllmKvConfig
 from infersight.agent.service import Agent
 from infersight.sources import vllm_kv_events
 
@@ -29,7 +32,8 @@ def _samples(text: str) -> dict[str, float]:
 def test_a_source_that_raises_is_counted_and_the_others_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    agent = Agent(AgentConfig(port=0, token_file=str(tmp_path / "token"), gpu_source="none", vllm_kv_events=endpoint))
+    agent = Agent(AgentConfig(port=0, captures=CaptureConfig(token_file=str(tmp_path / "token")),
+                              gpu=GpuConfig(source="none"), vllm_kv=VllmKvConfig(events=endpoint)))
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)  # vLLM's side: connects to the endpoint the agent binds
     pub.setsockopt(zmq.LINGER, 0)

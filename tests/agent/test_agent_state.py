@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.agent import report
 from infersight.agent.config import AgentConfig
+from infersight.agent.retention_config import RetentionConfig
 from infersight.agent.server import build_app
 from infersight.agent.service import Agent
 from infersight.correlate.requests import PARTS
@@ -173,7 +174,7 @@ def test_summary_requests_counts_beyond_retention() -> None:
     poll's rows keeps none of them (whole frames go, oldest first): the counts still say 5."""
     ring = unique_ring("retain")
     engine, probe = make_engine(ring)
-    agent = Agent(AgentConfig(rings=[ring], port=0, retention_bytes=1))
+    agent = Agent(AgentConfig(rings=[ring], port=0, retention=RetentionConfig(rows_bytes=1)))
     try:
         for i in range(5):
             engine.add_request(f"req {i}", SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))

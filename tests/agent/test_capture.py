@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.capture_config import CaptureConfig
 from infersight.agent.service import Agent
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
@@ -28,7 +29,8 @@ def setup(tmp_path):
     name = f"infersight-captest-{os.getpid()}-{time.monotonic_ns()}"
     probe = ProbeObserver(ProbeConfig(ring_name=name, capture_dir=str(tmp_path / "captures")))
     engine = Engine(EngineConfig(model=TINY), probe)
-    agent = Agent(AgentConfig(rings=[name], port=0, token_file=str(tmp_path / "token"), capture_min_interval_s=3600))
+    agent = Agent(AgentConfig(rings=[name], port=0,
+                              captures=CaptureConfig(token_file=str(tmp_path / "token"), min_interval_s=3600)))
     agent.poll_once()
     agent.start_http()
     yield engine, agent, probe, tmp_path

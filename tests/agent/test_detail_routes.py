@@ -9,6 +9,8 @@ from agent_workload import make_engine, run_workload, unique_ring
 from probe_tee import ProbeTee
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.service import Agent
 
 
@@ -17,8 +19,9 @@ def live(tmp_path_factory):
     ring = unique_ring("detail")
     engine, probe = make_engine(ring)
     tee = ProbeTee.attach(probe)
-    agent = Agent(AgentConfig(rings=[ring], port=0, token_file=str(tmp_path_factory.mktemp("tok") / "token"),
-                              gpu_source="none"))
+    agent = Agent(AgentConfig(rings=[ring], port=0,
+                              captures=CaptureConfig(token_file=str(tmp_path_factory.mktemp("tok") / "token")),
+                              gpu=GpuConfig(source="none")))
     try:
         work = run_workload(engine, agent.poll_once)
         agent.poll_once()

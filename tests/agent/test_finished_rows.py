@@ -129,6 +129,7 @@ def test_the_agents_retention_stays_within_its_budget_on_a_small_workload() -> N
 
     from infersight.agent import report
     from infersight.agent.config import AgentConfig
+    from infersight.agent.retention_config import RetentionConfig
     from infersight.agent.service import Agent
     from infersight.bench.agent import synthetic_workload
     from infersight.probes.config import ProbeConfig
@@ -136,7 +137,7 @@ def test_the_agents_retention_stays_within_its_budget_on_a_small_workload() -> N
 
     ring, budget, total = unique_ring("retention"), 16 << 10, 240
     probe = ProbeObserver(ProbeConfig(ring_name=ring, nvtx=False))
-    agent = Agent(AgentConfig(rings=[ring], port=0, retention_bytes=budget))
+    agent = Agent(AgentConfig(rings=[ring], port=0, retention=RetentionConfig(rows_bytes=budget)))
     try:
         agent.poll_once()
         step = 0

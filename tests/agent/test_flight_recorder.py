@@ -13,6 +13,8 @@ from prometheus_client import generate_latest
 
 from infersight.agent import report
 from infersight.agent.config import AgentConfig
+from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.cli import main
@@ -44,8 +46,8 @@ def start(tmp_path, recorder: RecorderConfig, **agent: object) -> Run:
     ring = unique_ring("rec")
     probe = ProbeObserver(ProbeConfig(ring_name=ring, capture_dir=str(tmp_path / "captures")))
     engine = Engine(EngineConfig(model=TINY), probe)
-    cfg = AgentConfig(rings=[ring], port=0, gpu_source="none", token_file=str(tmp_path / "token"),
-                      capture_min_interval_s=0.0, flight_recorder=recorder, **agent)  # type: ignore[arg-type]
+    cfg = AgentConfig(rings=[ring], port=0, flight_recorder=recorder, **agent, gpu=GpuConfig(source="none"),
+                      captures=CaptureConfig(token_file=str(tmp_path / "token"), min_interval_s=0.0))  # type: ignore[arg-type]
     return Run(Agent(cfg), probe, engine)
 
 

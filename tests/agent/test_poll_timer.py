@@ -8,6 +8,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.poll_timer import PollTimer
 from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
@@ -25,8 +27,9 @@ def test_buckets_are_cumulative_and_the_sum_is_exact() -> None:
 
 
 def test_an_agent_counts_every_poll_on_metrics(tmp_path: Path) -> None:
-    agent = Agent(AgentConfig(rings=["infersight-poll-timer-none"], port=0, token_file=str(tmp_path / "token"),
-                              gpu_source="none"))  # a ring that is not there: the polls still run
+    agent = Agent(AgentConfig(rings=["infersight-poll-timer-none"], port=0,
+                              captures=CaptureConfig(token_file=str(tmp_path / "token")),
+                              gpu=GpuConfig(source="none")))  # a ring that is not there: the polls still run
     try:
         for _ in range(7):
             agent.poll_once()

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testkit import unique_ring
 
 from infersight.agent.config import AgentConfig, ConfigError
+from infersight.agent.limits_config import RecordLimits
 from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
 from infersight.probes.config import ProbeConfig
@@ -26,7 +27,7 @@ def pair():
     def make(**limits: int) -> tuple[ProbeObserver, Agent]:
         ring = unique_ring("limits")
         probe = ProbeObserver(ProbeConfig(ring_name=ring, ring_capacity=1 << 14, nvtx=False, max_task_labels=60_000))
-        agent = Agent(AgentConfig(rings=[ring], port=0, **limits))
+        agent = Agent(AgentConfig(rings=[ring], port=0, limits=RecordLimits(**limits)))
         made.append((probe, agent))
         return probe, agent
 
@@ -114,5 +115,5 @@ def test_unknown_event_codes_are_refused_not_decoded(pair) -> None:
 
 @pytest.mark.parametrize("name", ["max_task_labels", "max_moe_layers", "max_moe_experts"])
 def test_limits_must_be_positive(name: str) -> None:
-    with pytest.raises(ConfigError, match=name):
-        AgentConfig(rings=["x"], **{name: 0})
+    with pytest.raises(ConfigError, match="--" + name.replace("_", "-")):
+        RecordLimits(**{name: 0})

@@ -18,6 +18,7 @@ from agent_workload import make_engine, run_workload, unique_ring  # noqa: E402
 
 from infersight.agent import report  # noqa: E402
 from infersight.agent.config import AgentConfig  # noqa: E402
+from infersight.agent.slow_config import SlowRequestConfig
 from infersight.agent.service import Agent  # noqa: E402
 
 
@@ -27,7 +28,8 @@ def run_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("run")
     ring = unique_ring("report")
     engine, probe = make_engine(ring)
-    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(out), min_requests_for_p99=2))
+    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(out),
+                              slow=SlowRequestConfig(min_requests_for_p99=2)))
     try:
         run_workload(engine, agent.poll_once)
         agent.poll_once()

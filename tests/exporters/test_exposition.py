@@ -18,6 +18,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.slow_config import SlowRequestConfig
+from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.service import Agent
 from infersight.agent.state import AgentState
 from infersight.exporters import catalogue as C
@@ -49,7 +51,7 @@ def inproc():
     ring = unique_ring("expo")
     engine, probe = make_engine(ring)
     # min_requests_for_p99=2: with six requests the slow-request attribution has something to do.
-    agent = Agent(AgentConfig(rings=[ring], port=0, min_requests_for_p99=2))
+    agent = Agent(AgentConfig(rings=[ring], port=0, slow=SlowRequestConfig(min_requests_for_p99=2)))
     agent.start_http()
     try:
         work = run_workload(engine, agent.poll_once)
@@ -129,7 +131,7 @@ def test_promtool_finds_nothing(inproc) -> None:
 def test_promtool_over_the_expert_cap(inproc) -> None:
     """The other MoE shape: layers x experts over max_expert_series (layer="all" + hot pairs)."""
     _, agent, _, _ = inproc
-    state = AgentState(AgentConfig(rings=["unused"], max_expert_series=4, top_hot_pairs=3))
+    state = AgentState(AgentConfig(rings=["unused"], exposition=ExpositionConfig(max_expert_series=4, top_hot_pairs=3)))
     state.expert_tokens = agent.state.expert_tokens.copy()
     text = generate_latest(build_registry(state)).decode()
     res = promtool_check(text)
@@ -151,7 +153,7 @@ def test_hot_pairs_under_the_expert_cap_too(inproc) -> None:
     """Under the cap every pair has its own series, and the hottest pairs their gauge as well (the
     dashboards' hottest-pairs panel reads only the gauge)."""
     _, agent, _, _ = inproc
-    state = AgentState(AgentConfig(rings=["unused"], top_hot_pairs=3))
+    state = AgentState(AgentConfig(rings=["unused"], exposition=ExpositionConfig(top_hot_pairs=3)))
     state.expert_tokens = agent.state.expert_tokens.copy()
     fams = _families(generate_latest(build_registry(state)).decode())
     m = state.expert_tokens

@@ -16,6 +16,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.service import Agent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
@@ -77,8 +78,8 @@ def pod(request):
         env.setenv("OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=vllm-a,k8s.namespace.name=inference")
         ring = unique_ring("gpupod")
         engine, probe = make_engine(ring)
-        agent = Agent(AgentConfig(rings=[ring], port=0, gpu_source="dcgm-exporter", gpu_url=exporter.url,
-                                  gpu_interval_s=60))  # the test takes the readings itself
+        agent = Agent(AgentConfig(rings=[ring], port=0,
+                                  gpu=GpuConfig(source="dcgm-exporter", url=exporter.url, interval_s=60)))  # the test takes the readings itself
         polls = [0]
 
         def poll() -> None:

@@ -12,6 +12,7 @@ from serve_fixtures import MODEL, Harness
 
 from infersight.agent import state as agent_state
 from infersight.agent.config import AgentConfig
+from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.state import AgentState
 from infersight.correlate.frames import EventFrames, join_texts
 from infersight.correlate.requests import request_table
@@ -79,7 +80,8 @@ def _without_network(frames: EventFrames) -> EventFrames:
 def test_agent_holds_served_rows_until_their_network_record(served: tuple[Harness, EventFrames]) -> None:
     _, frames = served
     seen: list[pd.DataFrame] = []
-    state = AgentState(AgentConfig(rings=["x"], model_name=MODEL), on_rows=lambda rows, events: seen.append(rows))
+    state = AgentState(AgentConfig(rings=["x"],
+                                   exposition=ExpositionConfig(model_name=MODEL)), on_rows=lambda rows, events: seen.append(rows))
     state.ingest(_without_network(frames))  # FINISHED read, NETWORK not yet written
     assert len(state.finished) == 0 and not seen
     state.ingest(EventFrames(network=frames.network))  # the next read brings it
@@ -91,7 +93,7 @@ def test_agent_holds_served_rows_until_their_network_record(served: tuple[Harnes
 def test_a_lost_network_record_releases_the_row_after_a_wait(served: tuple[Harness, EventFrames],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     _, frames = served
-    state = AgentState(AgentConfig(rings=["x"], model_name=MODEL))
+    state = AgentState(AgentConfig(rings=["x"], exposition=ExpositionConfig(model_name=MODEL)))
     state.ingest(_without_network(frames))
     assert len(state.finished) == 0
     monkeypatch.setattr(agent_state, "NETWORK_WAIT_S", 0.0)
@@ -105,7 +107,7 @@ def test_requests_not_served_over_http_are_not_held() -> None:
         h.engine.add_request("direct", SamplingParams(max_tokens=3, ignore_eos=True))
         while h.engine.has_unfinished():
             h.engine.step()
-        state = AgentState(AgentConfig(rings=["x"], model_name=MODEL))
+        state = AgentState(AgentConfig(rings=["x"], exposition=ExpositionConfig(model_name=MODEL)))
         state.ingest(h.read_frames())
         assert len(state.finished) == 1
 

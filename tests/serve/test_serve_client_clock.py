@@ -25,6 +25,8 @@ import pytest
 from serve_fixtures import MODEL, Harness, real_server
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.slow_config import SlowRequestConfig
+from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.state import AgentState
 from infersight.correlate.frames import EventFrames
 from infersight.serve.config import ServeConfig
@@ -71,7 +73,8 @@ def served() -> tuple[dict[int, tuple[int, int]], int, EventFrames]:
 
 
 def agent_rows(frames: EventFrames) -> pd.DataFrame:
-    state = AgentState(AgentConfig(rings=["unused"], model_name=MODEL, min_requests_for_p99=NORMAL))
+    state = AgentState(AgentConfig(rings=["unused"], exposition=ExpositionConfig(model_name=MODEL),
+                                   slow=SlowRequestConfig(min_requests_for_p99=NORMAL)))
     state.ingest(frames)
     return pd.DataFrame(list(state.finished)).set_index("request_id")
 

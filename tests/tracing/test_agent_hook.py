@@ -14,6 +14,7 @@ from prometheus_client import generate_latest
 from serve_fixtures import MODEL, Harness
 
 from infersight.agent.config import AgentConfig
+from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.service import Agent
 from infersight.serve.config import ServeConfig
 from infersight.tracing import hook as hook_module
@@ -35,8 +36,8 @@ def test_agent_poll_builds_spans_and_serves_the_counters(monkeypatch: pytest.Mon
                     assert r.status_code == 200
         asyncio.run(go())
         h.wait_idle()
-        agent = Agent(AgentConfig(rings=[h.ring], port=0, model_name=MODEL,
-                                  tracing=TracingConfig(otlp_endpoint="http://127.0.0.1:1")))
+        agent = Agent(AgentConfig(rings=[h.ring], port=0, tracing=TracingConfig(otlp_endpoint="http://127.0.0.1:1"),
+                                  exposition=ExpositionConfig(model_name=MODEL)))
         try:
             agent.poll_once()
             agent.tracing.flush()
@@ -78,8 +79,8 @@ def test_request_spans_carry_the_kernel_summary_of_a_capture(monkeypatch: pytest
             return ids
         ids = asyncio.run(go())
         h.wait_idle()
-        agent = Agent(AgentConfig(rings=[h.ring], port=0, model_name=MODEL,
-                                  tracing=TracingConfig(otlp_endpoint="http://127.0.0.1:1")))
+        agent = Agent(AgentConfig(rings=[h.ring], port=0, tracing=TracingConfig(otlp_endpoint="http://127.0.0.1:1"),
+                                  exposition=ExpositionConfig(model_name=MODEL)))
         try:
             agent.state.add_kernel_summaries({ids[0]: {"kernel_ns": 1234, "top": [
                 {"category": "GEMM", "kernel_ns": 1000, "share": 0.81}, {"category": "norm", "kernel_ns": 234,

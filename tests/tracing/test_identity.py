@@ -15,6 +15,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.gpu_config import GpuConfig
+from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.service import Agent
 from infersight.bench.serving import OtlpSink
 from infersight.exporters import catalogue as C
@@ -100,8 +102,9 @@ def pod_agent():
         sink = OtlpSink(keep_bodies=True)
         ring = unique_ring("identity")
         engine, probe = make_engine(ring)
-        agent = Agent(AgentConfig(rings=[ring], port=0, model_name=MODEL, gpu_source="none",
-                                  tracing=TracingConfig(otlp_endpoint=sink.url, otlp_metrics=True)))
+        agent = Agent(AgentConfig(rings=[ring], port=0,
+                                  tracing=TracingConfig(otlp_endpoint=sink.url, otlp_metrics=True),
+                                  exposition=ExpositionConfig(model_name=MODEL), gpu=GpuConfig(source="none")))
         agent.start_http()
         try:
             work = run_workload(engine, agent.poll_once)

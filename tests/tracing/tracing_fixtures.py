@@ -9,6 +9,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from serve_fixtures import MODEL, Harness
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.slow_config import SlowRequestConfig
+from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.state import AgentState
 from infersight.tracing.exporter import SpanPipeline
 from infersight.tracing.hook import TracingHook
@@ -23,8 +25,8 @@ class AgentSide:
 
     def __post_init__(self) -> None:
         self.hook = TracingHook(SpanPipeline.build(self.memory, batch=False), MODEL, self.ratio, self.export_content)
-        self.state = AgentState(AgentConfig(rings=["unused"], model_name=MODEL,
-                                            min_requests_for_p99=self.min_requests_for_p99), on_rows=self.hook.add_rows)
+        self.state = AgentState(AgentConfig(rings=["unused"], exposition=ExpositionConfig(model_name=MODEL),
+                                            slow=SlowRequestConfig(min_requests_for_p99=self.min_requests_for_p99)), on_rows=self.hook.add_rows)
 
     def poll(self, harness: Harness) -> None:
         frames = harness.read_frames()

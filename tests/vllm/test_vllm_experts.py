@@ -25,6 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from testkit import free_port
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.gpu_config import GpuConfig
+from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.service import Agent
 from infersight.probes.ring import list_rings
 from infersight.vllm.launch import VllmServer, VllmServerConfig
@@ -96,8 +99,9 @@ def served(tiny_mixtral: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
                               env={"INFERSIGHT_EXPERT_COUNTS": "1"})
     with VllmServer(config, log_path=tmp / "vllm.log") as server:
         agent = Agent(AgentConfig(rings=[_worker_ring(server)], port=free_port(), poll_interval_s=0.05,
-                                  parquet_dir=str(tmp / "agent"), gpu_source="none",
-                                  max_expert_series=MAX_EXPERT_SERIES, token="test"))
+                                  parquet_dir=str(tmp / "agent"), gpu=GpuConfig(source="none"),
+                                  exposition=ExpositionConfig(max_expert_series=MAX_EXPERT_SERIES),
+                                  captures=CaptureConfig(token="test")))
         thread = threading.Thread(target=agent.run, daemon=True)
         thread.start()
         agent_url = f"http://127.0.0.1:{agent.port}"
@@ -160,7 +164,7 @@ def test_prometheus_series_are_bounded_by_max_expert_series(served: dict, worklo
     assert sorted((s.labels["layer"], s.labels["expert"]) for s in tokens) == [("all", str(e)) for e in range(N_EXPERTS)]
     assert {s.labels["expert"]: s.value for s in tokens} == {str(e): float(matrix[:, e].sum()) for e in range(N_EXPERTS)}
     hot = fams["infersight_moe_hot_expert_tokens"].samples
-    assert 0 < len(hot) <= served["agent"].config.top_hot_pairs
+    assert 0 < len(hot) <= served["agent"].config.exposition.top_hot_pairs
     assert all(s.value == float(matrix[int(s.labels["layer"]), int(s.labels["expert"])]) for s in hot)
 
 

@@ -20,6 +20,9 @@ from kv_fake_vllm import (
 from testkit import free_port
 
 from infersight.agent.config import AgentConfig, ConfigError
+from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.gpu_config import GpuConfig
+from infersight.sources.vllm_kv_config import VllmKvConfig
 from infersight.agent.service import Agent
 from infersight.sources import vllm_kv_wire as wire
 from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber, subscriber_plan
@@ -294,8 +297,8 @@ def _without_model_name(key: str) -> str:
 
 def test_the_agent_serves_the_translated_events_and_keeps_serving_through_garbage(tmp_path) -> None:
     endpoint, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    agent = Agent(AgentConfig(port=0, token_file=str(tmp_path / "token"), gpu_source="none",
-                              vllm_kv_events=endpoint, vllm_kv_replay=replay))
+    agent = Agent(AgentConfig(port=0, captures=CaptureConfig(token_file=str(tmp_path / "token")),
+                              gpu=GpuConfig(source="none"), vllm_kv=VllmKvConfig(events=endpoint, replay=replay)))
     fake = FakeVllm(endpoint, replay, agent.vllm_kv)
     try:
         agent.start_http()
@@ -330,14 +333,15 @@ def test_the_agent_serves_the_translated_events_and_keeps_serving_through_garbag
 
 def test_a_busy_or_bad_endpoint_is_a_config_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="tcp://HOST:PORT"):
-        AgentConfig(vllm_kv_events="localhost:5557")
+        AgentConfig(vllm_kv=VllmKvConfig(events="localhost:5557"))
     with pytest.raises(ConfigError, match="needs --vllm-kv-events"):
-        AgentConfig(rings=["x"], vllm_kv_replay="tcp://127.0.0.1:5558")
+        AgentConfig(rings=["x"], vllm_kv=VllmKvConfig(replay="tcp://127.0.0.1:5558"))
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     holder = VllmKVSubscriber(VllmKVEventsConfig(endpoint))
     try:
         with pytest.raises(ConfigError, match="cannot bind"):
-            Agent(AgentConfig(port=0, token_file=str(tmp_path / "token"), gpu_source="none", vllm_kv_events=endpoint))
+            Agent(AgentConfig(port=0, captures=CaptureConfig(token_file=str(tmp_path / "token")),
+                              gpu=GpuConfig(source="none"), vllm_kv=VllmKvConfig(events=endpoint)))
     finally:
         holder.close()
 
@@ -359,9 +363,10 @@ def test_the_cli_refuses_a_bad_or_busy_endpoint_in_one_line() -> None:
 
 def test_the_replay_timeout_flag_reaches_the_sequencer_and_a_bad_one_is_one_line(tmp_path) -> None:
     with pytest.raises(ConfigError, match="--vllm-kv-replay-timeout must be between 0.01 and 60 s"):
-        AgentConfig(vllm_kv_events=f"tcp://127.0.0.1:{free_port()}", vllm_kv_replay_timeout_s=0)
-    agent = Agent(AgentConfig(port=0, token_file=str(tmp_path / "token"), gpu_source="none",
-                              vllm_kv_events=f"tcp://127.0.0.1:{free_port()}", vllm_kv_replay_timeout_s=7.5))
+        AgentConfig(vllm_kv=VllmKvConfig(events=f"tcp://127.0.0.1:{free_port()}", replay_timeout_s=0))
+    agent = Agent(AgentConfig(port=0, captures=CaptureConfig(token_file=str(tmp_path / "token")),
+                              gpu=GpuConfig(source="none"),
+                              vllm_kv=VllmKvConfig(events=f"tcp://127.0.0.1:{free_port()}", replay_timeout_s=7.5)))
     try:
         assert agent.vllm_kv.seq.timeout_s == 7.5
     finally:

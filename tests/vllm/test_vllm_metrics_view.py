@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 from vllm_exposition_reader import TextServer, assert_view_matches, read_samples, total, values
 
 from infersight.agent.config import AgentConfig
+from infersight.sources.vllm_server_config import VllmServerConfig
 from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
 from infersight.exporters.scraped_view import MergedCollector, ScrapedView
@@ -35,7 +36,7 @@ def served() -> Iterator[tuple[TextServer, list[tuple[int, str, float]]]]:
 def agent_on(url: str, background: bool = False) -> Agent:
     """An agent serving HTTP; unless background, its scraper thread is stopped at once and the test
     drives the scrapes itself (the thread may have made one attempt before)."""
-    agent = Agent(AgentConfig(vllm_url=url, port=0, vllm_metrics_interval_s=0.5))
+    agent = Agent(AgentConfig(port=0, vllm_server=VllmServerConfig(url=url, metrics_interval_s=0.5)))
     agent.start_http()
     if not background:
         agent.vllm_metrics.stop()
@@ -65,7 +66,7 @@ def test_the_public_vllm_scrape_is_served_under_our_names(served) -> None:
                     and k[0].endswith("_count")]
         assert not [k for k in ours if "engine" in {name for name, _ in k[1]}]
         # model_name is the agent's own identity label (its served model), the same on every series
-        assert {v for k in ours for name, v in k[1] if name == "model_name"} == {agent.config.model_name}
+        assert {v for k in ours for name, v in k[1] if name == "model_name"} == {agent.config.exposition.model_name}
         assert total(ours, "infersight_source_scrape_errors_total") == 0
     finally:
         agent.close()

@@ -36,7 +36,7 @@ class RequestLedger:
         self.counters, self.histograms = counters, histograms
         self.steps, self.energy, self.network, self.kv, self.spec, self.judge = steps, energy, network, kv, spec, judge
         self.kernel_seconds, self.emit = kernel_seconds, emit
-        self.finished = FinishedRows(sys.maxsize, retention_bytes)  # bounded by bytes (AgentConfig.retention_bytes)
+        self.finished = FinishedRows(sys.maxsize, retention_bytes)  # bounded by bytes (AgentConfig.retention.rows_bytes)
         self.new_rows: list[pd.DataFrame] = []  # rows not yet handed to the Parquet sink
         self.open_events = EventFrames().request_events
         self.requests_seen = 0
