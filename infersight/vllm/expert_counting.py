@@ -57,12 +57,17 @@ class ExpertCounter:
     def count(self, row: int, topk_ids: torch.Tensor) -> None:
         """Add one layer's routing decision: ``topk_ids`` [tokens, top_k], the experts each token goes
         to. Static shapes only (no bincount, whose length depends on the data), so Dynamo can put it
-        in a full graph; ``_compare`` is fixed at construction, so tracing bakes one branch."""
+        in a full graph; ``_compare`` is fixed at construction, so tracing bakes one branch.
+
+        An id of -1 is not counted: vLLM's routers give padding rows (CUDA-graph or data-parallel
+        padding, VLLM_MOE_SKIP_PADDING, on by default; fused and grouped top-k in 0.32-0.34) expert -1.
+        The comparison matches no expert for it; index_add_ would raise (a device assert on CUDA), so
+        there it is added as 0 at index 0."""
         if self._compare:
             self.counts[row] += (topk_ids.reshape(-1, 1) == self._expert_ids).sum(0)
         else:
             flat = topk_ids.reshape(-1)
-            self.counts[row].index_add_(0, flat, torch.ones_like(flat, dtype=torch.int64))
+            self.counts[row].index_add_(0, flat.clamp(min=0), (flat >= 0).to(torch.int64))
 
 
 class CountsReader:

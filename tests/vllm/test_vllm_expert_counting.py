@@ -79,6 +79,18 @@ def test_counts_match_a_naive_count_exactly() -> None:
     assert counter.counts.tolist() == [[4, 6, 6, 4], [6, 6, 4, 4]]
 
 
+@pytest.mark.parametrize("n_experts", [4, COMPARE_MAX_EXPERTS + 8])  # compare-and-sum, then index_add_
+def test_padding_rows_routed_to_minus_one_are_not_counted(n_experts: int) -> None:
+    """vLLM's routers route padding rows to expert -1 (VLLM_MOE_SKIP_PADDING): they count nothing,
+    and index_add_ is not given an index it would raise on."""
+    ids = [[1, 3], [-1, -1], [3, 0], [-1, -1]]  # tokens x top_k: rows 1 and 3 are padding
+    counter = ExpertCounter([0], n_experts)
+    counter.count(0, torch.tensor(ids))
+    naive = [sum(1 for r in ids for e in r if e == x) for x in range(n_experts)]
+    assert counter.counts[0].tolist() == naive
+    assert sum(naive) == 4
+
+
 # compare-and-sum (inductor on it runs in the live vLLM test; aot_eager here is quicker), then index_add_
 @pytest.mark.parametrize(("n_experts", "backend"), [(8, "aot_eager"), (COMPARE_MAX_EXPERTS + 8, "inductor")])
 def test_counts_are_the_same_under_torch_compile_fullgraph(n_experts: int, backend: str) -> None:
