@@ -1,5 +1,6 @@
 """The agent and probe alerts under `promtool test rules`: the agent down or absent, an agent that
-reads no ring or fewer rings than before, probe events dropped or lost. Each fires for the sick
+reads no ring or fewer rings than before, an engine that died without closing its ring, probe
+events dropped or lost. Each fires for the sick
 agent and stays silent for the healthy one beside it; the numbers are worked out in comments."""
 from __future__ import annotations
 
@@ -74,6 +75,15 @@ def test_probe_ring_gone(files: list[Path], tmp_path: Path) -> None:
               _ring(HEALTHY, "r3", counter_values([(30, 10)]) + " stale"),
               _ring(HEALTHY, "r4", "_x30 " + counter_values([(20, 10)]))]
     run_case(tmp_path, files, series, "InfersightProbeRingGone", [("25m", []), ("35m", [(SICK, 2)]), ("45m", [])])
+
+
+def test_engine_died(files: list[Path], tmp_path: Path) -> None:
+    # The sick agent's engine is killed at 20m: the counter of dead rings steps 0 -> 1 (its successor
+    # writes a new ring: the ring count never drops). Over 15 minutes: 1 at 25m; out of the window at
+    # 40m. The healthy agent counts none.
+    series = [{"series": selector(C.PROBE_RINGS_DEAD.sample, SICK), "values": "0x20 1x20"},
+              {"series": selector(C.PROBE_RINGS_DEAD.sample, HEALTHY), "values": "0x40"}]
+    run_case(tmp_path, files, series, "InfersightEngineDied", [("15m", []), ("25m", [(SICK, 1.0)]), ("40m", [])])
 
 
 def test_probe_events_dropped(files: list[Path], tmp_path: Path) -> None:

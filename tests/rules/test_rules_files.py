@@ -31,7 +31,7 @@ SCENARIOS = {
     "InfersightPreemptionStorm", "InfersightKVCachePressure", "InfersightMoEImbalance",
     "InfersightSpeculationAcceptanceCollapse", "InfersightFlightRecorderOverBudget",  # test_rules_engine_alerts.py
     "InfersightAgentDown", "InfersightAgentAbsent", "InfersightNoProbeRing", "InfersightProbeRingGone",
-    "InfersightProbeEventsDropped", "InfersightProbeEventsLost",  # test_rules_agent_alerts.py
+    "InfersightEngineDied", "InfersightProbeEventsDropped", "InfersightProbeEventsLost",  # test_rules_agent_alerts.py
     "InfersightGpuXidError", "InfersightGpuThermalThrottling", "InfersightGpuPowerThrottling",  # test_rules_gpu_alerts.py
 }
 
@@ -65,7 +65,7 @@ def test_prometheus_rule_holds_the_same_groups(written: list[Path]) -> None:
 
 
 def test_every_series_is_named_by_the_catalogue(written: list[Path]) -> None:
-    families = {m.name for m in C.CATALOGUE}
+    families = {m.name for m in C.CATALOGUE + C.AGENT_SERVICE_METRICS}  # the agent serves both
     dcgm = {s.name for s in DCGM_SERIES}
     recorded = {r["record"] for r in _rules(written) if "record" in r}
     record_name = r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b"
@@ -80,7 +80,7 @@ def test_every_series_is_named_by_the_catalogue(written: list[Path]) -> None:
 
 
 def test_recording_rules_are_level_metric_operations(written: list[Path]) -> None:
-    families = {m.name for m in C.CATALOGUE}
+    families = {m.name for m in C.CATALOGUE + C.AGENT_SERVICE_METRICS}  # the agent serves both
     names = [r["record"] for r in _rules(written) if "record" in r]
     assert len(names) == len(set(names)) or all(  # quantiles share a name, told apart by their label
         names.count(n) == 3 for n in names if n.endswith(":histogram_quantile"))

@@ -1,6 +1,7 @@
 """Alerts on the observer itself: the agent's scrape target down or gone, an agent that reads no
-probe ring or fewer rings than before, and probe events dropped (ring full) or lost (an agent died
-holding them). Without these, every other alert can go quiet for the wrong reason."""
+probe ring or fewer rings than before, a ring whose engine died without closing it, and probe
+events dropped (ring full) or lost (an agent died holding them). Without these, every other alert
+can go quiet for the wrong reason."""
 from __future__ import annotations
 
 from infersight.exporters import catalogue as C
@@ -75,6 +76,21 @@ def probe_ring_gone(config: RulesConfig) -> Alert:
                           "Check whether the engine container restarted or crashed."))
 
 
+def probe_ring_writer_died(config: RulesConfig) -> Alert:
+    t = by(config.target_labels)
+    return Alert(
+        alert="InfersightEngineDied", severity="warning",
+        expr=f"sum {t} (increase({C.PROBE_RINGS_DEAD.sample}[15m])) > 0",
+        summary=f"{AT}: {{{{ $value | printf \"%.4g\" }}}} engine(s) died without closing their probe ring",
+        description=(f"The agent at {AT} found {{{{ $value | printf \"%.4g\" }}}} probe ring(s) in the last 15 minutes "
+                     f"whose engine died without closing them (killed, crashed, OOM-killed: its heartbeat stopped "
+                     f"for 5 beats, or its pid exited). Requests in flight then got no answer. A restarted engine "
+                     f"writes a new ring, so InfersightProbeRingGone stays silent; this one does not."),
+        runbook=R.runbook((R.PROBE_PANEL,), f"read {R.on_agent(R.HEALTH)} (the rings read now) and the engine "
+                                            "container's previous log (kubectl logs --previous -c engine)",
+                          "Check the engine container's last state (kubectl describe pod: OOMKilled, exit code)."))
+
+
 def probe_events_dropped(config: RulesConfig) -> Alert:
     rate = record_name(config.target_labels + ("ring",), base_name(C.PROBE_DROPPED), "rate5m")
     return Alert(
@@ -106,4 +122,4 @@ def probe_events_lost(config: RulesConfig) -> Alert:
 
 def agent_alerts(config: RulesConfig) -> list[Alert]:
     return [agent_down(config), agent_absent(config), no_probe_ring(config), probe_ring_gone(config),
-            probe_events_dropped(config), probe_events_lost(config)]
+            probe_ring_writer_died(config), probe_events_dropped(config), probe_events_lost(config)]
