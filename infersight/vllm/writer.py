@@ -135,15 +135,9 @@ class VllmRingWriter:
             return None
         name, cap = self.ring_name, self.settings.probe.ring_capacity
         try:
-            try:
-                self._producer = RingProducer.create(name, cap, None, record_registry())
-            except FileExistsError:
-                if name != f"infersight-vllm-{self.pid}":
-                    raise
-                # Our default name carries our pid, so its owner was a dead process with the same pid
-                # (POSIX shared memory lives in /dev/shm on Linux, as ring.list_rings assumes).
-                os.unlink(os.path.join("/dev/shm", name))
-                self._producer = RingProducer.create(name, cap, None, record_registry())
+            # A ring of our name left by a dead writer (our pid, reused; in a pod, a restarted container's
+            # vLLM is often given its predecessor's pid) is replaced by create, never a live writer's.
+            self._producer = RingProducer.create(name, cap, None, record_registry())
         except Exception as exc:  # noqa: BLE001 -- never into vLLM; the writer goes quiet
             self._quiet = True
             self.fail("creating the probe ring", exc)
