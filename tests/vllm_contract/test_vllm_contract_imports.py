@@ -22,7 +22,6 @@ from testkit import require_service
 
 import vllm_interfaces as vi
 from kv_sample import SAMPLE, mismatches
-from test_vllm_contract import CANARY
 from vllm_versions import CHECKED, is_fetched, source_root
 
 from infersight.sources.vllm_kv_wire import decode_payload
@@ -42,7 +41,7 @@ def probes() -> dict[str, dict]:
     missing = [v for v in CHECKED if not is_fetched(v)]
     if missing:
         require_service(f"the vLLM {', '.join(missing)} sources", "run `make vllm-sources` (part of `make install-test`)")
-    request = json.dumps({"rows": [asdict(r) for r in vi.interfaces() + [CANARY]], "kv_sample": SAMPLE})
+    request = json.dumps({"rows": [asdict(r) for r in vi.interfaces() + [vi.CANARY]], "kv_sample": SAMPLE})
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
     procs = {v: subprocess.Popen([str(python), str(PROBE), "--root", str(source_root(v))], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for v in CHECKED}
@@ -60,7 +59,7 @@ def test_every_interface_we_use_is_in_the_imported_release(probes: dict[str, dic
     assert result["version"] == version
     assert Path(result["vllm_file"]).is_relative_to(source_root(version))  # not .venv-vllm's own vllm
     problems = [f"vLLM {version}: {r['key']} ({r['how']}): {p}" for r in result["rows"] for p in r["problems"]]
-    assert problems == [f"vLLM {version}: {CANARY.key} (import vllm.v1.metrics.loggers): "
+    assert problems == [f"vLLM {version}: {vi.CANARY.key} (import vllm.v1.metrics.loggers): "
                         "no attribute 'infersight_canary'"], "\n".join(problems)
 
 

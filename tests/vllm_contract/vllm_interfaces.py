@@ -118,6 +118,14 @@ def overridden_params(path: Path, cls: str) -> dict[str, tuple[str, ...]]:
     return {f.name: tuple(a.arg for a in f.args.args[1:]) for f in node.body if isinstance(f, ast.FunctionDef)}
 
 
+def launch_environment() -> tuple[str, ...]:
+    """The VLLM_* variables VllmServerConfig.environment() sets for vLLM (string constants in its source)."""
+    tree = ast.parse((REPO_ROOT / "infersight/vllm/launch.py").read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "environment")
+    return tuple(sorted({n.value for n in ast.walk(fn) if isinstance(n, ast.Constant)
+                         and isinstance(n.value, str) and n.value.startswith("VLLM_")}))
+
+
 def entry_point_groups() -> tuple[str, ...]:
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     return tuple(g for g in pyproject["project"]["entry-points"] if g.startswith("vllm."))
@@ -180,6 +188,8 @@ def interfaces() -> list[Interface]:
         Interface("vllm.entrypoints.common.cli_args|vllm.entrypoints.launchers.cli_args", "FrontendArgs", "class",
                   flags["frontend"], "vllm/launch.py"),
         Interface("vllm.engine.arg_utils", "EngineArgs", "class", flags["engine"], "vllm/launch.py"),
+        Interface("vllm.envs", "environment_variables", "literal", launch_environment(),
+                  "vllm/launch.py (VllmServerConfig.environment)"),
         Interface("vllm.config", "KVEventsConfig", "class", json_keys["kv_events_config"], "vllm/launch.py"),
         Interface("vllm.config", "ProfilerConfig", "class", json_keys["profiler_config"],
                   "vllm/launch.py, sources/vllm_profiler.py"),
@@ -204,6 +214,11 @@ def interfaces() -> list[Interface]:
                   ("execute_context_", "_generation_"), "sources/vllm_trace.py (_STEP_RANGE)"),
     ]
     return rows
+
+
+#: A row naming an attribute vLLM never had: every run checks it with the table and must report exactly
+#: it missing, so a run that checked nothing (a wrong path, an empty result) cannot pass.
+CANARY = Interface("vllm.v1.metrics.loggers", "StatLoggerBase", "class", ("record", "infersight_canary"), "canary")
 
 
 def as_json(rows: list[Interface]) -> str:

