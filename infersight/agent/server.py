@@ -8,6 +8,7 @@ POST /api/v1/capture              {"steps": N, "tool": "torch" | "cuda-profiler"
 GET /api/v1/captures              captures so far, with their kernel analysis once written
 GET /api/v1/requests/{id}, /api/v1/compare, /api/v1/kv/evictions   one request, two windows, who evicted whom
                                   (agent.detail_routes)
+GET /api/v1/decisions             the closed loop's decisions and what is in force (agent.autoapply.routes)
 GET /health
 
 Every route sits behind infersight.http.limits (64 KiB bodies, JSON nesting, header and body
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -30,6 +31,7 @@ from starlette.types import ASGIApp
 
 from infersight.agent import report
 from infersight.agent.capture import CaptureRecord, CaptureRefused
+from infersight.agent.autoapply.routes import decision_routes, loop_off_document
 from infersight.agent.detail_routes import detail_routes
 from infersight.agent.eviction_log import EvictionLog
 from infersight.agent.state import AgentState
@@ -72,13 +74,18 @@ def _steps(value: Any) -> int:
 
 
 def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurface | None = None,
-              limits: HttpLimits = AGENT_LIMITS, evictions: EvictionLog | None = None) -> ASGIApp:
+              limits: HttpLimits = AGENT_LIMITS, evictions: EvictionLog | None = None,
+              decisions: Callable[[int], dict[str, Any]] | None = None) -> ASGIApp:
+    """decisions(limit): GET /api/v1/decisions's document (agent.autoapply.routes; None: the loop is off)."""
     async def metrics(request: Request) -> Response:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encoder(registry), media_type=content_type)
 
     async def summary(request: Request) -> Response:
-        return JSONResponse(report.summary(state))
+        doc = report.summary(state)
+        if decisions is not None and (loop := decisions(20))["auto_apply"] == "on":
+            doc["auto_apply"] = loop  # the closed loop's last decisions: in summary.json and the HTML report
+        return JSONResponse(doc)
 
     async def requests_(request: Request) -> Response:
         raw = request.query_params.get("slowest", "10")
@@ -127,5 +134,5 @@ def build_app(state: AgentState, registry: CollectorRegistry, agent: CaptureSurf
         Route("/metrics", metrics), Route("/api/v1/summary", summary), Route("/api/v1/requests", requests_),
         Route("/api/v1/diagnosis", diagnosis), Route("/health", health),
         Route("/api/v1/capture", capture, methods=["POST"]), Route("/api/v1/captures", captures),
-        *detail_routes(state, evictions)])
+        *detail_routes(state, evictions), *decision_routes(decisions or loop_off_document)])
     return LimitedApp(app, limits, simple_error_body)

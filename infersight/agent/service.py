@@ -12,10 +12,12 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
+from infersight.agent.autoapply.part import attach_autoapply
+from infersight.agent.autoapply.routes import decisions_document
 from infersight.agent.capture import (
     CaptureController, CaptureRecord, default_token_file, load_or_create_token,
 )
@@ -145,7 +147,8 @@ class Agent:
             log.info("capture token (bearer for POST /api/v1/capture): %s", self.token_file)
         self.evictions = EvictionLog()  # who evicted whom, for /api/v1/kv/evictions
         add(self.evictions)
-        self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry, self, evictions=self.evictions),
+        self._server = uvicorn.Server(uvicorn.Config(build_app(self.state, self.registry, self, evictions=self.evictions,
+                                                               decisions=self.decisions_document),
                                                      log_level="warning",
                                                      access_log=False, **listener_options(config.max_connections, self.registry)))
         self._stop = threading.Event()
@@ -187,6 +190,11 @@ class Agent:
                 raise ConfigError(str(exc)) from None
             add(VllmKvPart(self.vllm_kv, self.state, VllmKVCollector(self.vllm_kv),
                                     self.frame_sink.write if self.frame_sink is not None else None))
+        # -- the closed loop (opt-in: --auto-apply): advice applied behind a canary (agent.autoapply) ----
+        self.autoapply = attach_autoapply(config.auto_apply, self.state, self._ring_names,
+                                          self.tracing.pipeline.provider if self.tracing is not None else None)
+        if self.autoapply is not None:
+            add(self.autoapply)
         self._gpu_part = GpuPart(self.gpu, self.state, self.captures.in_progress,
                                  self.frame_sink.write_table if self.frame_sink is not None else None,
                                  self.gpu_selection, self.rings.gpu_uuids)
@@ -194,6 +202,11 @@ class Agent:
                      ParquetPart(self.state, self.sink, self.frame_sink)):
             add(part)
         self.parts: tuple[AgentComponent, ...] = tuple(parts)
+
+    def decisions_document(self, limit: int) -> dict[str, Any]:
+        """GET /api/v1/decisions (agent.autoapply.routes)."""
+        return decisions_document(self.autoapply, self.state, self.config.auto_apply, self._ring_names(),
+                                  self.config.vllm_server.url, limit)
 
     def _on_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
         """AgentState's finished rows (under its lock): to the tracing hook, when there is one."""
@@ -298,6 +311,8 @@ class Agent:
         if self._http is not None:
             self._http.join(timeout=5)
         self.captures.close()
+        if self.autoapply is not None:
+            self.autoapply.close()
         self.gpu.stop()
         self.rings.close()
         if self.vllm_kv is not None:

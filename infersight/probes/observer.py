@@ -20,6 +20,7 @@ from infersight.probes.capture import StepCapture
 from infersight.probes.config import ProbeConfig, TaskLabels
 from infersight.probes.control import ControlBlock, control_name
 from infersight.probes.gpu_uuids import visible_gpu_uuids
+from infersight.probes.policy_block import acknowledge, read_policy, read_seq, set_configured_max_num_seqs
 from infersight.probes.record_encoding import PACK_ERRORS
 from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.records import (
@@ -30,6 +31,7 @@ from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD
 from infersight.probes.ring import RingProducer
 from infersight.probes.step_block import StepBlock, step_values, timing_values
 from infersight.runtime.model.model_config import ModelConfig
+from infersight.runtime.engine.run_policy import RunPolicy
 from infersight.runtime.observer import EngineObserver, KVBlockEvent
 from infersight.runtime.ranges import RangeMarker
 from infersight.runtime.stats import StepStats
@@ -48,6 +50,7 @@ class ProbeObserver(EngineObserver):
         self.ring = RingProducer.create(config.ring_name, config.ring_capacity, None, record_registry())
         self.control = ControlBlock(control_name(config.ring_name), create=True)
         self.capture = StepCapture(self.control, config.capture_dir)
+        self._policy_seq = 0  # the run-time policy last handed to the engine (probes.policy_block)
         self.tasks = TaskLabels(config.task_labels, config.max_task_labels)
         self._requests: dict[int, tuple[int, int, int]] = {}  # request id -> (trace hi, trace lo, task id)
         self._pending_counts: tuple[int, torch.Tensor, torch.cuda.Event] | None = None
@@ -164,6 +167,26 @@ class ProbeObserver(EngineObserver):
         response byte sent. Not an engine callback: `infersight serve` calls it from its engine
         thread (the ring's one producer) after the last byte, so it follows the FINISHED event."""
         self._put(RecordKind.NETWORK, request_id, receive_ns, first_byte_ns, last_byte_ns)
+
+    # -- the run-time policy the agent sets in the control block (probes.policy_block) -------------
+    def policy_update(self) -> RunPolicy | None:  # type: ignore[override]
+        """The agent's policy when its seq moved since the last call (acknowledged), else None: one
+        8-byte read a step. A table torn by a write in progress is read again at the next step."""
+        buf = self.control.shm.buf
+        if read_seq(buf) == self._policy_seq:
+            return None
+        policy = read_policy(buf)
+        if policy is None:
+            return None
+        self._policy_seq = policy.seq
+        acknowledge(buf, policy.seq)
+        return policy
+
+    def on_policy_limits(self, max_num_seqs: int) -> None:
+        set_configured_max_num_seqs(self.control.shm.buf, max_num_seqs)
+
+    def on_policy_arm(self, request_id: int, t_ns: int, arm: int, policy_seq: int) -> None:
+        self._req(request_id, t_ns, 0, arm, policy_seq, RequestEvent.POLICY_ARM, 0)
 
     # -- KV, MoE, speculation, steps ----------------------------------------------------------
     def on_kv_block(self, event: KVBlockEvent, block_id: int, request_id: int, block_hash: int) -> None:

@@ -24,46 +24,20 @@ at the next step (the seq moved), so a torn table is never applied.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+from infersight.runtime.engine.run_policy import LABEL_BYTES, RunPolicy, TaskPolicy
 
 #: Where the policy region starts, and the size of a block that has one.
 POLICY_OFFSET = 512
 BLOCK_SIZE = 1024
 ENTRY_BYTES = 40
-LABEL_BYTES = 32
 _ENTRIES_AT = POLICY_OFFSET + 32
 MAX_ENTRIES = (BLOCK_SIZE - _ENTRIES_AT) // ENTRY_BYTES
 _HEAD = struct.Struct("<QIH2x")
 _ENTRY = struct.Struct(f"<{LABEL_BYTES}sBBH4x")
 
-__all__ = ["TaskPolicy", "PolicyTable", "write_policy", "read_policy", "read_seq", "read_ack", "acknowledge",
+__all__ = ["TaskPolicy", "RunPolicy", "write_policy", "read_policy", "read_seq", "read_ack", "acknowledge",
            "configured_max_num_seqs", "set_configured_max_num_seqs", "has_policy"]
-
-
-@dataclass(frozen=True)
-class TaskPolicy:
-    """One task's speculation policy: `speculate` for the treatment arm; a share `control_share` of
-    the task's requests (at random) keeps `old_speculate`."""
-
-    label: str
-    speculate: bool
-    old_speculate: bool = True
-    control_share: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not self.label or len(self.label.encode()) > LABEL_BYTES:
-            raise ValueError(f"a task label must be 1..{LABEL_BYTES} UTF-8 bytes, got {self.label!r}")
-        if not 0.0 <= self.control_share <= 1.0:
-            raise ValueError(f"control_share must be in [0, 1], got {self.control_share}")
-
-
-@dataclass(frozen=True)
-class PolicyTable:
-    """What the region holds: max_num_seqs (0: the engine's own) and the tasks' policies."""
-
-    seq: int = 0
-    max_num_seqs: int = 0
-    tasks: tuple[TaskPolicy, ...] = ()
 
 
 def has_policy(buf: memoryview) -> bool:
@@ -111,8 +85,8 @@ def acknowledge(buf: memoryview, seq: int) -> None:
     struct.pack_into("<Q", buf, POLICY_OFFSET + 16, seq)
 
 
-def read_policy(buf: memoryview) -> PolicyTable | None:
-    """Engine side: the table now in the region; None when a writer moved the seq while it was read
+def read_policy(buf: memoryview) -> RunPolicy | None:
+    """Engine side: the policy now in the region; None when a writer moved the seq while it was read
     (retry at the next step) or the block has no region. A malformed entry (a label that is not
     UTF-8) is skipped: the engine never fails for what the agent wrote."""
     if not has_policy(buf):
@@ -127,4 +101,4 @@ def read_policy(buf: memoryview) -> PolicyTable | None:
             continue
     if read_seq(buf) != seq:
         return None
-    return PolicyTable(int(seq), int(max_num_seqs), tuple(tasks))
+    return RunPolicy(int(seq), int(max_num_seqs), tuple(tasks))

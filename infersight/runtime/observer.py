@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from infersight.runtime.ranges import RangeMarker
 
 if TYPE_CHECKING:
+    from infersight.runtime.engine.run_policy import RunPolicy
     import torch
 
     from infersight.runtime.model.model_config import ModelConfig
@@ -100,3 +101,16 @@ class EngineObserver:
     def on_step_begin(self, step_id: int, t_ns: int) -> None: ...
 
     def on_step_end(self, stats: "StepStats") -> None: ...
+
+    # -- the run-time policy (runtime.engine.run_policy): set by an agent while the engine runs ------
+    def policy_update(self) -> "RunPolicy | None":
+        """A policy newer than the last one returned, or None (no change: the engine asks each step, so
+        this must cost next to nothing; the probes' observer reads it from its control block)."""
+        return None
+
+    def on_policy_limits(self, max_num_seqs: int) -> None:
+        """Once, at the engine's start: the configured limit a policy's max_num_seqs may only lower."""
+
+    def on_policy_arm(self, request_id: int, t_ns: int, arm: int, policy_seq: int) -> None:
+        """A request arrived under policy `policy_seq` in canary arm `arm` (run_policy.PolicyArm); only
+        while a policy is set (policy_seq > 0)."""

@@ -57,7 +57,8 @@ def ok(session: dict[str, Any], key: str) -> dict[str, Any]:
 def test_every_tool_has_an_output_schema_and_a_short_description(session) -> None:
     tools = session["tools"]
     assert sorted(tools) == sorted(["summary", "slowest_requests", "explain_request", "diagnosis", "speculation",
-                                    "expert_load", "kv_pressure", "start_capture", "captures", "compare_windows"])
+                                    "expert_load", "kv_pressure", "start_capture", "captures", "compare_windows",
+                                    "decisions"])
     for tool in tools.values():
         assert tool.output_schema and tool.output_schema.get("type") == "object", tool.name
         assert 20 < len(tool.description) < 260, tool.name
@@ -139,6 +140,7 @@ def test_resources_are_the_catalogue_and_the_dashboards(session) -> None:
 
     assert "infersight://catalogue" in session["resources"]
     assert {u for u in session["resources"] if u.startswith("infersight://dashboards/")} == {
-        "infersight://dashboards/infersight-overview", "infersight://dashboards/infersight-engine",
-        "infersight://dashboards/infersight-gpu", "infersight://dashboards/infersight-kernels"}
+        "infersight://dashboards/infersight-fleet", "infersight://dashboards/infersight-overview",
+        "infersight://dashboards/infersight-engine", "infersight://dashboards/infersight-gpu",
+        "infersight://dashboards/infersight-kernels"}
     assert [m["name"] for m in json.loads(session["catalogue"])["metrics"]] == [m.name for m in CATALOGUE]

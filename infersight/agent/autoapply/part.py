@@ -117,3 +117,32 @@ def span_event_listener(provider: Any) -> Callable[[Decision], None]:
             log.exception("decision %d: span event not exported", d.decision_id)
 
     return emit
+
+
+#: The speculation advice is recomputed at most this often (seconds; or every minimum window when that
+#: is shorter): it reads every kept verification.
+ADVICE_EVERY_S = 5.0
+
+
+def attach_autoapply(config: AutoApplyConfig, state: Any, rings: Callable[[], list[str]],
+                     tracer_provider: Any | None) -> AutoApplyPart | None:
+    """The loop the agent runs (None when --auto-apply is not given): its advice from the state's
+    verifications and step timings (correlate.spec_advice), its decisions as span events when tracing
+    is on (tracer_provider: the OTLP pipeline's)."""
+    if not config.on:
+        return None
+    from infersight.correlate import spec_advice, spec_speedup
+
+    cache: dict[str, Any] = {"at": -1e18, "advice": []}
+
+    def advice() -> list[dict[str, Any]]:
+        now = time.monotonic()
+        if now - cache["at"] >= min(ADVICE_EVERY_S, config.min_window_s):
+            by_task = spec_speedup.speedup_by_task(state.spec_events, state.spec_step_timing)
+            cache.update(at=now, advice=spec_advice.recommendations(by_task))
+        return list(cache["advice"])
+
+    part = AutoApplyPart(config, advice, rings)
+    if tracer_provider is not None:
+        part.decisions.listeners.append(span_event_listener(tracer_provider))
+    return part

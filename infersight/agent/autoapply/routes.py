@@ -42,7 +42,7 @@ def decisions_document(part: AutoApplyPart | None, state: AgentState, config: Au
         doc.update(part.decisions.document(limit))
         doc["engine_takes_policy"] = part.writer.writable
     else:
-        doc.update({"decisions": [], "counts": {}, "in_force": {}, "in_flight": {}})
+        doc.update({k: v for k, v in loop_off_document(limit).items() if k not in doc})
     if vllm_url or any(r.startswith(VLLM_RING_PREFIX) for r in rings):
         doc["vllm"] = vllm_document(state, config)
     return doc
@@ -57,3 +57,8 @@ def decision_routes(document: Callable[[int], dict[str, Any]]) -> list[Route]:
         return JSONResponse(document(int(raw)))
 
     return [Route("/api/v1/decisions", decisions)]
+
+
+def loop_off_document(limit: int) -> dict[str, Any]:
+    """GET /api/v1/decisions of an app built without the loop (agent.server.build_app's default)."""
+    return {"auto_apply": "off", "knobs": [], "decisions": [], "counts": {}, "in_force": {}, "in_flight": {}}

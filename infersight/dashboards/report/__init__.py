@@ -28,6 +28,9 @@ def build_html(run: RunData) -> str:
     notes = []
     if run.missing_streams:
         notes.append("Event streams without a file (read as empty): " + ", ".join(run.missing_streams) + ".")
+    for d in run.summary.get("auto_apply", {}).get("decisions", []):  # the agent's closed loop (--auto-apply)
+        notes.append(f"Closed loop, change {d['change_id']} ({d['knob']} of {d['target']}, {d['before']} -> "
+                     f"{d['after']}): {d['stage']}: {d['reason']}")
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     meta = f"{run.out_dir.resolve()} - {len(run.requests)} requests, {len(run.events.steps)} steps - generated {stamp}"
     return render("infersight report", meta, run.summary, sections, notes)

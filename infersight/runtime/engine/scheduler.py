@@ -47,6 +47,7 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, config: EngineConfig, kv: KVCacheManager, observer: EngineObserver) -> None:
         self.config = config
+        self.max_num_seqs = config.max_num_seqs  # lowered at run time by a policy (Engine.apply_policy)
         self.kv = kv
         self.observer = observer
         self.waiting: deque[Request] = deque()
@@ -104,7 +105,7 @@ class Scheduler:
             break
         if out.preempted:
             return out
-        while self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.swapped[0]
             n, spec = self._plan(req, budget)
             blocks = len(self.kv.cpu_tables[req.request_id])
@@ -117,7 +118,7 @@ class Scheduler:
             self._resume(req)
             out.scheduled.append(ScheduledRequest(req, n, spec))
             budget -= n + spec
-        while self.waiting and not self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.waiting and not self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             hits = self.kv.find_prefix_hits(req)
             n = min(req.num_tokens - len(hits) * self.kv.block_size, budget)
@@ -142,7 +143,7 @@ class Scheduler:
         before that token is known. Only where the synchronous schedule() would plan the same thing
         and nothing else: nobody swapped out, nobody waiting who could be admitted, the token budget
         and free blocks enough for all. Allocates their slots; None (changing nothing) otherwise."""
-        if self.swapped or (self.waiting and len(self.running) < self.config.max_num_seqs):
+        if self.swapped or (self.waiting and len(self.running) < self.max_num_seqs):
             return None
         if len(reqs) > self.config.max_num_batched_tokens:
             return None
