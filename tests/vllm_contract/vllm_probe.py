@@ -16,6 +16,7 @@ with this release's own structs and msgpack-encoded as its publisher does}.
 from __future__ import annotations
 
 import argparse
+import ast
 import base64
 import dataclasses
 import importlib
@@ -41,6 +42,8 @@ def resolve(module: Any, dotted: str) -> Any:
 
 
 def live_attributes(cls: type) -> set[str]:
+    """Every attribute name a class has or gives its instances: dir(), annotations, pydantic, msgspec and
+    dataclass fields, and self.X assigned in the methods of its vLLM classes (read from their source)."""
     names = set(dir(cls))
     for klass in inspect.getmro(cls):
         names |= set(getattr(klass, "__annotations__", {}))
@@ -48,8 +51,8 @@ def live_attributes(cls: type) -> set[str]:
         names |= set(getattr(klass, "__struct_fields__", ()) or ())
         if klass.__module__.startswith("vllm"):
             try:  # attributes assigned in methods (self.router = router) are on instances only
-                tree = sc.ast.parse(textwrap.dedent(inspect.getsource(klass)))
-                names |= sc.class_attributes(next(n for n in tree.body if isinstance(n, sc.ast.ClassDef)))
+                tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+                names |= sc.class_attributes(next(n for n in tree.body if isinstance(n, ast.ClassDef)))
             except (OSError, TypeError, StopIteration, SyntaxError):
                 pass
     if dataclasses.is_dataclass(cls):
@@ -112,7 +115,7 @@ def check_row(root: Path, row: dict, import_errors: dict[str, str], imports: boo
         return out
     trees = [sc.parse(f) for f in files]
     if row["kind"] in UNION_KINDS:  # any of the modules may hold each string
-        tree = sc.ast.Module(body=[s for t in trees for s in t.body], type_ignores=[])
+        tree = ast.Module(body=[s for t in trees for s in t.body], type_ignores=[])
     else:
         tree = trees[0]
     out["how"] = "source " + ", ".join(str(f.relative_to(root)) for f in (files if row["kind"] in UNION_KINDS else files[:1]))
