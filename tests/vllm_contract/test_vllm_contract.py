@@ -42,7 +42,7 @@ def release_root(version: str) -> Path:
             require_service("vLLM", f"no vllm package beside {python}")
         return root
     if not is_fetched(version):
-        require_service(f"the vLLM {version} sources", "run `make vllm-sources` (part of `make install-test`)")
+        require_service(f"the vLLM {version} source tree", "run `make vllm-sources` (part of `make install-test`)")
     return source_root(version)
 
 

@@ -40,7 +40,7 @@ def probes() -> dict[str, dict]:
         require_service("vLLM", str(exc))
     missing = [v for v in CHECKED if not is_fetched(v)]
     if missing:
-        require_service(f"the vLLM {', '.join(missing)} sources", "run `make vllm-sources` (part of `make install-test`)")
+        require_service(f"the vLLM {', '.join(missing)} source tree", "run `make vllm-sources` (part of `make install-test`)")
     request = json.dumps({"rows": [asdict(r) for r in vi.interfaces() + [vi.CANARY]], "kv_sample": SAMPLE})
     env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"}
     procs = {v: subprocess.Popen([str(python), str(PROBE), "--root", str(source_root(v))], stdin=subprocess.PIPE,
