@@ -1,7 +1,8 @@
 """The sidecar: attaches to probe rings, aggregates, serves Prometheus and a JSON API.
 
 service.py    Agent: builds its parts once (component.py's protocol, parts.py) and runs the poll loop
-config.py     AgentConfig (tracing's settings are tracing.config.TracingConfig, the recorder's its own)
+config.py     AgentConfig: its own few settings and one config object per component, each validating
+              itself and owning its CLI flag group (*_config.py here, exporters/, sources/, tracing/)
 ingest.py     the rings: attach, read, screen (record_limits.py)
 state.py      AgentState: the folds (folds/) run under one lock; what the API and /metrics read
 folds/        one fold per stream (steps, KV, prefix, spec, experts, network, energy, the requests)

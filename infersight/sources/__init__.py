@@ -2,10 +2,23 @@
 every engine alike (`correlate.frames.EventFrames`, the catalogue's metrics); the agent, `correlate`
 and the exporters never know which engine a record came from.
 
+They run INSIDE the agent's process, built by the agent (they never import it). The vLLM code that
+runs inside vLLM itself -- the plugin that writes probe records into a ring -- is `infersight.vllm`;
+these read what vLLM publishes outside itself, with no plugin needed. docs/architecture.md, section 2.
+
 vLLM's KV cache events over ZeroMQ -> the `kv_events` frame (`--vllm-kv-events`):
     vllm_kv_wire       the wire format, decoded with bounds
     vllm_kv_sequence   sequence numbers: order, gaps and replay, publisher restarts
     vllm_kv_blocks     prefix-cache events as KV block transitions, synthetic block ids
     vllm_kv_events     the subscriber the agent polls (sockets, counts, one-line logs)
     vllm_kv_metrics    its counts as Prometheus families (catalogue.VLLM_KV_METRICS)
+    vllm_kv_remembered the ledger's table of remembered block ids, sized in bytes
+    vllm_kv_config     VllmKvConfig: the agent's --vllm-kv-* flag group
+
+An unmodified vLLM server's HTTP side (`--vllm-url`):
+    vllm_scraper       scrapes its /metrics on a thread; vllm_metrics normalises them to our names
+    vllm_profiler      captures through its /start_profile and /stop_profile; vllm_trace reads the trace
+    vllm_server_config VllmServerConfig: the agent's --vllm-url flag group
+
+capture_target: the contract of a capture the agent hands to a source (CaptureTarget and its outcomes).
 """
