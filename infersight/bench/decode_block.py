@@ -1,7 +1,7 @@
 """The decode block cross-check of `bench runtime`: the timed decode steps on one wall clock.
 
 The headline decode_step_ms is the median of per-step wall times (perf_counter around each
-engine.step()). With async scheduling (runtime.engine.engine_async) a step is launched before the one
+engine.step()). With async scheduling (runtime.engine.async_steps) a step is launched before the one
 before it is read back, so one call waits for the device work of another and the steps are not
 fenced apart; a per-step figure then rests on the calls splitting the time fairly. The block figure
 needs no such assumption: perf_counter around the whole block of the N timed steps, the device

@@ -14,16 +14,32 @@ the request's last, partial block (never a prefix-cache block), and any reuse of
 later on the same stream. Only steady decode is launched ahead (Scheduler.schedule_lookahead);
 everything else runs as before, one step at a time. Each step() still returns one finished step:
 its interval runs from the end of the step before (the steps tile the engine's time).
+
+AsyncSteps launches steps and reads their tokens back; the engine owns one (when async scheduling
+is on), passes what each call needs, and keeps what it does with a step's tokens (commit, failures,
+the step's end), as for a synchronous step.
 """
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from infersight.runtime.runner.forward_timer import ForwardTimer
+from infersight.runtime.engine.sampling import probs_from_logits, sample, sample_batch
 from infersight.runtime.engine.scheduler import ScheduledRequest
+from infersight.runtime.runner.forward_timer import ForwardTimer
+from infersight.runtime.runner.model_runner import FeedItem
 from infersight.runtime.stats import StepStats
+
+if TYPE_CHECKING:
+    from infersight.runtime.engine.scheduler import Scheduler
+    from infersight.runtime.ranges import RangeMarker
+    from infersight.runtime.runner.model_runner import ModelRunner
+
+log = logging.getLogger("infersight.runtime")
 
 
 @dataclass(slots=True)
@@ -106,3 +122,97 @@ def continuing(step: InflightStep, max_model_len: int) -> list:
             continue
         out.append(req)
     return out
+
+
+class AsyncSteps:
+    """Launches decode steps without reading them and reads their tokens back later.
+
+    target: the engine's target runner; scheduler: plans the step after one in flight
+    (schedule_lookahead); expert_counts: the engine's per-step MoE counter buffer, or None; the
+    engine's max_model_len and max_num_seqs bound what a step may hold."""
+
+    def __init__(self, target: "ModelRunner", scheduler: "Scheduler", ranges: "RangeMarker",
+                 expert_counts: torch.Tensor | None, max_model_len: int, max_num_seqs: int, device: str) -> None:
+        self.target = target
+        self.scheduler = scheduler
+        self.ranges = ranges
+        self.expert_counts = expert_counts
+        self.max_model_len = max_model_len
+        self.readback = TokenReadback(max_num_seqs, device)
+        self.launched_ahead = 0  # steps launched before the step before them was read
+
+    def launch(self, sched: list[ScheduledRequest], stats: StepStats, items: list[FeedItem]) -> InflightStep:
+        """Start a decode step whose tokens are on the host (items: what the target is fed); read nothing."""
+        return self._launch(sched, stats, items, None)
+
+    def launch_next(self, pending: InflightStep, step_id: int) -> InflightStep | None:
+        """Step `step_id`, the one after `pending`, launched before pending is read, where that is
+        steady decode; None where it is not (the engine then runs its next step synchronously)."""
+        if torch.autograd.profiler._is_profiler_enabled:
+            return None
+        t0 = time.monotonic_ns()
+        reqs = continuing(pending, self.max_model_len)
+        sched = self.scheduler.schedule_lookahead(reqs) if reqs else None
+        if sched is None:
+            return None
+        stats = StepStats(step_id, t0, t0, launched_ahead=True)
+        self.launched_ahead += 1
+        reqs = [s.req for s in sched]
+        items = [FeedItem(r, r.num_computed + 1, [0], 1) for r in reqs]
+        return self._launch(sched, stats, items, pending)
+
+    def read(self, pending: InflightStep) -> list[int]:
+        """A launched step's tokens (waits for their copy), one per row; sets its forward time."""
+        tokens = self.readback.take(pending.slot, len(pending.sched))
+        pending.stats.target_ns = pending.timer.elapsed_ns()
+        return tokens
+
+    def _launch(self, sched: list[ScheduledRequest], stats: StepStats, items: list[FeedItem],
+                prev: InflightStep | None) -> InflightStep:
+        """Start a decode step on the device and its tokens' copy back; read nothing.
+        prev: the step still in flight whose tokens this one feeds (None: they are on the host)."""
+        if self.expert_counts is not None:
+            self.expert_counts.zero_()
+        src, tokens_in = (prev.src_of([s.req for s in sched]), prev.tokens) if prev is not None else (None, None)
+        stats.schedule_ns = time.monotonic_ns() - stats.start_ns
+        stats.phase = "decode"
+        slot = self.readback.next_slot()
+        timer = self.readback.timers[slot]
+        captures = self.target.num_captures
+        with self.ranges.range("forward.decode"):
+            timer.start()
+            self.target.run(items, self.expert_counts, False, src, tokens_in)
+            timer.stop()
+        stats.graph_captures = self.target.num_captures - captures
+        tokens, failed = self._draw(sched, prev is not None, stats.step_id)
+        self.readback.send(slot, tokens)
+        counts = self.expert_counts.clone() if self.expert_counts is not None else None
+        return InflightStep(stats, sched, tokens, slot, timer, counts, failed)
+
+    def _draw(self, sched: list[ScheduledRequest], behind: bool,
+              step_id: int) -> tuple[torch.Tensor, dict[int, Exception]]:
+        """The step's tokens on the device, and the rows whose draw failed (row -> error). Sampled
+        rows are keyed as the synchronous engine keys them (seed, tokens drawn before); `behind`:
+        the step in flight adds one to each. Should the batched draw raise, each row is drawn as the
+        synchronous engine then draws it (its own generator, on the host); a row that raises there
+        gets a placeholder token and fails its request when the step is read."""
+        reqs = [s.req for s in sched]
+        if all(r.params.greedy for r in reqs):
+            tokens = self.target.device_tokens
+            if tokens is None:
+                tokens = self.target.last_logits.argmax(-1)  # an eager step (sample_batch's greedy rule)
+            return tokens, {}
+        logits = self.target.last_logits
+        try:
+            return sample_batch(logits, [r.params for r in reqs], [r.generator.initial_seed() for r in reqs],
+                                [len(r.output_token_ids) + behind for r in reqs]), {}
+        except Exception:  # noqa: BLE001 -- see the docstring
+            log.exception("step %d: batched sampling failed; sampling request by request", step_id)
+        drawn, failed = [], {}
+        for i, r in enumerate(reqs):
+            try:
+                drawn.append(sample(probs_from_logits(logits[i:i + 1], r.params)[0], r.generator))
+            except Exception as exc:  # noqa: BLE001 -- this request's failure ends this request only
+                drawn.append(0)
+                failed[i] = exc
+        return torch.tensor(drawn, dtype=torch.long, device=logits.device), failed

@@ -8,15 +8,15 @@ from __future__ import annotations
 import logging
 import random
 import time
+from dataclasses import replace
 from typing import Sequence
 
 import torch
 
-from infersight.runtime.engine.async_steps import InflightStep, TokenReadback, launchable
+from infersight.runtime.engine.async_steps import AsyncSteps, InflightStep, launchable
 from infersight.runtime.checkpoints.hf_tokenizer import tokenizer_for
 from infersight.runtime.config import EngineConfig
 from infersight.runtime.speculative.draft_proposer import propose
-from infersight.runtime.engine.engine_async import AsyncSteps
 from infersight.runtime.errors import InvalidRequestError
 from infersight.runtime.runner.forward_timer import ForwardTimer
 from infersight.runtime.kv.kv_cache import KVCacheManager
@@ -25,6 +25,7 @@ from infersight.runtime.runner.model_runner import FeedItem, ModelRunner
 from infersight.runtime.observer import EngineObserver
 from infersight.runtime.engine.outputs import RequestOutput
 from infersight.runtime.engine.request import Request, checked_params
+from infersight.runtime.engine.run_policy import RunPolicy
 from infersight.runtime.engine.sampling import SamplingParams, probs_from_logits, sample, sample_batch
 from infersight.runtime.engine.scheduler import Scheduler, ScheduledRequest
 from infersight.runtime.speculative.spec_probe import SpecProbe
@@ -49,7 +50,7 @@ def decode_kernel(config: EngineConfig) -> str:
     return kernel
 
 
-class Engine(AsyncSteps):
+class Engine:
     def __init__(self, config: EngineConfig, observer: EngineObserver | None = None) -> None:
         self.config = config
         self.observer = observer if observer is not None else EngineObserver()
@@ -73,18 +74,29 @@ class Engine(AsyncSteps):
         self.spec_probe = SpecProbe(config.spec_probe_every if self.draft is not None else 0)
         self.draft_fallbacks = DraftFallbacks()  # requests (and steps) the draft failed: decoded plainly
         self.forward_timer = ForwardTimer(config.device)
-        # Async scheduling (runtime.engine.async_steps): the step launched and not read back yet.
-        self.readback = TokenReadback(config.max_num_seqs, config.device) if config.async_scheduling else None
-        self.inflight: InflightStep | None = None
-        self.steps_launched_ahead = 0
         self.expert_counts = None
         if self.observer.wants_expert_counts and cfg.is_moe:
             self.expert_counts = torch.zeros(cfg.n_layers, cfg.n_experts, dtype=torch.long, device=config.device)
+        # Async scheduling (runtime.engine.async_steps): its launcher, and the step launched and not read back yet.
+        self.async_steps = (AsyncSteps(self.target, self.scheduler, self.ranges, self.expert_counts,
+                                       config.max_model_len, config.max_num_seqs, config.device)
+                            if config.async_scheduling else None)
+        self.inflight: InflightStep | None = None
         self.requests: dict[int, Request] = {}
         self.observer.on_model(cfg, config.torch_dtype.itemsize)
+        # The run-time policy (runtime.engine.run_policy): none until an agent sets one; each request's
+        # canary arm is drawn from its own stream, so arms do not move the requests' seeds.
+        self.policy = RunPolicy()
+        self._arm_draws = random.Random(config.seed)
+        self.observer.on_policy_limits(config.max_num_seqs)
         self.next_request_id = 0
         self._trace_ids = random.Random()  # W3C trace ids for requests that arrive without one
         self.step_id = 0
+
+    @property
+    def steps_launched_ahead(self) -> int:
+        """Steps async scheduling launched before the step before them was read (0 without it)."""
+        return self.async_steps.launched_ahead if self.async_steps is not None else 0
 
     def build_target(self, config: EngineConfig, attention_backend: str, decode_attention: str) -> Transformer:
         """The target model, in eval mode on config.device. An expert-parallel engine overrides this to
@@ -122,10 +134,16 @@ class Engine(AsyncSteps):
         gen = torch.Generator(device=self.config.device).manual_seed(seed)
         trace_id = trace_id or self._trace_ids.getrandbits(128) or 1
         now = time.monotonic_ns()
-        req = Request(rid, token_ids, params, gen, now, trace_id=trace_id, task=task or params.task)
+        task = task or params.task
+        speculate, arm = self.policy.arm(task, self._arm_draws.random())
+        if speculate is False and params.use_speculation:
+            params = replace(params, use_speculation=False)
+        req = Request(rid, token_ids, params, gen, now, trace_id=trace_id, task=task)
         self.requests[rid] = req
         self.scheduler.add(req)
         self.observer.on_request_arrived(rid, now, len(token_ids), req.task, trace_id)
+        if self.policy.seq:
+            self.observer.on_policy_arm(rid, now, int(arm), self.policy.seq)
         return rid
 
     def abort_request(self, request_id: int) -> None:
@@ -174,6 +192,9 @@ class Engine(AsyncSteps):
         """Schedule and run one iteration; returns what happened (never prints). With async
         scheduling, the step returned may be one launched by the call before, and the next one may
         already be running on the device (runtime.engine.async_steps)."""
+        policy = self.observer.policy_update()
+        if policy is not None:
+            self.apply_policy(policy)
         pending = self.inflight
         if pending is None:
             self.step_id += 1
@@ -185,8 +206,9 @@ class Engine(AsyncSteps):
                     plan = self.scheduler.schedule()
                 stats.num_preempted = len(plan.preempted)
                 if plan.scheduled:
-                    if self.readback is not None and launchable(plan.scheduled):
-                        pending = self._launch(plan.scheduled, stats, None)
+                    if self.async_steps is not None and launchable(plan.scheduled):
+                        pending = self.async_steps.launch(plan.scheduled, stats,
+                                                          self._target_items(plan.scheduled, {}))
                     else:
                         self._run(plan.scheduled, start, stats)
             if pending is None:
@@ -202,6 +224,53 @@ class Engine(AsyncSteps):
                 self.inflight.stats.start_ns = stats.end_ns
                 self._begin(self.inflight.stats)
         return stats
+
+    # -- async scheduling: the engine's half (what it does with a launched step) --------------------
+    def _launch_next(self, pending: InflightStep) -> InflightStep | None:
+        """The step after `pending`, launched before pending is read, where that is steady decode."""
+        assert self.async_steps is not None
+        step = self.async_steps.launch_next(pending, self.step_id + 1)
+        if step is not None:
+            self.step_id += 1
+        return step
+
+    def _resolve(self, pending: InflightStep) -> None:
+        """Read a launched step's tokens and do what the synchronous step does with them."""
+        assert self.async_steps is not None
+        stats = pending.stats
+        with self.ranges.range("sampling"):
+            tokens = self.async_steps.read(pending)
+            for row, exc in pending.failed.items():
+                self.fail_request(pending.sched[row].req, exc, stats)
+            live = [(s, t) for s, t in zip(pending.sched, tokens) if not s.req.is_finished]
+            self._commit_rows([s for s, _ in live], None, {s.req.request_id: t for s, t in live}, {}, {}, set(),
+                              stats.start_ns, stats.start_ns, stats)
+        if pending.expert_counts is not None:
+            self.observer.on_expert_counts(stats.step_id, pending.expert_counts)
+
+    def _settle(self) -> None:
+        """Read back and end the step in flight (its begin was announced) without launching another."""
+        pending, self.inflight = self.inflight, None
+        assert pending is not None
+        self._resolve(pending)
+        self._end(pending.stats)
+
+    def _drop(self, step: InflightStep) -> None:
+        """Forget a step launched by this step() call whose requests all ended with the step it read
+        (its begin was not announced yet, so its id is taken back)."""
+        if step.stats.step_id == self.step_id:
+            self.step_id -= 1
+        if self.inflight is step:
+            self.inflight = None
+
+    def apply_policy(self, policy: RunPolicy) -> None:
+        """Take a run-time policy: requests arriving from now on draw their arm from it (those in flight
+        keep theirs); the scheduler admits up to its max_num_seqs (within the configured limit, which
+        sized the buffers: those running beyond a lowered limit finish, none is preempted for it)."""
+        self.policy = policy
+        self.scheduler.max_num_seqs = policy.seq_limit(self.config.max_num_seqs)
+        log.info("run-time policy %d: max_num_seqs %d, tasks %s", policy.seq, self.scheduler.max_num_seqs,
+                 {t.label: (t.speculate, t.old_speculate, t.control_share) for t in policy.tasks})
 
     def _begin(self, stats: StepStats) -> None:
         self.ranges.begin_step(stats.step_id)

@@ -172,7 +172,7 @@ def test_a_failed_draw_in_a_step_run_ahead_fails_its_request_only(monkeypatch: p
     """The batched draw raises: each row is drawn alone as the synchronous engine draws it; the
     request whose own draw raises ends with reason "error", the others get the synchronous tokens."""
     from infersight.runtime.engine import engine as engine_module
-    from infersight.runtime.engine import engine_async
+    from infersight.runtime.engine import async_steps
 
     params = SamplingParams(temperature=0.8, max_tokens=12, ignore_eos=True, seed=3)
     victim_generator: list[torch.Generator] = []
@@ -188,7 +188,7 @@ def test_a_failed_draw_in_a_step_run_ahead_fails_its_request_only(monkeypatch: p
 
     outs = []
     for ahead in (False, True):
-        for module in (engine_module, engine_async):
+        for module in (engine_module, async_steps):
             monkeypatch.setattr(module, "sample_batch", failing_batch)
             monkeypatch.setattr(module, "sample", failing_sample)
         engine = Engine(EngineConfig(model="tiny-moe", max_num_seqs=4, async_scheduling=ahead, max_model_len=160,
