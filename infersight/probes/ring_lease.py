@@ -15,10 +15,15 @@ Header words used here (u64 index into the first 192 bytes; see ring.py's drawin
     11 WRITER_START  writer's process start time (clock ticks since boot, /proc/PID/stat)
     12 WRITER_PIDNS  inode of the writer's pid namespace (0: unknown)
     13, 14         the writer's heartbeat (ring_heartbeat.py), for readers in another pid namespace
+    15 READER_PIDNS  inode of the lease holder's pid namespace (0: unknown); written on attach
     22 IN_FLIGHT     records of the last read batch not yet committed as delivered
     23 LEASE_BEAT    reader heartbeat, CLOCK_MONOTONIC ns (system-wide on Linux)
 
 The writer writes its two words once, at create: its write path is untouched.
+
+Across pid namespaces (a pod's restarted sidecar) a holder's pid means nothing here: a free lock
+then decides. A reader that took a hung one's lease over holds no lock at first; it takes the
+lock as soon as the hung one lets go (checked once a second), so a free lock means no live reader.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from dataclasses import dataclass
 from infersight.probes.schema import RingFormatError
 
 LEASE_PID, READER_LOST, WRITER_START, WRITER_PIDNS, IN_FLIGHT, LEASE_BEAT = 6, 7, 11, 12, 22, 23
+READER_PIDNS = 15
 LEASE_WORDS = 24  # the view covers bytes [0, 192)
 _PID_MASK = 0xFFFFFFFF
 #: A reader whose heartbeat is older than this is taken to be hung, and its lease is taken over.
@@ -45,10 +51,17 @@ class RingLeaseError(RingFormatError):
 
 @dataclass(frozen=True)
 class LeaseHolder:
-    """Who holds a ring's lease: pid, and how long ago it last read (seconds; None: never)."""
+    """Who holds a ring's lease: pid, how long ago it last read (seconds; None: never), and its pid
+    namespace (0: unknown)."""
 
     pid: int
     heartbeat_age_s: float | None
+    pidns: int = 0
+
+    @property
+    def judged_by_pid(self) -> bool:
+        """Can this process ask whether the holder's pid runs? Not from another pid namespace."""
+        return self.pidns in (0, pid_namespace())
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -119,13 +132,11 @@ class ReaderLease:
         self._held = False
         self._word = 0  # our generation << 32 | pid, once acquired
         self.took_over: LeaseHolder | None = None  # the predecessor whose lease this one took
+        self._next_lock_try = 0.0  # without the lock (a hung predecessor's): when to try for it again
 
     def holder(self) -> LeaseHolder | None:
         """The reader the header names (None: none)."""
-        pid, beat = int(self._w[LEASE_PID]) & _PID_MASK, int(self._w[LEASE_BEAT])
-        if pid == 0:
-            return None
-        return LeaseHolder(pid, (time.monotonic_ns() - beat) / 1e9 if beat else None)
+        return _holder(self._w)
 
     def acquire(self) -> None:
         self._fd, locked = _try_lock(self.name)
@@ -137,6 +148,7 @@ class ReaderLease:
         self.took_over = prev  # a dead (lock free) or hung (heartbeat too old) predecessor, or None
         self._w[LEASE_BEAT] = time.monotonic_ns()
         self._word = ((int(self._w[LEASE_PID]) >> 32) + 1 & _PID_MASK) << 32 | self.pid
+        self._w[READER_PIDNS] = pid_namespace()  # before the pid word: a reader of both sees ours
         self._w[LEASE_PID] = self._word
         self._held = True
 
@@ -147,6 +159,13 @@ class ReaderLease:
                                  f"reader's lease (its heartbeat was over {self.timeout_s:.0f} s old); "
                                  "stopped reading")
         self._w[LEASE_BEAT] = time.monotonic_ns()
+        if self._fd is None and time.monotonic() >= self._next_lock_try:
+            # A hung predecessor's lease, taken without its lock: take the lock once it lets go, so that
+            # a free lock means no live reader (what a reader in another pid namespace goes by).
+            self._next_lock_try = time.monotonic() + 1.0
+            fd, locked = _try_lock(self.name)
+            if locked:
+                self._fd = fd
 
     def release(self) -> None:
         """Give the lease back (a clean exit): the next reader attaches without a takeover."""
@@ -181,6 +200,8 @@ def _refusal(name: str, locked: bool | None, prev: LeaseHolder | None, timeout_s
     fresh = prev is not None and prev.heartbeat_age_s is not None and prev.heartbeat_age_s <= timeout_s
     if locked is False:  # the kernel says a live process holds it: refused unless it is hung
         return _held_message(name, prev) if prev is None or fresh else None
+    if locked and prev is not None and not prev.judged_by_pid:
+        return None  # the lock is free and the holder's pid is another namespace's: it has gone
     if prev is not None and fresh and prev.pid != me and _pid_running(prev.pid):
         # No flock here, or the lock is free because the reader took a hung one's lease over
         # (it holds no lock): the header decides, and it names a live reader.
@@ -204,13 +225,19 @@ def lease_refusal(name: str, timeout_s: float = DEFAULT_LEASE_TIMEOUT_S) -> str 
     head = read_ring_head(name)
     if head is None:
         return None
-    words = memoryview(head).cast("Q")
-    pid, beat = int(words[LEASE_PID]) & _PID_MASK, int(words[LEASE_BEAT])
-    prev = None if pid == 0 else LeaseHolder(pid, (time.monotonic_ns() - beat) / 1e9 if beat else None)
+    prev = _holder(memoryview(head).cast("Q"))
     fd, locked = _try_lock(name)
     if fd is not None:
         os.close(fd)
     return _refusal(name, locked, prev, timeout_s, os.getpid())
+
+
+def _holder(words: memoryview) -> LeaseHolder | None:
+    """The reader a ring's header words name as the lease holder (None: none)."""
+    pid, beat = int(words[LEASE_PID]) & _PID_MASK, int(words[LEASE_BEAT])
+    if pid == 0:
+        return None
+    return LeaseHolder(pid, (time.monotonic_ns() - beat) / 1e9 if beat else None, int(words[READER_PIDNS]))
 
 
 def _held_message(name: str, holder: LeaseHolder | None) -> str:

@@ -7,8 +7,10 @@ its namespace, as a container's entrypoint is, so the engine's ring is `infersig
 Checked, in order, on one pod:
   - requests sent through serve reach the agent: its /metrics and /api/v1/summary count exactly
     the requests the client saw answered;
-  - the agent container restarts (SIGKILL, a new namespace): the new agent takes the ring's lease
-    over (the lease generation in the ring header goes up) and counts the requests sent meanwhile;
+  - the agent container restarts (SIGKILL, a new namespace, under a shell: not pid 1 there, while
+    its predecessor's pid 1 is a live process of that namespace): the new agent takes the ring's
+    lease over at once (the lease generation in the ring header goes up) and counts the requests
+    sent meanwhile;
   - the engine container restarts (SIGKILL, a new namespace: pid 1 again, hence the same ring
     name): the agent, which cannot judge a pid of another namespace, declares the old ring dead by
     its writer's heartbeat and counts it; the new engine replaces the dead ring under its name; the
@@ -56,9 +58,11 @@ class PodContainer:
     """One container: its own pid namespace (it is pid 1 there, /proc remounted for it) and mount
     namespace, in which the shared tmpfs is bound onto /dev/shm. Killing it kills its namespace."""
 
-    def __init__(self, name: str, argv: list[str], shm: Path, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, name: str, argv: list[str], shm: Path, env: dict[str, str], log_dir: Path,
+                 pid1: bool = True) -> None:
         self.name, self.log = name, log_dir / f"{name}.log"
-        script = 'mount --bind "$0" /dev/shm && exec "$@"'
+        # pid1=False: an entrypoint that runs infersight under a shell (the shell stays pid 1).
+        script = 'mount --bind "$0" /dev/shm && ' + ('exec "$@"' if pid1 else '"$@"; exit $?')
         with open(self.log, "wb") as out:
             # --kill-child: the container's pid 1 dies with unshare, and the kernel kills the rest of its
             # pid namespace with it (the engine's resource tracker too, which would unlink its ring).
@@ -164,8 +168,8 @@ def test_serve_and_its_agent_in_two_containers(pod: dict) -> None:
     serve_url, agent_url = f"http://127.0.0.1:{serve_port}", f"http://127.0.0.1:{agent_port}"
     model = next(a.split("=", 1)[1] for a in _serve_argv(serve_port) if a.startswith("--served-model-name="))
 
-    def start(name: str, argv: list[str]) -> PodContainer:
-        c = PodContainer(name, argv, shm, env, logs)
+    def start(name: str, argv: list[str], pid1: bool = True) -> PodContainer:
+        c = PodContainer(name, argv, shm, env, logs, pid1)
         containers.append(c)
         return c
 
@@ -196,14 +200,19 @@ def test_serve_and_its_agent_in_two_containers(pod: dict) -> None:
     assert summary["requests"] == sent1
     assert list(summary["rings"]) == [RING]
 
-    # -- the agent container restarts: the new agent (pid 1 of a new namespace) takes the lease over
+    # -- the agent container restarts: the new agent, in a new namespace, takes the lease over at once.
+    # It runs under a shell here, so it is not pid 1 there, while the dead agent's pid (1) is a live
+    # process of the new namespace (the shell): the pid cannot be judged across namespaces, the free
+    # lock decides.
     agent1.kill()
+    assert lease1 & 0xFFFFFFFF == 1
     sent2 = _complete(serve_url, 4, model)  # read by nobody: they wait in the ring
-    agent2 = start("agent-2", _agent_argv(agent_port, dcgm_port))
+    agent2 = start("agent-2", _agent_argv(agent_port, dcgm_port), pid1=False)
     _wait(f"the restarted agent counts the {sent2} requests sent while none ran", agent_counts(sent2), 90,
           all_logs)
     *_, lease2 = _header(shm)
-    assert lease2 >> 32 == (lease1 >> 32) + 1 and lease2 & 0xFFFFFFFF == 1  # a takeover, by the new pid 1
+    assert lease2 >> 32 == (lease1 >> 32) + 1 and lease2 & 0xFFFFFFFF != 1  # a takeover, by the new agent
+    assert "already read by agent pid" not in agent2.text()  # never refused: no wait for the lease timeout
     assert _metrics(agent_url).get("infersight_probe_events_lost_total", 0) == 0  # agent 1 died idle
 
     # -- the engine container restarts: pid 1 again, the same ring name; the old ring's writer is dead

@@ -25,7 +25,9 @@ from infersight.probes.control import ControlBlock, control_name
 from infersight.probes.ring import (
     RingConsumer, RingFormatError, RingLeaseError, RingProducer, RingWriterGone, list_rings, stale_ring,
 )
-from infersight.probes.ring_lease import LEASE_BEAT, WRITER_START, lease_refusal, process_start_ticks
+from infersight.probes.ring_lease import (
+    LEASE_BEAT, LEASE_PID, READER_PIDNS, WRITER_START, lease_refusal, pid_namespace, process_start_ticks,
+)
 from infersight.probes.schema import LAYOUT_VERSION, RecordType
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,6 +141,39 @@ def test_hung_readers_lease_is_taken_over_after_the_timeout(ring_name: str) -> N
                 hung.read()  # it notices, and stops, before taking anything
             prod.write_many(1, steps(2, 3))
             assert successor.read()[1]["step"].tolist() == [2, 3, 4]
+
+
+def test_a_taker_of_a_hung_lease_takes_the_lock_once_it_is_free(ring_name: str) -> None:
+    with RingProducer.create(ring_name, 8, None, [STEP]) as prod:
+        hung = RingConsumer.attach(ring_name, [STEP])
+        poke(ring_name, 8 * LEASE_BEAT, "<Q", time.monotonic_ns() - 10**9)
+        with RingConsumer.attach(ring_name, [STEP], lease_timeout_s=0.5) as taker:
+            assert taker.lease.took_over is not None
+            prod.write_many(1, steps(0, 2))
+            assert len(taker.read()[1]) == 2
+            assert lease_refusal(ring_name) is not None  # the hung one's lock, and a fresh heartbeat
+            hung.close()  # lets its lock go (the header names the taker: left as it is)
+            time.sleep(1.1)
+            taker.read()  # takes the lock at its next heartbeat
+            # A reader from another pid namespace goes by the lock: held, so refused.
+            poke(ring_name, 8 * READER_PIDNS, "<Q", 1)
+            assert lease_refusal(ring_name) is not None
+
+
+def test_a_holder_in_another_pid_namespace_is_judged_by_the_lock(ring_name: str) -> None:
+    # A reader of another pid namespace died (its lock is free) naming pid 1, which in this namespace
+    # is a live process (init), with a fresh heartbeat: as a pod's sidecar restarted in a new
+    # namespace finds its predecessor. Its pid cannot be judged here: the free lock decides.
+    with RingProducer.create(ring_name, 8, None, [STEP]):
+        poke(ring_name, 8 * LEASE_PID, "<Q", 3 << 32 | 1)
+        poke(ring_name, 8 * LEASE_BEAT, "<Q", time.monotonic_ns())
+        poke(ring_name, 8 * READER_PIDNS, "<Q", pid_namespace())  # ours: pid 1 is judged, alive
+        assert "agent pid 1" in (lease_refusal(ring_name) or "")
+        poke(ring_name, 8 * READER_PIDNS, "<Q", 1)  # another namespace's
+        assert lease_refusal(ring_name) is None
+        with RingConsumer.attach(ring_name, [STEP]) as successor:
+            assert successor.lease.took_over.pid == 1
+            assert successor.stats()["reader_pid"] == os.getpid()
 
 
 # before the lease; the batched TOKENS; a step's graph captures; the writer's heartbeat
