@@ -11,9 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from shared_demo_vllm import start_demo_moe
 from shared_vllm import SharedVllm, start_shared_llama
 from testkit import require_service
 
+from infersight.demo_vllm import DemoVllm
 from infersight.vllm.launch import VllmUnavailable, build_tiny_model, vllm_python
 
 
@@ -54,3 +56,14 @@ def shared_llama(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         yield shared
     finally:
         shared.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_moe(vllm_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoVllm]:
+    """The demo's vLLM on the trained tiny-moe with tiny-draft (shared_demo_vllm.py), started once."""
+    vllm = start_demo_moe(tmp_path_factory.mktemp("vllm-demo-moe"))
+    try:
+        vllm.server.wait_ready(timeout_s=600)
+        yield vllm
+    finally:
+        vllm.server.stop()
