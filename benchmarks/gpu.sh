@@ -25,6 +25,8 @@
 #   serving_profile  `bench runtime` decode at batch 48 (the engine's own rate), then `bench serving`'s
 #                 no-agent arm at 48 clients with py-spy sampling the serve process mid-phase
 #                 (py-spy carried in .whl/): where the serving loop's time goes
+#   serving_drift `bench serving` on CUDA, no agent, ten 30-s phases: throughput over time under constant
+#                 load, with py-spy (GIL holders only) on serve early and late
 #   serving_arms  `bench serving` on CUDA, llama-1b-shape, 48 clients: no agent (twice: the A/A floor),
 #                 agent, agent + recorder, everything on
 #   hf_decode     a Llama Hugging Face checkpoint of llama-1b-shape's dimensions (written by transformers)
@@ -106,6 +108,23 @@ serving_profile() {
   tail -n 3 "$OUT/pyspy.log"
   wait $bench
   tail -n 2 "$OUT/serving_none.json"
+}
+
+serving_drift() {
+  stamp "bench serving, no agent, 10 phases of 30 s (throughput over time), py-spy --gil on serve early and late"
+  timeout 420 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 \
+    --phase-s 30 --warmup-s 2 --rounds 10 --arms none --json > "$OUT/serving_drift.json" 2> "$OUT/serving_drift.err" &
+  local bench=$! pid="" i
+  for i in $(seq 1 90); do pid=$(pgrep -f "infersight serve" | head -n 1); [[ -n $pid ]] && break; sleep 1; done
+  PY_SPY=$(command -v py-spy || echo /tmp/site/bin/py-spy)
+  sleep 70
+  timeout 40 "$PY_SPY" record --pid "$pid" --duration 20 --rate 200 --gil --format raw \
+    --output "$OUT/serve_gil_early.txt" --nonblocking > "$OUT/pyspy_early.log" 2>&1
+  sleep 200
+  timeout 40 "$PY_SPY" record --pid "$pid" --duration 20 --rate 200 --gil --format raw \
+    --output "$OUT/serve_gil_late.txt" --nonblocking > "$OUT/pyspy_late.log" 2>&1
+  wait $bench
+  grep "^round" "$OUT/serving_drift.err" | tail -n 10
 }
 
 serving_arms() {
