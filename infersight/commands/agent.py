@@ -4,13 +4,15 @@ from __future__ import annotations
 import argparse
 
 from infersight.agent.autoapply.config import AutoApplyConfig
+from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.limits_config import RecordLimits
+from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.retention_config import RetentionConfig
 from infersight.agent.slow_config import SlowRequestConfig
 from infersight.exporters.exposition_config import ExpositionConfig
-from infersight.agent.gpu_config import GpuConfig
 from infersight.sources.vllm_kv_config import VllmKvConfig
 from infersight.sources.vllm_server_config import VllmServerConfig
+from infersight.tracing.config import TracingConfig
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -21,10 +23,10 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 #: The components' config objects built from their own flag groups (each class's add_flags / from_args),
-#: by AgentConfig field, in --help order (tracing and the flight recorder: commands/agent_tracing.py, agent_recorder.py).
+#: by AgentConfig field, in --help order.
 GROUPS = (("exposition", ExpositionConfig), ("retention", RetentionConfig), ("limits", RecordLimits),
-          ("slow", SlowRequestConfig), ("gpu", GpuConfig), ("vllm_kv", VllmKvConfig), ("vllm_server", VllmServerConfig),
-          ("auto_apply", AutoApplyConfig))
+          ("slow", SlowRequestConfig), ("tracing", TracingConfig), ("gpu", GpuConfig), ("vllm_kv", VllmKvConfig),
+          ("vllm_server", VllmServerConfig), ("flight_recorder", RecorderConfig), ("auto_apply", AutoApplyConfig))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,16 +39,14 @@ def run(args: argparse.Namespace) -> int:
         import_pandas_without_pyarrow()
     from infersight.agent.config import AgentConfig
     from infersight.agent.service import Agent
-    from infersight.commands.agent_recorder import recorder_config
-    from infersight.commands.agent_tracing import tracing_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s infersight-agent %(levelname)s %(message)s")
     host, port = parse_listen(args.listen)
     agent = Agent(AgentConfig(rings=args.ring or [], discover=args.discover or bool(args.discover_prefix),
                               discover_prefix=args.discover_prefix or "infersight-", host=host, port=port,
                               max_connections=args.max_connections, poll_interval_s=args.poll_interval,
-                              parquet_dir=args.parquet_dir, **{name: group.from_args(args) for name, group in GROUPS},
-                              tracing=tracing_config(args), flight_recorder=recorder_config(args)))
+                              parquet_dir=args.parquet_dir,
+                              **{name: group.from_args(args) for name, group in GROUPS}))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: agent.stop())
     agent.run(args.duration)
@@ -54,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from infersight.commands.agent_tracing import add_tracing_arguments
-
     agent = sub.add_parser("agent", help="the sidecar: attach to probe rings, serve /metrics and the JSON API")
     agent.add_argument("--ring", action="append", help="ring name to attach (repeatable)")
     agent.add_argument("--discover", action="store_true", help="also attach every infersight-* ring that appears")
@@ -68,10 +66,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     agent.add_argument("--poll-interval", type=float, default=0.1, help="seconds between ring reads")
     agent.add_argument("--parquet-dir", help="write per-request rows to DIR/requests.parquet")
     agent.add_argument("--duration", type=float, help="stop after this many seconds")
-    add_tracing_arguments(agent)
     for _, group in GROUPS:
         group.add_flags(agent)
-    from infersight.commands.agent_recorder import add_recorder_arguments
-
-    add_recorder_arguments(agent)
     agent.set_defaults(func=run)

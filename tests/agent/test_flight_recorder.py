@@ -19,7 +19,7 @@ from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.cli import main
 from infersight.exporters import catalogue as C
-from infersight.kernels.categories import CATEGORIES
+from infersight.kernels.analysis.categories import CATEGORIES
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime import Engine, EngineConfig, ModelConfig, SamplingParams, StepStats
@@ -80,7 +80,7 @@ def runs():
 
 def test_windows_are_sampled_analysed_and_folded_into_kernel_series(tmp_path, runs, monkeypatch) -> None:
     # This host's CPU ceilings as `bench ceilings --device cpu` caches them (values of our choosing).
-    from infersight.kernels.ceiling_cache import CeilingMeasurement, host_cpu_name, torch_version, write_cache
+    from infersight.kernels.ceilings.ceiling_cache import CeilingMeasurement, host_cpu_name, torch_version, write_cache
 
     measured = CeilingMeasurement(host_cpu_name(), "float32", torch_version() or "none", "this-host",
                                   "2026-12-01T00:00:00Z", "perf_counter", 7.5, 1 << 28, 0.04, 2048, 5, 2)
@@ -240,14 +240,14 @@ def test_recorder_flags(capsys) -> None:
         assert main(["agent", "--ring", "nothing-here", "--flight-recorder", *bad]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "recorder" in err[0], err
-    from infersight.commands.agent_recorder import recorder_config
     import argparse
 
-    parser = argparse.ArgumentParser()
-    from infersight.commands.agent_recorder import add_recorder_arguments
+    from infersight.agent.recorder.config import RecorderConfig
 
-    add_recorder_arguments(parser)
-    assert recorder_config(parser.parse_args([])) is None
-    cfg = recorder_config(parser.parse_args(["--flight-recorder", "--recorder-budget", "0.01", "--recorder-keep", "9",
-                                             "--recorder-preemption-storm", "0", "--recorder-dir", "/tmp/x"]))
+    parser = argparse.ArgumentParser()
+    RecorderConfig.add_flags(parser)
+    assert RecorderConfig.from_args(parser.parse_args([])) is None
+    cfg = RecorderConfig.from_args(parser.parse_args(["--flight-recorder", "--recorder-budget", "0.01",
+                                                      "--recorder-keep", "9", "--recorder-preemption-storm", "0",
+                                                      "--recorder-dir", "/tmp/x"]))
     assert (cfg.budget, cfg.keep, cfg.preemption_storm, cfg.directory, cfg.step_jump) == (0.01, 9, None, "/tmp/x", 2.0)
