@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,6 @@ class DemoVllm:
     kv_port: int
     profiler_dir: Path
     otlp_receiver_port: int | None = None
-    extra_env: dict[str, str] = field(default_factory=dict)
 
     def agent_args(self) -> list[str]:
         worker_prefix = worker_ring_name(0).removesuffix("0")  # infersight-vllm-worker-<pid>
