@@ -33,9 +33,9 @@ import subprocess
 import sys
 
 from infersight.agent.capture import default_token_file
-from infersight.kernels.report import ceilings_lines
-from infersight.kernels.roofline import steps_work
-from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
+from infersight.kernels.analysis.report import ceilings_lines
+from infersight.kernels.analysis.roofline import steps_work
+from infersight.kernels.readers.shapes import load_capture_shapes, shapes_path_for
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime import Engine, EngineConfig, SamplingParams

@@ -24,7 +24,7 @@ from dataclasses import asdict
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from infersight.kernels.ceiling_lookup import lookup_ceilings  # noqa: E402
+from infersight.kernels.ceilings.ceiling_lookup import lookup_ceilings  # noqa: E402
 from infersight.runtime.model.attention import paged_decode_attention  # noqa: E402
 from infersight.runtime.model.triton_decode import DecodeTuning, triton_paged_decode_attention  # noqa: E402
 

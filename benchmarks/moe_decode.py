@@ -22,7 +22,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from infersight.kernels.ceiling_lookup import lookup_ceilings  # noqa: E402
+from infersight.kernels.ceilings.ceiling_lookup import lookup_ceilings  # noqa: E402
 from infersight.runtime.model.model_config import MODEL_CONFIGS  # noqa: E402
 from infersight.runtime.model.moe import MoEFFN, route  # noqa: E402
 from infersight.runtime.ranges import RangeMarker, layer_range_names  # noqa: E402

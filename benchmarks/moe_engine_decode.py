@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from infersight.kernels.ceiling_lookup import lookup_ceilings
+from infersight.kernels.ceilings.ceiling_lookup import lookup_ceilings
 from infersight.runtime import Engine, EngineConfig, SamplingParams
 
 

@@ -1,5 +1,5 @@
 """The CPU demo's roofline ceilings: without a compute and a bandwidth ceiling the flight recorder's
-windows place no share of a roof (kernels.ceiling_lookup), and a CPU has no datasheet entry. So the
+windows place no share of a roof (kernels.ceilings.ceiling_lookup), and a CPU has no datasheet entry. So the
 demo looks in the ceilings cache first (what `infersight bench ceilings` measured on this machine),
 and when it holds nothing for this CPU, measures the two ceilings itself with small sizes (a second
 or two) into a cache of the run's own, and says so. Never into the user's cache: a quick measurement
@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from infersight.kernels.ceiling_cache import ENV_VAR, default_cache_path, host_cpu_name
-from infersight.kernels.ceiling_lookup import CeilingLookup, lookup_ceilings
+from infersight.kernels.ceilings.ceiling_cache import ENV_VAR, default_cache_path, host_cpu_name
+from infersight.kernels.ceilings.ceiling_lookup import CeilingLookup, lookup_ceilings
 
 #: The demo's own measurement: (copy MiB, GEMM n, warm-up runs, timed runs). A 64 MiB copy is far
 #: larger than a CPU's last-level cache; a 512^3 matmul keeps the cores busy for milliseconds per run.

@@ -17,12 +17,12 @@ def analyze_capture(path: str, batch: "pd.DataFrame", first_step: int,
     """A finished capture's kernel breakdown and findings (or why there is none), and each
     captured request's kernel summary (request id -> kernel ns and top categories). steps: the
     engine's STEP records; the steps before the capture tell its own step time (the capture's gaps
-    are judged against it: kernels.step_findings)."""
-    from infersight.kernels.attribution import request_kernel_summaries
-    from infersight.kernels.load import load_trace
-    from infersight.kernels.report import build_report
-    from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
-    from infersight.kernels.step_findings import outside_step_times
+    are judged against it: kernels.analysis.step_findings)."""
+    from infersight.kernels.analysis.attribution import request_kernel_summaries
+    from infersight.kernels.readers.load import load_trace
+    from infersight.kernels.analysis.report import build_report
+    from infersight.kernels.readers.shapes import load_capture_shapes, shapes_path_for
+    from infersight.kernels.analysis.step_findings import outside_step_times
 
     shapes_file = shapes_path_for(path)
     if Path(path) == shapes_file:  # a cuda-profiler capture: the trace is nsys's or ncu's, not ours

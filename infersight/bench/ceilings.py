@@ -8,11 +8,11 @@
 Each is run `warmup` times untimed (kernel selection, clocks ramping up), then timed `repeats`
 times one by one: on CUDA by a pair of CUDA events around each run (device time, read after one
 synchronize at the end), on the CPU by time.perf_counter around each. The median is kept, with the
-fastest and slowest run. The result goes into the ceilings cache (kernels.ceiling_cache), keyed by
+fastest and slowest run. The result goes into the ceilings cache (kernels.ceilings.ceiling_cache), keyed by
 device name, dtype and torch version, where every roofline (analyze, bench runtime, the agent's
 captures and windows) finds it and names it "measured", with this host and time.
 
-What it is not: the datasheet's peak (kernels.ceilings.DATASHEETS), nor what a kernel of another
+What it is not: the datasheet's peak (kernels.ceilings.device_ceilings.DATASHEETS), nor what a kernel of another
 shape reaches (a small or skinny matmul runs below it).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from infersight.kernels.ceiling_cache import CeilingMeasurement, host_cpu_name, write_cache
+from infersight.kernels.ceilings.ceiling_cache import CeilingMeasurement, host_cpu_name, write_cache
 
 #: dtypes `bench ceilings` measures (fp8 needs scaled matmuls: not a plain torch.matmul).
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -129,7 +129,7 @@ def bench_ceilings(device: str = "auto", dtype: str | None = None, copy_mib: int
                    gemm_n: int | None = None, warmup: int | None = None, repeats: int | None = None,
                    cache: Path | None = None, write: bool = True) -> CeilingsBenchResult:
     """Measure both ceilings (module docstring) and, unless write is False, cache them (cache: the
-    file; default kernels.ceiling_cache.default_cache_path()). dtype default: bfloat16 on CUDA,
+    file; default kernels.ceilings.ceiling_cache.default_cache_path()). dtype default: bfloat16 on CUDA,
     float32 on the CPU. Sizes and counts default to DEFAULTS of the backend."""
     device = resolve_device(device)
     backend = "cuda" if device.startswith("cuda") else "cpu"

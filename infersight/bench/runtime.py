@@ -11,8 +11,8 @@ alternating steps: a slow eager step leaves the GPU idle long enough to lower it
 would bill the next graph step. graph_replay_ms is the device time of the decode graph alone.
 
 The roofline is the decode step's bytes (weights read once, plus the KV cache at the mean
-decode context: infersight.kernels.roofline) over the device's copy bandwidth, measured by
-`infersight bench ceilings` when cached, else its datasheet's (kernels.ceiling_lookup;
+decode context: infersight.kernels.analysis.roofline) over the device's copy bandwidth, measured by
+`infersight bench ceilings` when cached, else its datasheet's (kernels.ceilings.ceiling_lookup;
 roofline_ceiling names which); roofline_share = roofline time / step time. hf_anchor adds Hugging
 Face transformers on the same shape in the same process (bench.hf_anchor): "eager", or "all" for
 eager and static-cache + torch.compile. The KV pool is sized for this run only: max_model_len = prompt + decode steps.
@@ -73,8 +73,8 @@ class RuntimeBenchResult:
 
 def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | None = None) -> float:
     """ms to move one decode step's weight and KV bytes at `gbps` (default: the H200 datasheet's,
-    kernels.ceilings.DeviceCeilings; bench_runtime passes the looked-up ceiling)."""
-    from infersight.kernels.roofline import DeviceCeilings, StepShape, analytic_work
+    kernels.ceilings.device_ceilings.DeviceCeilings; bench_runtime passes the looked-up ceiling)."""
+    from infersight.kernels.analysis.roofline import DeviceCeilings, StepShape, analytic_work
 
     dtype_bytes = engine.config.torch_dtype.itemsize
     work = analytic_work(engine.config.model_config, StepShape("decode", batch, 1, context, dtype_bytes))
@@ -208,7 +208,7 @@ def bench_runtime(model: str = "tiny-moe", device: str = "cpu", dtype: str = "fl
     if compare and step_times[False]:
         result.eager_decode_step_ms = round(1000 * statistics.median(dt for dt, _ in step_times[False]), 3)
     if device.startswith("cuda"):
-        from infersight.kernels.ceiling_lookup import lookup_ceilings
+        from infersight.kernels.ceilings.ceiling_lookup import lookup_ceilings
 
         lookup = lookup_ceilings(machine, dtype, given_as=None)
         result.roofline_ceiling = lookup.bandwidth_said()

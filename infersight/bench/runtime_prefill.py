@@ -9,7 +9,7 @@ engine's CUDA events). TFLOP/s are MODELLED: the FLOPs come from the shape, not 
 
 divided by the measured time, and shared against the device's dense GEMM ceiling at the dtype:
 measured by `infersight bench ceilings` when cached, else the datasheet's, else none (share None);
-gemm_ceiling names it and its source (kernels.ceiling_lookup). A model whose max_seq_len is below N + 2
+gemm_ceiling names it and its source (kernels.ceilings.ceiling_lookup). A model whose max_seq_len is below N + 2
 gets a longer RoPE table for this run only (max_seq_len_raised says so); the weights are the same.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ class LongPrefillResult:
 
 def prefill_flops(cfg: ModelConfig, tokens: int) -> float:
     """The modelled FLOPs of one prefill of `tokens` tokens from an empty cache (module docstring)."""
-    from infersight.kernels.roofline import StepShape, analytic_work
+    from infersight.kernels.analysis.roofline import StepShape, analytic_work
 
     work = analytic_work(cfg, StepShape("prefill", 1, tokens, tokens))
     matmuls = float(work.loc[work["op_category"] == "GEMM", "flops"].sum())
@@ -53,8 +53,8 @@ def bench_long_prefill(model: str, device: str, dtype: str, tokens: int, repeats
                        decode_attention: str = "auto", compile_layers: bool = False, fused_forward: bool = True
                        ) -> LongPrefillResult:
     """Prefill one `tokens`-token prompt `repeats` times after a warm-up; see the module docstring."""
-    from infersight.kernels.ceiling_cache import host_cpu_name
-    from infersight.kernels.ceiling_lookup import lookup_ceilings
+    from infersight.kernels.ceilings.ceiling_cache import host_cpu_name
+    from infersight.kernels.ceilings.ceiling_lookup import lookup_ceilings
 
     if tokens < 2 or repeats < 1:
         raise ValueError("prefill_len must be >= 2 and repeats >= 1")

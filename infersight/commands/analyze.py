@@ -5,7 +5,7 @@ dcgm-exporter text (infersight.gpu.analyze). With a capture's shapes file (--sha
 beside an infersight capture), or with --model, --batch and --context, it also places GEMM and
 attention on the roofline of the device: its ceilings measured by `infersight bench ceilings` (read
 from the cache), else its datasheet's, or --peak-tflops / --peak-gbps (labelled given); each named
-with its source (kernels.ceiling_lookup). For an ncu CSV with DRAM metrics it compares the modelled
+with its source (kernels.ceilings.ceiling_lookup). For an ncu CSV with DRAM metrics it compares the modelled
 bytes with the measured ones.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from infersight.commands.numeric_flags import bounded_float, bounded_int
 from infersight.kernels.bounded_run import DEFAULT_TIME_LIMIT_S
-from infersight.kernels.input_files import MAX_FILE_BYTES
+from infersight.kernels.readers.input_files import MAX_FILE_BYTES
 
 #: Ranges of the numeric flags: far above any real step, low enough that the roofline's per-sequence
 #: lists and products stay small (--batch 99999999999 used to allocate for each sequence).
@@ -54,7 +54,7 @@ def _jsonable(value: Any) -> Any:
 
 def _exposition(path: Path, fmt: str, max_bytes: int) -> str:
     from infersight.kernels.errors import TraceError
-    from infersight.kernels.input_files import read_regular_file
+    from infersight.kernels.readers.input_files import read_regular_file
 
     try:
         text = read_regular_file(path, max_bytes).decode("utf-8")
@@ -76,7 +76,7 @@ def _roofline_inputs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
         return None, []
     if args.batch is None or args.context is None:
         raise ValueError("--model needs --batch (sequences per step) and --context (tokens of context)")
-    from infersight.kernels.roofline import StepShape
+    from infersight.kernels.analysis.roofline import StepShape
     from infersight.runtime.model.model_config import resolve_model
 
     dtype_bytes = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1}[args.dtype]
@@ -88,7 +88,7 @@ def _roofline_inputs(args: argparse.Namespace) -> tuple[Any, list[Any]]:
 
 def _captured(args: argparse.Namespace, path: Path) -> Any:
     """The shapes file given with --shapes, or the one an infersight capture left beside the trace."""
-    from infersight.kernels.shapes import load_capture_shapes, shapes_path_for
+    from infersight.kernels.readers.shapes import load_capture_shapes, shapes_path_for
 
     if args.shapes:
         return load_capture_shapes(args.shapes)
@@ -100,9 +100,9 @@ def report_text(args: argparse.Namespace, model: Any = None, shapes: list[Any] |
     """The analysis of one file as the text to print, unbounded: _analyze runs it in a bounded child.
     args: the parsed `analyze` flags; model and shapes: _roofline_inputs(args)."""
     path = Path(args.path)
-    from infersight.kernels.load import detect_kind, load_trace, malformed_as_trace_error
-    from infersight.kernels.ceiling_lookup import CeilingQuery
-    from infersight.kernels.report import build_report, render_text
+    from infersight.kernels.readers.load import detect_kind, load_trace, malformed_as_trace_error
+    from infersight.kernels.ceilings.ceiling_lookup import CeilingQuery
+    from infersight.kernels.analysis.report import build_report, render_text
 
     kind = detect_kind(path, args.max_bytes)
     if kind == "prometheus":
@@ -110,8 +110,8 @@ def report_text(args: argparse.Namespace, model: Any = None, shapes: list[Any] |
     ceilings = CeilingQuery(args.device_name, args.dtype if args.model else None, args.peak_tflops, args.peak_gbps,
                             Path(args.ceilings_cache) if args.ceilings_cache else None)
     if kind == "kineto":  # read once; a CPU-only trace (a vLLM CPU worker's) gets the CPU-op report
-        from infersight.kernels.cpu_trace import cpu_report, has_device_activity, parse_cpu_ops
-        from infersight.kernels.kineto import parse_kineto, read_json_document
+        from infersight.kernels.analysis.cpu_trace import cpu_report, has_device_activity, parse_cpu_ops
+        from infersight.kernels.readers.kineto import parse_kineto, read_json_document
 
         doc = read_json_document(path, args.max_bytes)
         with malformed_as_trace_error(path, kind):
@@ -132,7 +132,7 @@ def _analyze(args: argparse.Namespace) -> int:
     any bad file ends as one TraceError line (exit 2), never a traceback or a hang."""
     from infersight.kernels.bounded_run import RunLimits, default_memory_bytes, run_bounded
     from infersight.kernels.errors import TraceError
-    from infersight.kernels.input_files import check_regular_file
+    from infersight.kernels.readers.input_files import check_regular_file
 
     path = Path(args.path)
     check_regular_file(path, args.max_bytes)

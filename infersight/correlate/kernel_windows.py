@@ -1,9 +1,9 @@
 """One sampled capture window -> the few numbers the flight recorder folds into time series.
 
 Pure functions over the frames of `infersight.kernels` (never mutated): `classified` is
-`kernels.categories.classify(trace.kernels)` (one row per GPU activity, or per CPU-op segment on a
+`kernels.analysis.categories.classify(trace.kernels)` (one row per GPU activity, or per CPU-op segment on a
 CPU trace: ts_ns, dur_ns, device, stream, correlation, step_id, phase, op_category, ...), and
-`roofline` is `kernels.roofline.place_on_roofline` output (op_category, flops, bytes, kernel_ns,
+`roofline` is `kernels.analysis.roofline.place_on_roofline` output (op_category, flops, bytes, kernel_ns,
 achieved_tflops, achieved_gbps, pct_of_roof, ...; empty when the window's shapes are unknown).
 
 Frames returned (`summarize_window`):
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infersight.kernels.paths import NO_PHASE
-from infersight.kernels.timeline import phase_breakdown
+from infersight.kernels.analysis.paths import NO_PHASE
+from infersight.kernels.analysis.timeline import phase_breakdown
 
 #: Phase label values (bounded): the engine's forwards and the ranges beside them under "step".
 WINDOW_PHASES = ("prefill", "decode", "mixed", "verify", "draft", "sampling", "schedule", "step", "kv.swap_in",
@@ -88,7 +88,7 @@ def time_by_phase_category(classified: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_windows_by_phase(classified: pd.DataFrame) -> pd.DataFrame:
-    """The `phases` frame: kernels.timeline.phase_breakdown over the steps only (activity outside
+    """The `phases` frame: kernels.analysis.timeline.phase_breakdown over the steps only (activity outside
     every step says nothing about launch gaps), its phases bounded and calls counted as correlations."""
     in_steps = classified[classified["step_id"] >= 0]
     if in_steps.empty:

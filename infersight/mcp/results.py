@@ -120,7 +120,7 @@ class SpecAdvice(BaseModel):
 class CaptureRoofline(BaseModel):
     capture_id: int
     ring: str
-    rows: list[dict[str, Any]] = Field(description="kernels.report roofline rows (modelled work over measured time)")
+    rows: list[dict[str, Any]] = Field(description="kernels.analysis.report roofline rows (modelled work over measured time)")
     ceilings: dict[str, Any] | None = None
 
 
@@ -213,7 +213,7 @@ class Capture(BaseModel):
     requested_wall: float
     state: str = Field(description="requested | running | done | failed")
     path: str = ""
-    analysis: dict[str, Any] | None = Field(None, description="kernels.report: categories, roofline, findings")
+    analysis: dict[str, Any] | None = Field(None, description="kernels.analysis.report: categories, roofline, findings")
     gpu_profiling: str = ""
     decode: str = ""
 

@@ -7,7 +7,7 @@ thread: a capture is asked for, so its export cost is accepted; everything else 
 Beside each capture goes its shapes file, `capture-PID-SEQ.shapes.json`: the model's shape and,
 for every step in the window, its phase and each sequence's (request id, tokens fed, KV length
 after the step). With it a capture's FLOPs and bytes can be modelled step by step (read by
-infersight.kernels.shapes). A torch capture's control-block path is the trace; a cuda-profiler
+infersight.kernels.readers.shapes). A torch capture's control-block path is the trace; a cuda-profiler
 capture has no trace of ours (nsys or ncu writes it), so its path is the shapes file.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ which this module does not read.) One capture, on its own thread (the agent's lo
      the API server's `*async_llm*` one, rank 0 first, ours by prefix when vLLM names it so, and
      readable (torch writes the gzip in place, so a half-written file is retried)
   6. analyse it (`analyze_vllm_trace`): the same report `infersight analyze` builds, over the GPU
-     kernels or, on a CPU build, the CPU ops (kernels.cpu_trace), with vLLM's step ranges given
+     kernels or, on a CPU build, the CPU ops (kernels.analysis.cpu_trace), with vLLM's step ranges given
      our phases
 
 Reading the traces (which one is ours, its step ranges, its analysis) is sources.vllm_trace's; its

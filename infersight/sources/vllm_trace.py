@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from infersight.kernels.cpu_trace import cpu_report, has_device_activity, parse_cpu_ops
-from infersight.kernels.kineto import parse_kineto, read_json_document
-from infersight.kernels.report import build_report
+from infersight.kernels.analysis.cpu_trace import cpu_report, has_device_activity, parse_cpu_ops
+from infersight.kernels.readers.kineto import parse_kineto, read_json_document
+from infersight.kernels.analysis.report import build_report
 
 TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json")
 _STEP_RANGE = re.compile(r"^execute_(?:\d+_)?context_(\d+)\(.*\)_generation_(\d+)\(.*\)$")

@@ -13,7 +13,7 @@ from infersight.agent.recorder.view import fold_window, gauge_rows, summary_bloc
 from infersight.correlate.kernel_windows import WindowSummary
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import LabelledCounter
-from infersight.kernels.roofline import DeviceCeilings
+from infersight.kernels.analysis.roofline import DeviceCeilings
 
 
 def summary() -> WindowSummary:

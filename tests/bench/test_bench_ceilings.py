@@ -14,8 +14,8 @@ import pytest
 
 from infersight.bench.ceilings import bench_ceilings
 from infersight.cli import main
-from infersight.kernels.ceiling_cache import read_cache
-from infersight.kernels.ceiling_lookup import lookup_ceilings
+from infersight.kernels.ceilings.ceiling_cache import read_cache
+from infersight.kernels.ceilings.ceiling_lookup import lookup_ceilings
 
 COPY_MIB = 128  # past the last-level cache of the hosts we run on
 GEMM_N = 512

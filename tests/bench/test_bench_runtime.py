@@ -43,7 +43,7 @@ def test_prefill_flops_count_the_matmuls_and_the_causal_triangle() -> None:
 
 def test_long_prefill_runs_in_one_step_past_the_model_length(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     from infersight.bench.runtime_prefill import prefill_flops
-    from infersight.kernels.ceiling_cache import CeilingMeasurement, host_cpu_name, torch_version, write_cache
+    from infersight.kernels.ceilings.ceiling_cache import CeilingMeasurement, host_cpu_name, torch_version, write_cache
 
     monkeypatch.setenv("INFERSIGHT_CEILINGS", str(tmp_path / "ceilings.json"))  # this host's CPU: none measured
     unknown = bench_runtime(model=LONG, batch=1, prompt_len=8, decode_steps=3, repeats=1,  # type: ignore[arg-type]

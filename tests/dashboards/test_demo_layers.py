@@ -20,7 +20,7 @@ from infersight.dashboards.grafana import build_dashboards, gpu, to_json
 from infersight.demo_ceilings import CACHE_NAME
 from infersight.demo_recorder import exposition_samples, recorder_rows
 from infersight.exporters import catalogue as C
-from infersight.kernels.ceiling_cache import host_cpu_name, read_cache
+from infersight.kernels.ceilings.ceiling_cache import host_cpu_name, read_cache
 
 NAME = re.compile(re.escape(C.P) + r"[a-zA-Z0-9_]+")
 

@@ -26,7 +26,7 @@ TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = TESTS.parents[1] / "shared" / "fixtures"
 OUR_KINETO = TESTS / "kernels" / "data" / "kineto_tiny-moe.json.gz"
 OUR_DCGM = TESTS / "gpu" / "data" / "dcgm_exporter_4_9_h200.prom"
-#: The tables (and columns) infersight.kernels.nsys reads; the rest of an export is left out of the seed.
+#: The tables (and columns) infersight.kernels.readers.nsys reads; the rest of an export is left out of the seed.
 NSYS_TABLES = ("StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "TARGET_INFO_GPU", "EXPORT_META_DATA",
                "META_DATA_EXPORT", "ENUM_NSYS_EVENT_TYPE", "ENUM_CUDA_MEMCPY_OPER")

@@ -14,10 +14,10 @@ from fuzzkit import case_count, check, mutations, run_fuzz
 from real_inputs import analyze_args, kineto_seeds, value_mutations
 
 from infersight.commands.analyze import report_text
-from infersight.kernels.cpu_trace import has_device_activity, parse_cpu_ops
+from infersight.kernels.analysis.cpu_trace import has_device_activity, parse_cpu_ops
 from infersight.kernels.errors import TraceError
-from infersight.kernels.kineto import as_int, parse_kineto, read_json_document, us_to_ns
-from infersight.kernels.load import malformed_as_trace_error
+from infersight.kernels.readers.kineto import as_int, parse_kineto, read_json_document, us_to_ns
+from infersight.kernels.readers.load import malformed_as_trace_error
 
 SEED = 1701
 

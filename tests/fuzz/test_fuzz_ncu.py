@@ -14,8 +14,8 @@ from fuzzkit import case_count, check, mutations, run_fuzz
 from real_inputs import JSON_VALUES, fixture
 
 from infersight.kernels.errors import TraceError
-from infersight.kernels.load import load_trace
-from infersight.kernels.ncu import parse_ncu_csv
+from infersight.kernels.readers.load import load_trace
+from infersight.kernels.readers.ncu import parse_ncu_csv
 
 SEED = 1703
 FIELD_VALUES = tuple(v.decode("latin-1") for v in JSON_VALUES) + ("1,234.5", "n/a", "(1, 2, 3)", "(99999999999999999999999, 1, 1)",

@@ -15,7 +15,7 @@ from fuzzkit import case_count, check, mutations, run_fuzz
 from real_inputs import NSYS_TABLES, nsys_seed
 
 from infersight.kernels.errors import TraceError
-from infersight.kernels.load import load_trace
+from infersight.kernels.readers.load import load_trace
 
 SEED = 1702
 CELL_VALUES = (None, 2 ** 63 - 1, -2 ** 63, 2 ** 31, -1, 0, 1e308, float("inf"), float("-inf"), float("nan"), "text",

@@ -12,8 +12,8 @@ from fuzzkit import case_count, check, mutations, run_fuzz
 from real_inputs import shapes_seed, value_mutations
 
 from infersight.kernels.errors import TraceError
-from infersight.kernels.roofline import steps_work
-from infersight.kernels.shapes import MAX_ID, load_capture_shapes
+from infersight.kernels.analysis.roofline import steps_work
+from infersight.kernels.readers.shapes import MAX_ID, load_capture_shapes
 
 SEED = 1704
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import pytest
 
 from infersight.kernels.frames import KernelTrace
-from infersight.kernels.kineto import load_kineto
+from infersight.kernels.readers.kineto import load_kineto
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
 DATA = Path(__file__).resolve().parent / "data"

@@ -87,7 +87,7 @@ def _roofline_said(capsys: pytest.CaptureFixture[str], *flags: str) -> tuple[dic
 
 def test_the_roofline_names_its_ceilings_source(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                                                 tmp_path: Path) -> None:
-    from infersight.kernels.ceiling_cache import CeilingMeasurement, torch_version, write_cache
+    from infersight.kernels.ceilings.ceiling_cache import CeilingMeasurement, torch_version, write_cache
 
     cache = tmp_path / "ceilings.json"
     monkeypatch.setenv("INFERSIGHT_CEILINGS", str(cache))

@@ -15,15 +15,15 @@ import pandas as pd
 import pytest
 
 from infersight.cli import main
-from infersight.kernels.categories import classify
-from infersight.kernels.findings import byte_model_findings
+from infersight.kernels.analysis.categories import classify
+from infersight.kernels.analysis.findings import byte_model_findings
 from infersight.kernels.frames import KERNEL_COLUMNS, RANGE_COLUMNS, TraceError, typed_frame
-from infersight.kernels.ncu import parse_ncu_csv
-from infersight.kernels.roofline import (
+from infersight.kernels.readers.ncu import parse_ncu_csv
+from infersight.kernels.analysis.roofline import (
     DeviceCeilings, StepShape, analytic_work, batch_work, measured_dram_bytes, place_on_roofline, roofline_for_steps,
     steps_work, with_measured_bytes,
 )
-from infersight.kernels.shapes import engine_step_ids, load_capture_shapes, shapes_path_for
+from infersight.kernels.readers.shapes import engine_step_ids, load_capture_shapes, shapes_path_for
 from infersight.runtime.model.model_config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[2]

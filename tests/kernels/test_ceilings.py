@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infersight.kernels.ceiling_cache import (
+from infersight.kernels.ceilings.ceiling_cache import (
     CACHE_FORMAT, CeilingMeasurement, best_measurement, default_cache_path, read_cache, torch_version, write_cache,
 )
-from infersight.kernels.ceiling_lookup import CeilingQuery, lookup_ceilings
-from infersight.kernels.ceilings import DATASHEETS, DeviceCeilings
-from infersight.kernels.roofline import place_on_roofline
+from infersight.kernels.ceilings.ceiling_lookup import CeilingQuery, lookup_ceilings
+from infersight.kernels.ceilings.device_ceilings import DATASHEETS, DeviceCeilings
+from infersight.kernels.analysis.roofline import place_on_roofline
 
 
 def _measurement(device: str = "NVIDIA H200", dtype: str = "bfloat16", torch: str | None = None,

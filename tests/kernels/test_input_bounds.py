@@ -1,4 +1,4 @@
-"""kernels.input_files (regular files only, byte limits, bounded gunzip) and kernels.bounded_run
+"""kernels.readers.input_files (regular files only, byte limits, bounded gunzip) and kernels.bounded_run
 (the analysis in a child with a deadline and a memory ceiling), each on exact tiny cases."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 from infersight.kernels.bounded_run import RunLimits, run_bounded
 from infersight.kernels.errors import TraceError
-from infersight.kernels.input_files import check_regular_file, gunzip_bounded, read_regular_file
+from infersight.kernels.readers.input_files import check_regular_file, gunzip_bounded, read_regular_file
 
 REPO = Path(__file__).resolve().parents[2]
 TRACE = Path(__file__).resolve().parent / "data" / "kineto_tiny-moe.json.gz"

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infersight.kernels.attribution import (
+from infersight.kernels.analysis.attribution import (
     attribute_to_requests, kernel_summary_by_request, kernel_time_by_range, largest_remainder, step_kernel_ns,
 )
-from infersight.kernels.categories import classify
+from infersight.kernels.analysis.categories import classify
 
 
 def _ns(us: Any) -> int:
@@ -138,7 +138,7 @@ def test_largest_remainder() -> None:
 
 def test_capture_steps_join_the_engines_batch_rows_by_first_step(our_capture):
     """A torch.profiler capture numbers its steps 0..4; the engine knew them as 100..104."""
-    from infersight.kernels.attribution import request_kernel_summaries
+    from infersight.kernels.analysis.attribution import request_kernel_summaries
 
     kernels = our_capture.trace.kernels
     gpu = kernels[kernels["category"].isin(["kernel", "gpu_memcpy", "gpu_memset"]) & (kernels["step_id"] >= 0)]

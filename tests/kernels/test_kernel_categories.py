@@ -4,8 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from infersight.kernels.categories import CATEGORIES, classify, core_name
-from infersight.kernels.paths import split_path
+from infersight.kernels.analysis.categories import CATEGORIES, classify, core_name
+from infersight.kernels.analysis.paths import split_path
 
 D = "step/forward.decode"
 P = "step/forward.prefill"

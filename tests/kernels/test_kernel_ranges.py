@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infersight.kernels.ranges import enclosing_range, nest_ranges
+from infersight.kernels.readers.ranges import enclosing_range, nest_ranges
 
 
 def _ranges(rows: list[tuple[str, int, int, int, int, object]]) -> pd.DataFrame:

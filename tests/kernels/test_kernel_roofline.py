@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from infersight.kernels.roofline import DeviceCeilings, StepShape, analytic_work, place_on_roofline, roofline_for_phase
+from infersight.kernels.analysis.roofline import DeviceCeilings, StepShape, analytic_work, place_on_roofline, roofline_for_phase
 from infersight.runtime.config import ModelConfig
 
 # d_model 4, 2 heads of 2 (hh = 4), 1 KV head (kh = 2), dense FFN 8, vocabulary 10, one layer.

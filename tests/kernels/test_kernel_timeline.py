@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infersight.kernels.categories import classify
-from infersight.kernels.findings import launch_findings
-from infersight.kernels.timeline import idle_gaps, phase_breakdown, top_kernels
+from infersight.kernels.analysis.categories import classify
+from infersight.kernels.analysis.findings import launch_findings
+from infersight.kernels.analysis.timeline import idle_gaps, phase_breakdown, top_kernels
 
 BASE = 1_700_000_000_000_000_000  # epoch-scale ns: must stay exact (not float64)
 

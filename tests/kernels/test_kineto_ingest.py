@@ -8,7 +8,7 @@ from typing import Any, Callable
 import pytest
 
 from infersight.kernels.frames import KERNEL_COLUMNS, RANGE_COLUMNS, RUNTIME_COLUMNS
-from infersight.kernels.kineto import load_kineto, parse_kineto, us_to_ns
+from infersight.kernels.readers.kineto import load_kineto, parse_kineto, us_to_ns
 
 Events = Callable[[Path], list[dict[str, Any]]]
 

@@ -8,8 +8,8 @@ from typing import Callable
 import pytest
 
 from infersight.kernels.frames import TraceError
-from infersight.kernels.ncu import load_ncu, parse_ncu_csv
-from infersight.kernels.units import parse_number, to_base_unit
+from infersight.kernels.readers.ncu import load_ncu, parse_ncu_csv
+from infersight.kernels.readers.units import parse_number, to_base_unit
 
 LOG = "ncu_cublaslt_details.log"
 

@@ -9,7 +9,7 @@ from typing import Callable
 import pytest
 
 from infersight.kernels.frames import TraceError
-from infersight.kernels.nsys import load_nsys
+from infersight.kernels.readers.nsys import load_nsys
 
 SAXPY = "nsys_saxpy_mpi_cuda_a100.sqlite"
 

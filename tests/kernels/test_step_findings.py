@@ -1,4 +1,4 @@
-"""kernels.step_findings: a capture's gaps judged against the engine's own step time, graph
+"""kernels.analysis.step_findings: a capture's gaps judged against the engine's own step time, graph
 replays told apart, and the memory-bound decode finding. Expected values are computed here by hand
 or from the raw trace with the json module (tests/kernels/data/README.md)."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from infersight.kernels.findings import GRAPH_REPLAY_ACTION
-from infersight.kernels.load import load_trace
-from infersight.kernels.report import build_report
-from infersight.kernels.shapes import load_capture_shapes
-from infersight.kernels.step_findings import (
+from infersight.kernels.analysis.findings import GRAPH_REPLAY_ACTION
+from infersight.kernels.readers.load import load_trace
+from infersight.kernels.analysis.report import build_report
+from infersight.kernels.readers.shapes import load_capture_shapes
+from infersight.kernels.analysis.step_findings import (
     bandwidth_finding, graph_launch_share, outside_step_findings, outside_step_times,
 )
 

@@ -39,10 +39,10 @@ from infersight.agent.recorder.window import analyze_window
 from infersight.agent.state import AgentState
 from infersight.correlate.kernel_windows import WindowSummary
 from infersight.exporters import catalogue as C
-from infersight.kernels.ceiling_lookup import CeilingQuery
-from infersight.kernels.ceilings import DeviceCeilings
+from infersight.kernels.ceilings.ceiling_lookup import CeilingQuery
+from infersight.kernels.ceilings.device_ceilings import DeviceCeilings
 from infersight.kernels.frames import TraceError
-from infersight.kernels.shapes import shapes_path_for
+from infersight.kernels.readers.shapes import shapes_path_for
 
 log = logging.getLogger("infersight.agent")
 #: Steps kept for the triggers and the baselines. While a window or capture is in flight or waiting for

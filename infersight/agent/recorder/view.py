@@ -16,7 +16,7 @@ from infersight.agent.recorder.store import WindowStore
 from infersight.correlate.kernel_windows import WindowSummary
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import LabelledCounter
-from infersight.kernels.ceilings import CeilingSource, DeviceCeilings
+from infersight.kernels.ceilings.device_ceilings import CeilingSource, DeviceCeilings
 
 #: (spec, [(label values, value)]) per gauge, as exporters.recorder reads them.
 GaugeRows = list[tuple[C.MetricSpec, list[tuple[list[str], float]]]]
@@ -59,7 +59,7 @@ def gauge_rows(budget: WindowBudget, roof_fraction: dict[str, float],
                ceilings_used: DeviceCeilings | None) -> GaugeRows:
     """The recorder's gauges: its budget, cost ratio and window interval, the roof fractions and, once a
     window was placed against known ceilings, their peaks, labelled with each one's source (measured,
-    datasheet or given: kernels.ceilings)."""
+    datasheet or given: kernels.ceilings.device_ceilings)."""
     rows: GaugeRows = [
         (C.RECORDER_BUDGET, [([], budget.budget)]),
         (C.RECORDER_COST_RATIO, [([], budget.cost_ratio)]),

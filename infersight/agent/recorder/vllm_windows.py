@@ -25,7 +25,7 @@ The recorder then adds its after-steps and measures with agent.recorder.budget.w
 The trace (`analyze_vllm_window`): vLLM's step ranges (`execute_context_..._generation_...`) are
 given the `step` and `forward.<phase>` ranges the kernel analysis reads (vllm_trace.
 with_step_ranges); a CPU build's trace has no GPU activity, so its activities are the CPU ops'
-exclusive segments (kernels.cpu_trace) with the same categories (GEMM = oneDNN / aten::linear ...).
+exclusive segments (kernels.analysis.cpu_trace) with the same categories (GEMM = oneDNN / aten::linear ...).
 vLLM records no shapes for it, so a vLLM window has no roofline. What lands in "other" on the CPU
 build (one 4-step decode window of the tiny Llama, 2026-12-01: other 43% of op time): the compiled
 graph's own exclusive time, `## Call CompiledFxGraph ##` (18%: Inductor's fused C++ kernels, the
@@ -46,12 +46,12 @@ import pandas as pd
 from infersight.agent.capture import CaptureRecord
 from infersight.agent.recorder.window import window_trace
 from infersight.correlate.kernel_windows import WindowSummary, summarize_window
-from infersight.kernels.categories import classify
+from infersight.kernels.analysis.categories import classify
 from infersight.kernels.frames import empty_frame
-from infersight.kernels.kineto import read_json_document
-from infersight.kernels.ceiling_lookup import CeilingLookup, CeilingQuery
-from infersight.kernels.roofline import ROOFLINE_COLUMNS
-from infersight.kernels.shapes import engine_step_ids
+from infersight.kernels.readers.kineto import read_json_document
+from infersight.kernels.ceilings.ceiling_lookup import CeilingLookup, CeilingQuery
+from infersight.kernels.analysis.roofline import ROOFLINE_COLUMNS
+from infersight.kernels.readers.shapes import engine_step_ids
 from infersight.sources.vllm_trace import with_step_ranges
 
 #: Steps charged beyond the window's N (module docstring).

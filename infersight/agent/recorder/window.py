@@ -3,8 +3,8 @@ same kernel analysis as captures: categories, phases and gaps (infersight.kernel
 of the window's steps when the shapes file models them.
 
 A trace with GPU activity is read as kernels; one without (the CPU engine, a CPU vLLM) as CPU ops
-(kernels.cpu_trace). The roofline's ceilings are looked up for the device that ran the window (the
-trace's GPU; for CPU ops, this host's CPU) at the window's dtype (kernels.ceiling_lookup): given
+(kernels.analysis.cpu_trace). The roofline's ceilings are looked up for the device that ran the window (the
+trace's GPU; for CPU ops, this host's CPU) at the window's dtype (kernels.ceilings.ceiling_lookup): given
 (--recorder-peak-tflops / -gbps), else measured by `infersight bench ceilings`, else the datasheet's,
 else none (the window's roofline rows then carry achieved rates only, with no share of a roof).
 """
@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from infersight.correlate.kernel_windows import WindowSummary, summarize_window
-from infersight.kernels.categories import classify
-from infersight.kernels.ceiling_cache import host_cpu_name
-from infersight.kernels.ceiling_lookup import CeilingLookup, CeilingQuery
-from infersight.kernels.ceilings import dtype_name_for_bytes
-from infersight.kernels.cpu_trace import has_device_activity, parse_cpu_ops
+from infersight.kernels.analysis.categories import classify
+from infersight.kernels.ceilings.ceiling_cache import host_cpu_name
+from infersight.kernels.ceilings.ceiling_lookup import CeilingLookup, CeilingQuery
+from infersight.kernels.ceilings.device_ceilings import dtype_name_for_bytes
+from infersight.kernels.analysis.cpu_trace import has_device_activity, parse_cpu_ops
 from infersight.kernels.frames import KernelTrace, empty_frame
-from infersight.kernels.kineto import parse_kineto, read_json_document
-from infersight.kernels.roofline import ROOFLINE_COLUMNS, roofline_for_steps
-from infersight.kernels.shapes import engine_step_ids, load_capture_shapes, shapes_path_for
+from infersight.kernels.readers.kineto import parse_kineto, read_json_document
+from infersight.kernels.analysis.roofline import ROOFLINE_COLUMNS, roofline_for_steps
+from infersight.kernels.readers.shapes import engine_step_ids, load_capture_shapes, shapes_path_for
 
 
 def load_window_trace(path: str | Path) -> tuple[KernelTrace, str]:

@@ -4,7 +4,7 @@ Every series comes from sampled windows of a few steps, so it is read as shares 
 device time goes by category and phase, the launch-gap share and kernels per step, achieved FLOP/s
 and bandwidth against the roofline, and what the recorder itself costs against its budget. Full
 captures taken on a trigger (a latency objective breached, a preemption storm, a step-time jump)
-are annotations on every panel. On a CPU engine the "device time" is op time (kernels.cpu_trace).
+are annotations on every panel. On a CPU engine the "device time" is op time (kernels.analysis.cpu_trace).
 """
 from __future__ import annotations
 

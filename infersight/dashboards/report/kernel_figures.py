@@ -31,12 +31,12 @@ def _load(path: Path) -> Any:
     """The capture as an infersight.kernels KernelTrace (loaders imported here: optional package)."""
     name = path.name.lower()
     if name.endswith((".json", ".json.gz")):
-        from infersight.kernels.kineto import load_kineto
+        from infersight.kernels.readers.kineto import load_kineto
         return load_kineto(path)
     if name.endswith(".sqlite"):
-        from infersight.kernels.nsys import load_nsys
+        from infersight.kernels.readers.nsys import load_nsys
         return load_nsys(path)
-    from infersight.kernels.ncu import load_ncu
+    from infersight.kernels.readers.ncu import load_ncu
     return load_ncu(path)
 
 
@@ -72,7 +72,7 @@ def category_breakdown(traces: list[Any], problems: list[str]) -> ReportFigure:
     timed = [t for t in timed if getattr(t, "has_timeline", True)] or timed
     if not timed:
         return _no_capture(fig_id, title, problems)
-    from infersight.kernels.categories import classify
+    from infersight.kernels.analysis.categories import classify
 
     kernels = pd.concat([classify(t.kernels) for t in timed], ignore_index=True)
     by_cat = kernels.groupby("op_category")["dur_ns"].sum().sort_values(ascending=False)
@@ -88,7 +88,7 @@ def category_breakdown(traces: list[Any], problems: list[str]) -> ReportFigure:
 
     sources = ", ".join(sorted({Path(t.path).name for t in timed}))
     return drawn(fig_id, title, f"{len(kernels)} GPU activities ({total / 1e6:.1f} ms) from {sources}, by the "
-                 "category infersight.kernels.categories assigns from kernel names and enclosing ranges.",
+                 "category infersight.kernels.analysis.categories assigns from kernel names and enclosing ranges.",
                  draw, height=max(3.0, 0.3 * len(by_cat) + 1.2))
 
 
@@ -99,7 +99,7 @@ def _per_kernel(metrics: pd.DataFrame, names: tuple[str, ...]) -> pd.Series:
 
 def _duration(metrics: pd.DataFrame) -> pd.Series:
     """Seconds per kernel_id from the most specific duration metric each kernel has."""
-    from infersight.kernels.ncu import DURATION_METRICS
+    from infersight.kernels.readers.ncu import DURATION_METRICS
 
     timed = metrics[(metrics["base_unit"] == "second") & metrics["value"].notna()]
     out = pd.Series(dtype="float64")

@@ -4,8 +4,8 @@ budget, and the captures latency objectives and anomalies trigger (KERNEL_METRIC
 Its counters live in the agent state like the others; its gauges are rendered by
 infersight.exporters.recorder. Kernel series sum over sampled windows only: read them as shares and
 ratios (time by category over all time, idle over step window), not as absolute rates. Label values
-are bounded: category is kernels.categories.CATEGORIES, phase is correlate.kernel_windows.WINDOW_PHASES,
-reason and outcome are the enums below, source is kernels.ceilings.CEILING_KINDS."""
+are bounded: category is kernels.analysis.categories.CATEGORIES, phase is correlate.kernel_windows.WINDOW_PHASES,
+reason and outcome are the enums below, source is kernels.ceilings.device_ceilings.CEILING_KINDS."""
 from __future__ import annotations
 
 from infersight.exporters.catalogue.spec import MetricSpec, P

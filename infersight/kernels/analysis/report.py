@@ -6,7 +6,7 @@ span_ns} (kernels, copies and memsets), categories [{name, count, total_ns, shar
 [phase_breakdown rows], ranges [{name, count, kernel_ns, share}] (kernel time by enclosing range
 name), streams [idle_gaps rows], top_kernels [...], roofline [{phase, op_category, ...}] (only
 with a model and step shapes, or a capture's shapes file: phase "captured"; for ncu with DRAM
-metrics, also measured_bytes and model_error), ceilings (kernels.ceiling_lookup.CeilingLookup.
+metrics, also measured_bytes and model_error), ceilings (kernels.ceilings.ceiling_lookup.CeilingLookup.
 as_dict: the peaks and each one's source, measured / datasheet / given, or known: false and why),
 findings [{severity, text, action}]. Shares are of all GPU time.
 """
@@ -19,18 +19,18 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from infersight.kernels import findings as rules
-from infersight.kernels.attribution import kernel_time_by_range
-from infersight.kernels.categories import classify
-from infersight.kernels.ceiling_lookup import CeilingLookup, CeilingQuery
-from infersight.kernels.ceilings import dtype_name_for_bytes, rate_text
+from infersight.kernels.analysis import findings as rules
+from infersight.kernels.analysis.attribution import kernel_time_by_range
+from infersight.kernels.analysis.categories import classify
+from infersight.kernels.ceilings.ceiling_lookup import CeilingLookup, CeilingQuery
+from infersight.kernels.ceilings.device_ceilings import dtype_name_for_bytes, rate_text
 from infersight.kernels.frames import KernelTrace
-from infersight.kernels.roofline import (
+from infersight.kernels.analysis.roofline import (
     DeviceCeilings, StepShape, measured_dram_bytes, roofline_for_phase, roofline_for_steps, with_measured_bytes,
 )
-from infersight.kernels.shapes import CaptureShapes, engine_step_ids
-from infersight.kernels.step_findings import bandwidth_finding, graph_launch_share, outside_step_findings
-from infersight.kernels.timeline import category_breakdown, idle_gaps, phase_breakdown, top_kernels
+from infersight.kernels.readers.shapes import CaptureShapes, engine_step_ids
+from infersight.kernels.analysis.step_findings import bandwidth_finding, graph_launch_share, outside_step_findings
+from infersight.kernels.analysis.timeline import category_breakdown, idle_gaps, phase_breakdown, top_kernels
 
 
 def _plain(value: Any) -> Any:
@@ -67,11 +67,11 @@ def build_report(trace: KernelTrace, model: Any = None, shapes: Sequence[StepSha
                  outside_step_ns: dict[str, float] | None = None) -> dict[str, Any]:
     """The report for one capture. model: a ModelConfig (only needed with shapes, uniform steps
     given by hand). ceilings: the roofline's, or a query that looks them up for the capture's
-    device (kernels.ceiling_lookup; default: measured, else datasheet, else none). captured: the
+    device (kernels.ceilings.ceiling_lookup; default: measured, else datasheet, else none). captured: the
     capture's shapes file, which models every captured step as it was (roofline rows with phase
     "captured"). For an ncu capture with DRAM metrics, roofline rows also carry measured_bytes and
     model_error. outside_step_ns: the engine's own step time by phase outside the capture (its STEP
-    records); gaps of a capture that slowed its steps are judged against it (kernels.step_findings)."""
+    records); gaps of a capture that slowed its steps are judged against it (kernels.analysis.step_findings)."""
     lookup = _ceilings(trace, ceilings, shapes, captured)
     used = lookup.ceilings
     k = classify(trace.kernels)

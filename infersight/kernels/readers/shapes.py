@@ -6,7 +6,7 @@ shape and, step by step, who was in the batch, so the roofline can model the cap
 
 load_capture_shapes returns the model and a steps frame, one row per (step, sequence):
 step_id, phase, request_id, query_len (tokens fed), context_len (KV length after the step) —
-the input of infersight.kernels.roofline.steps_work / roofline_for_steps. first_step is the
+the input of infersight.kernels.analysis.roofline.steps_work / roofline_for_steps. first_step is the
 engine step the window began with (steps that scheduled nothing have no entry).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.kernels.frames import TraceError, typed_frame
-from infersight.kernels.input_files import read_regular_file
+from infersight.kernels.readers.input_files import read_regular_file
 from infersight.runtime.model.model_config import ModelConfig, model_config_from_dict
 
 FORMAT = "infersight-capture-shapes/1"

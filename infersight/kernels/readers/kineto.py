@@ -33,8 +33,8 @@ import pandas as pd
 from infersight.kernels.frames import (
     KERNEL_COLUMNS, RANGE_COLUMNS, RUNTIME_COLUMNS, KernelTrace, TraceError, format_dims, typed_frame,
 )
-from infersight.kernels.input_files import MAX_FILE_BYTES, gunzip_bounded, read_regular_file
-from infersight.kernels.ranges import HELPER_COLUMNS, enclosing_range, nest_ranges
+from infersight.kernels.readers.input_files import MAX_FILE_BYTES, gunzip_bounded, read_regular_file
+from infersight.kernels.readers.ranges import HELPER_COLUMNS, enclosing_range, nest_ranges
 
 _GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "memcpy": "gpu_memcpy",
              "gpu_memset": "gpu_memset", "memset": "gpu_memset"}

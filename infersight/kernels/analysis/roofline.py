@@ -14,13 +14,13 @@ H heads, K KV heads, h head_dim; b bytes per element):
   (2*c*K*h) per layer per sequence. Decode bytes: the KV cache read, 2*L*c*K*h*b per sequence.
 
 batch_work models one forward over sequences of any mix (prefill chunks and decodes, weights read
-once); steps_work sums it over a capture's steps (its shapes file, infersight.kernels.shapes);
+once); steps_work sums it over a capture's steps (its shapes file, infersight.kernels.readers.shapes);
 analytic_work is the uniform case the CLI's --batch/--context describe. measured_dram_bytes reads
 ncu's DRAM counters per category, so the byte model can be checked against the hardware.
 
 Achieved TFLOP/s and GB/s = work / kernel time of that category: modelled work over measured
 time. The verdict compares the arithmetic intensity (FLOPs per byte) with the device's ridge point,
-peak FLOP/s / peak B/s. The peaks (DeviceCeilings, kernels.ceilings) each name their source:
+peak FLOP/s / peak B/s. The peaks (DeviceCeilings, kernels.ceilings.device_ceilings) each name their source:
 measured by `infersight bench ceilings`, a datasheet, or given; with no ceiling known (None) the
 roof columns are NaN and the bound "unknown".
 """
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from infersight.kernels.ceilings import DeviceCeilings
+from infersight.kernels.ceilings.device_ceilings import DeviceCeilings
 from infersight.kernels.frames import empty_frame
 
 if TYPE_CHECKING:  # runtime.config imports torch; analysing a capture must not need it

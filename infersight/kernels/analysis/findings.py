@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from infersight.kernels.ceilings import DeviceCeilings, rate_text
+from infersight.kernels.ceilings.device_ceilings import DeviceCeilings, rate_text
 
 #: A phase is launch-bound when this share of its windows is idle between kernels (high / medium).
 LAUNCH_BOUND_HIGH, LAUNCH_BOUND_MEDIUM = 0.5, 0.3
@@ -61,7 +61,7 @@ def _pct(x: float) -> str:
     return f"{pct:.0f}%" if pct >= 1 or pct == 0 else f"{pct:.2g}%"
 
 
-#: The launch-bound action when the kernels already come from CUDA-graph replays (kernels.step_findings).
+#: The launch-bound action when the kernels already come from CUDA-graph replays (kernels.analysis.step_findings).
 GRAPH_REPLAY_ACTION = ("the kernels already replay as CUDA graphs: the gaps are host work between replays; overlap "
                        "the next step's scheduling, inputs and sampling with this step's GPU work (async "
                        "scheduling, as in vLLM), or move sampling into the graph")

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from infersight.kernels.ceilings import CeilingSource
-from infersight.kernels.findings import GRAPH_REPLAY_ACTION, LAUNCH_BOUND_HIGH, LAUNCH_BOUND_MEDIUM, MIN_PHASE_SHARE, Finding, _pct
+from infersight.kernels.ceilings.device_ceilings import CeilingSource
+from infersight.kernels.analysis.findings import GRAPH_REPLAY_ACTION, LAUNCH_BOUND_HIGH, LAUNCH_BOUND_MEDIUM, MIN_PHASE_SHARE, Finding, _pct
 
 #: A captured step this many times slower than outside the capture was distorted by the capture.
 DISTORTED = 1.5
@@ -77,7 +77,7 @@ def bandwidth_finding(roofline: pd.DataFrame, captured_steps: int, peak_gbps: fl
                       outside_step_ns: float | None, source: CeilingSource | None = None) -> list[Finding]:
     """The memory-bound rows of the captured steps together: bytes per step, their rate while the
     kernels run against the memory roof, and (when known) per step time outside the capture.
-    source: where peak_gbps came from (kernels.ceilings), named in the text."""
+    source: where peak_gbps came from (kernels.ceilings.device_ceilings), named in the text."""
     rows = roofline[(roofline["bound"] == "memory") & (roofline["kernel_ns"] > 0)] if not roofline.empty else roofline
     if rows.empty or captured_steps <= 0:
         return []

@@ -34,7 +34,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from infersight.kernels.paths import path_parts
+from infersight.kernels.analysis.paths import path_parts
 
 CATEGORIES = ("GEMM", "attention-prefill", "attention-decode", "MoE routing", "MoE experts", "norm",
               "elementwise", "sampling", "memcpy", "communication", "other")

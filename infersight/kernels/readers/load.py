@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from infersight.kernels.frames import KernelTrace, TraceError
-from infersight.kernels.input_files import MAX_FILE_BYTES, read_regular_file
+from infersight.kernels.readers.input_files import MAX_FILE_BYTES, read_regular_file
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -88,12 +88,12 @@ def load_trace(path: str | Path, kind: str | None = None, max_bytes: int = MAX_F
         raise TraceError(f"{path}: Prometheus text holds metrics, not kernels")
     with malformed_as_trace_error(path, kind):
         if kind == "kineto":
-            from infersight.kernels.kineto import load_kineto
+            from infersight.kernels.readers.kineto import load_kineto
             return load_kineto(path, max_bytes)
         if kind == "nsys":
-            from infersight.kernels.nsys import load_nsys
+            from infersight.kernels.readers.nsys import load_nsys
             return load_nsys(path, max_bytes)
         if kind == "ncu":
-            from infersight.kernels.ncu import load_ncu
+            from infersight.kernels.readers.ncu import load_ncu
             return load_ncu(path, max_bytes)
     raise TraceError(f"{path}: unknown capture kind {kind!r}")

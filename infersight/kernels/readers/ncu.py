@@ -13,7 +13,7 @@ ncu replays kernels one at a time, so there is no timeline: the kernels frame pl
 back (ts_ns = sum of the earlier durations) and KernelTrace.has_timeline is False. The kernels
 frame's correlation column holds ncu's launch "ID" (the metrics frame's kernel_id). dur_ns comes from
 gpu__time_duration (raw page, or --metrics) or the details page's "Duration"; 0 when neither was
-collected. Values are converted to base units by infersight.kernels.units.
+collected. Values are converted to base units by infersight.kernels.readers.units.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ import pandas as pd
 from infersight.kernels.frames import (
     KERNEL_COLUMNS, METRIC_COLUMNS, RULE_COLUMNS, KernelTrace, TraceError, format_dims, typed_frame,
 )
-from infersight.kernels.input_files import MAX_FILE_BYTES, read_regular_file
-from infersight.kernels.kineto import as_int
-from infersight.kernels.units import parse_number, to_base_unit
+from infersight.kernels.readers.input_files import MAX_FILE_BYTES, read_regular_file
+from infersight.kernels.readers.kineto import as_int
+from infersight.kernels.readers.units import parse_number, to_base_unit
 
 #: Metric names that give a kernel's duration, most specific first.
 DURATION_METRICS = ("gpu__time_duration.sum", "gpu__time_duration.avg", "gpu__time_duration", "Duration")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infersight.kernels.categories import classify
+from infersight.kernels.analysis.categories import classify
 from infersight.kernels.frames import empty_frame
-from infersight.kernels.paths import path_components
+from infersight.kernels.analysis.paths import path_components
 
 REQUEST_COLUMNS = {"request_id": "int64", "step_id": "int64", "kernel_ns": "int64"}
 SUMMARY_COLUMNS = {"request_id": "int64", "rank": "int64", "op_category": "object", "kernel_ns": "int64",

@@ -2,7 +2,7 @@
 
 A roofline share is only as good as its ceiling, so every ceiling carries its source
 (CeilingSource), one per value:
-- measured: by `infersight bench ceilings` on the machine, read from its cache (kernels.ceiling_cache),
+- measured: by `infersight bench ceilings` on the machine, read from its cache (kernels.ceilings.ceiling_cache),
   with when, where, which torch and which dtype;
 - datasheet: the vendor's published figure for the device (DATASHEETS below, each naming its
   document); a GPU rarely reaches it (BENCHMARKS.md: a device copy reached 4.27 of the 4.8 TB/s
@@ -10,7 +10,7 @@ A roofline share is only as good as its ceiling, so every ceiling carries its so
 - given: a number the user passed (--peak-tflops / --peak-gbps, RecorderConfig.peak_*), or a
   DeviceCeilings built by hand.
 For a device with neither a measurement nor a datasheet entry no ceiling is known: the roofline
-then shows achieved rates only (kernels.ceiling_cache.resolve_ceilings returns None).
+then shows achieved rates only (kernels.ceilings.ceiling_cache.resolve_ceilings returns None).
 
 Torch-free: the agent and `infersight analyze` read ceilings without torch.
 """
@@ -87,7 +87,7 @@ def datasheet_for(device: str | None) -> DatasheetEntry | None:
 class DeviceCeilings:
     """Peak throughput to compare against, each value with its source. The defaults are the H200
     SXM datasheet's (dense bf16 matmul, HBM3e bandwidth), labelled datasheet: not what this
-    machine reaches; `infersight bench ceilings` measures that, and kernels.ceiling_cache.
+    machine reaches; `infersight bench ceilings` measures that, and kernels.ceilings.ceiling_cache.
     resolve_ceilings prefers its measurement. A source left out is filled in when the object is
     built: datasheet when the value is the device's datasheet figure, else given."""
 

@@ -29,15 +29,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infersight.kernels import findings as rules
-from infersight.kernels.categories import classify
-from infersight.kernels.findings import Finding
+from infersight.kernels.analysis import findings as rules
+from infersight.kernels.analysis.categories import classify
+from infersight.kernels.analysis.findings import Finding
 from infersight.kernels.frames import (
     GPU_CATEGORIES, KERNEL_COLUMNS, RANGE_COLUMNS, KernelTrace, TraceError, empty_frame, typed_frame,
 )
-from infersight.kernels.kineto import as_int, us_to_ns
-from infersight.kernels.ranges import HELPER_COLUMNS, enclosing_range, nest_ranges
-from infersight.kernels.report import build_report
+from infersight.kernels.readers.kineto import as_int, us_to_ns
+from infersight.kernels.readers.ranges import HELPER_COLUMNS, enclosing_range, nest_ranges
+from infersight.kernels.analysis.report import build_report
 
 CPU_CATEGORY = "cpu_op"
 _DEVICE_CATS = frozenset(GPU_CATEGORIES) | {"memcpy", "memset"}  # older traces' spellings too

@@ -30,8 +30,8 @@ import pandas as pd
 from infersight.kernels.frames import (
     KERNEL_COLUMNS, RANGE_COLUMNS, RUNTIME_COLUMNS, KernelTrace, TraceError, typed_frame,
 )
-from infersight.kernels.input_files import MAX_FILE_BYTES, check_regular_file
-from infersight.kernels.ranges import HELPER_COLUMNS, enclosing_range, nest_ranges
+from infersight.kernels.readers.input_files import MAX_FILE_BYTES, check_regular_file
+from infersight.kernels.readers.ranges import HELPER_COLUMNS, enclosing_range, nest_ranges
 
 # nsys event type ids, used only when the export lacks ENUM_NSYS_EVENT_TYPE (older schemas).
 _FALLBACK_EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxtPushPopRange": 70, "NvtxStartEndRange": 60,

@@ -1,9 +1,9 @@
 """Which ceilings a roofline uses: for each of the two peaks, the first of
 1. given: the user's number (--peak-tflops / --peak-gbps and the like);
-2. measured: this device's entry in the ceilings cache (kernels.ceiling_cache; for the compute peak
+2. measured: this device's entry in the ceilings cache (kernels.ceilings.ceiling_cache; for the compute peak
    at the same dtype; the copy bandwidth of any dtype will do), the one measured with the installed
    torch, else the newest;
-3. datasheet: the device's published figure (kernels.ceilings.DATASHEETS);
+3. datasheet: the device's published figure (kernels.ceilings.device_ceilings.DATASHEETS);
 and no ceiling at all when one of the peaks has none of these: the lookup then says which is
 missing and how to get it, and the roofline shows achieved rates only. Nothing is invented.
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infersight.kernels.ceiling_cache import best_measurement, default_cache_path, read_cache, torch_version
-from infersight.kernels.ceilings import CeilingSource, DeviceCeilings, datasheet_for, rate_text
+from infersight.kernels.ceilings.ceiling_cache import best_measurement, default_cache_path, read_cache, torch_version
+from infersight.kernels.ceilings.device_ceilings import CeilingSource, DeviceCeilings, datasheet_for, rate_text
 
 #: How the CLI's `analyze` names the flags a given ceiling came from.
 ANALYZE_FLAGS = ("--peak-tflops", "--peak-gbps")

@@ -1,5 +1,5 @@
 """The cache of measured ceilings: a small JSON file `infersight bench ceilings` writes and every
-roofline reads (kernels.ceiling_lookup).
+roofline reads (kernels.ceilings.ceiling_lookup).
 
 Where: --cache / the `path` argument, else $INFERSIGHT_CEILINGS, else
 ${XDG_CACHE_HOME:-~/.cache}/infersight/ceilings.json. One entry per (device, dtype, torch): a new
