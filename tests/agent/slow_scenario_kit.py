@@ -15,6 +15,7 @@ import pandas as pd
 from testkit import one_torch_thread, unique_ring
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.slow_config import SlowRequestConfig
 from infersight.agent.state import AgentState
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig
@@ -139,14 +140,14 @@ class Driver:
         self.polls.append(self.consumer.read())
 
     def judge(self, first: EventFrames | None = None, last: EventFrames | None = None, **rule: object) -> Outcome:
-        """Feed the polls to an AgentState with this slow rule (AgentConfig fields; none: the agent's
+        """Feed the polls to an AgentState with this slow rule (SlowRequestConfig fields; none: the agent's
         defaults). first, last: frames that join the first and the last poll (what `infersight serve`
         writes to its own ring: SERVED at arrival, NETWORK once the last byte is out)."""
         self.poll()
         assert self.consumer.dropped_seen == 0
         self.consumer.close()
         self.probe.close()
-        state = AgentState(AgentConfig(rings=[self.ring], **rule))  # type: ignore[arg-type]
+        state = AgentState(AgentConfig(rings=[self.ring], slow=SlowRequestConfig(**rule)))  # type: ignore[arg-type]
         labels: dict[int, str] = {}
         for i, records in enumerate(self.polls):
             labels = update_labels(labels, records)

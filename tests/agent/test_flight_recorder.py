@@ -15,6 +15,7 @@ from infersight.agent import report
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture_config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
+from infersight.agent.slow_config import SlowRequestConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.cli import main
@@ -201,7 +202,8 @@ def test_a_step_time_jump_takes_one_full_capture_and_says_why(tmp_path, runs) ->
 
 def test_an_slo_breach_takes_a_full_capture(tmp_path, runs) -> None:
     run = start(tmp_path, RecorderConfig(budget=0.001, initial_cost_s=10.0, slo_min_requests=2, step_jump=None,
-                                         preemption_storm=None, trigger_steps=2), slo_e2e_s=1e-4)
+                                         preemption_storm=None, trigger_steps=2),
+                slow=SlowRequestConfig(slo_e2e_s=1e-4))
     runs.append(run)
     drive(run, requests=2, tokens=4, poll_every=1)  # both finish well over a 0.1 ms e2e objective
     drive(run, requests=1, tokens=6, poll_every=1)  # the capture runs on these steps

@@ -62,5 +62,5 @@ def test_a_steady_workload_flags_the_quantiles_share() -> None:
         d.add(f"steady {i}", rng.randint(2, 12)), d.add(f"steady {i} b", rng.randint(2, 12))
         d.run(3)
     d.run()
-    o = d.judge(slow_quantile=0.9, slow_window=50, min_requests_for_p99=20)
+    o = d.judge(quantile=0.9, window=50, min_requests_for_p99=20)
     assert 1 <= len(o.flagged) <= 15, o.flagged
