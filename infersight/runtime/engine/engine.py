@@ -135,6 +135,7 @@ class Engine:
         trace_id = trace_id or self._trace_ids.getrandbits(128) or 1
         now = time.monotonic_ns()
         task = task or params.task
+        self._take_policy()  # a request draws its arm from the newest policy written before it arrived
         speculate, arm = self.policy.arm(task, self._arm_draws.random())
         if speculate is False and params.use_speculation:
             params = replace(params, use_speculation=False)
@@ -192,9 +193,7 @@ class Engine:
         """Schedule and run one iteration; returns what happened (never prints). With async
         scheduling, the step returned may be one launched by the call before, and the next one may
         already be running on the device (runtime.engine.async_steps)."""
-        policy = self.observer.policy_update()
-        if policy is not None:
-            self.apply_policy(policy)
+        self._take_policy()
         pending = self.inflight
         if pending is None:
             self.step_id += 1
@@ -262,6 +261,11 @@ class Engine:
             self.step_id -= 1
         if self.inflight is step:
             self.inflight = None
+
+    def _take_policy(self) -> None:
+        policy = self.observer.policy_update()
+        if policy is not None:
+            self.apply_policy(policy)
 
     def apply_policy(self, policy: RunPolicy) -> None:
         """Take a run-time policy: requests arriving from now on draw their arm from it (those in flight
