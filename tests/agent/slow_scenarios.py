@@ -148,8 +148,8 @@ def creative_under_speculation() -> Outcome:
     verification where a json one gets three or more. Eighteen json requests (64 tokens) and six
     creative ones (16 tokens, so that they run beside the json ones, in the same steps, to their
     end) arrive together; judged under an ITL SLO."""
-    if shipped_weights("tiny-moe") is None or shipped_weights("tiny-draft") is None:
-        pytest.skip("the trained models are not in infersight/models")
+    assert shipped_weights("tiny-moe") is not None and shipped_weights("tiny-draft") is not None, \
+        "the trained models are not in infersight/models"
     d = Driver(EngineConfig(model="tiny-moe", speculative_model="tiny-draft", num_speculative_tokens=4), every=64)
     workload = build_workload(WorkloadConfig(num_requests=100, max_tokens=64, seed=0))
     json = [r for r in workload if r.task == "json" and len(r.prompt) < 200][:18]

@@ -13,7 +13,7 @@ from infersight.runtime.model.transformer import Transformer
 from infersight.runtime.ranges import RangeMarker
 
 # Trained weights shipped with the package live here as <model name>.safetensors.
-SHIPPED_WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "models"
+SHIPPED_WEIGHTS_DIR = Path(__file__).resolve().parents[2] / "models"  # infersight/models
 
 
 def shipped_weights(name: str) -> Path | None:
