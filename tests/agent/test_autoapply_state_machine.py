@@ -192,3 +192,24 @@ def test_max_num_seqs_trial_alternates_and_keeps_a_better_limit(ring: str) -> No
     last = list(part.decisions)[-1]
     assert last.stage == "kept" and last.after == 4 and last.numbers["verdict"] == "better"
     assert _policy(ring).max_num_seqs == 4
+
+
+def test_a_decision_is_a_span_event_when_tracing_is_on() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from infersight.agent.autoapply.decisions import DecisionLog
+    from infersight.agent.autoapply.part import span_event_listener
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    log = DecisionLog()
+    log.listeners.append(span_event_listener(provider))
+    log.record(7, "rolled_back", "speculation", "creative", True, False, "measured worse", {"verdict": "worse"}, 3)
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "infersight.autoapply.decision"
+    (event,) = span.events
+    assert event.name == "rolled_back" and event.attributes["infersight.autoapply.target"] == "creative"
+    assert event.attributes["infersight.autoapply.change_id"] == 7 and event.attributes["infersight.autoapply.policy_seq"] == 3
