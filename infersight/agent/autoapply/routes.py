@@ -1,6 +1,6 @@
 """GET /api/v1/decisions?limit=N: the closed loop's decisions (agent.autoapply.decisions), what is in
-force, and, when the agent reads a vLLM, the same advice as the flags to restart it with
-(agent.autoapply.vllm_flags). Served whether the loop is on or not ("auto_apply": "off" then).
+force, and, when the agent reads a vLLM (--vllm-url, a vLLM plugin's ring, or rings of which none takes
+a run-time policy), the same advice as the flags to restart it with (agent.autoapply.vllm_flags). Served whether the loop is on or not ("auto_apply": "off" then).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from starlette.routing import Route
 
 from infersight.agent.autoapply.config import AutoApplyConfig
 from infersight.agent.autoapply.part import AutoApplyPart
+from infersight.agent.autoapply.policy_writer import PolicyWriter
 from infersight.agent.autoapply.vllm_flags import vllm_flag_advice
 from infersight.agent.state import AgentState
 from infersight.correlate import spec_advice, spec_speedup
@@ -43,9 +44,21 @@ def decisions_document(part: AutoApplyPart | None, state: AgentState, config: Au
         doc["engine_takes_policy"] = part.writer.writable
     else:
         doc.update({k: v for k, v in loop_off_document(limit).items() if k not in doc})
-    if vllm_url or any(r.startswith(VLLM_RING_PREFIX) for r in rings):
+    if vllm_url or any(r.startswith(VLLM_RING_PREFIX) for r in rings) or (rings and not _takes_policy(part, rings)):
         doc["vllm"] = vllm_document(state, config)
     return doc
+
+
+def _takes_policy(part: AutoApplyPart | None, rings: list[str]) -> bool:
+    """Whether an engine the agent reads has a run-time policy region (ours); vLLM's rings have no
+    control block at all."""
+    if part is not None:
+        return part.writer.writable
+    probe = PolicyWriter(lambda: rings)
+    try:
+        return probe.writable
+    finally:
+        probe.close()
 
 
 def decision_routes(document: Callable[[int], dict[str, Any]]) -> list[Route]:
