@@ -371,7 +371,7 @@ def test_the_replay_timeout_flag_reaches_the_sequencer_and_a_bad_one_is_one_line
         assert agent.vllm_kv.seq.timeout_s == 7.5
     finally:
         agent.close()
-    assert AgentConfig(rings=["x"]).vllm_kv_replay_timeout_s == VllmKVEventsConfig("tcp://127.0.0.1:1").replay_timeout_s
+    assert AgentConfig(rings=["x"]).vllm_kv.replay_timeout_s == VllmKVEventsConfig("tcp://127.0.0.1:1").replay_timeout_s
     for value in ("0", "61", "soon"):
         res = subprocess.run([sys.executable, "-m", "infersight", "agent", "--vllm-kv-events",
                               f"tcp://127.0.0.1:{free_port()}", "--vllm-kv-replay-timeout", value],
