@@ -25,7 +25,7 @@ import httpx
 
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture_config import CaptureConfig
-from infersight.sources.vllm_server_config import VllmServerConfig
+from infersight.sources.vllm_http_config import VllmHttpConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.vllm.launch import VllmServer
@@ -56,7 +56,7 @@ def main() -> int:
     with VllmServer(config, log_path=root / "vllm.log") as server:
         agent = Agent(AgentConfig(rings=[f"infersight-vllm-{server.proc.pid}"], port=0, poll_interval_s=0.05,
                                   retry_interval_s=0.5, flight_recorder=recorder,
-                                  vllm_server=VllmServerConfig(url=server.url, profiler_dir=str(prof), metrics_interval_s=2.0),
+                                  vllm_server=VllmHttpConfig(url=server.url, profiler_dir=str(prof), metrics_interval_s=2.0),
                                   captures=CaptureConfig(min_interval_s=0, token="unused")))
         runner = threading.Thread(target=agent.run, daemon=True)
         runner.start()

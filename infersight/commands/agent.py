@@ -11,7 +11,7 @@ from infersight.agent.retention_config import RetentionConfig
 from infersight.agent.slow_config import SlowRequestConfig
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.sources.vllm_kv_config import VllmKvConfig
-from infersight.sources.vllm_server_config import VllmServerConfig
+from infersight.sources.vllm_http_config import VllmHttpConfig
 from infersight.tracing.config import TracingConfig
 
 
@@ -26,7 +26,7 @@ def parse_listen(value: str) -> tuple[str, int]:
 #: by AgentConfig field, in --help order.
 GROUPS = (("exposition", ExpositionConfig), ("retention", RetentionConfig), ("limits", RecordLimits),
           ("slow", SlowRequestConfig), ("tracing", TracingConfig), ("gpu", GpuConfig), ("vllm_kv", VllmKvConfig),
-          ("vllm_server", VllmServerConfig), ("flight_recorder", RecorderConfig), ("auto_apply", AutoApplyConfig))
+          ("vllm_server", VllmHttpConfig), ("flight_recorder", RecorderConfig), ("auto_apply", AutoApplyConfig))
 
 
 def run(args: argparse.Namespace) -> int:

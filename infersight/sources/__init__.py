@@ -18,7 +18,7 @@ vLLM's KV cache events over ZeroMQ -> the `kv_events` frame (`--vllm-kv-events`)
 An unmodified vLLM server's HTTP side (`--vllm-url`):
     vllm_scraper       scrapes its /metrics on a thread; vllm_metrics normalises them to our names
     vllm_profiler      captures through its /start_profile and /stop_profile; vllm_trace reads the trace
-    vllm_server_config VllmServerConfig: the agent's --vllm-url flag group
+    vllm_http_config   VllmHttpConfig: the agent's --vllm-url flag group
 
 capture_target: the contract of a capture the agent hands to a source (CaptureTarget and its outcomes).
 """

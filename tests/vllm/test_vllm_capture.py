@@ -26,7 +26,7 @@ from vllm_exposition_reader import assert_view_matches, read_samples, total
 from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRefused
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture_config import CaptureConfig
-from infersight.sources.vllm_server_config import VllmServerConfig
+from infersight.sources.vllm_http_config import VllmHttpConfig
 from infersight.agent.service import Agent
 from infersight.sources.vllm_profiler import analyze_vllm_trace, pick_worker_trace, step_phase, with_step_ranges
 from infersight.vllm.client_workload import send_completion
@@ -164,7 +164,7 @@ def test_the_agent_serves_what_vllm_itself_says(vllm) -> None:
     for i, prompt in enumerate(prompts):  # shared prefix: later requests hit the prefix cache
         assert send_completion(server.url, "tiny-llama", prompt, 8 + i).status == 200
     before = httpx.get(server.url + "/metrics", timeout=10).text
-    agent = Agent(AgentConfig(port=0, vllm_server=VllmServerConfig(url=server.url, metrics_interval_s=60)))
+    agent = Agent(AgentConfig(port=0, vllm_server=VllmHttpConfig(url=server.url, metrics_interval_s=60)))
     agent.start_http()
     try:
         assert agent.vllm_metrics.scrape_once() is not None
@@ -186,7 +186,7 @@ def test_a_capture_of_n_vllm_steps_is_picked_up_and_analysed(vllm, tmp_path: Pat
     server, prof = vllm
     token = tmp_path / "token"
     agent, thread = run_agent(AgentConfig(port=0,
-                                          vllm_server=VllmServerConfig(url=server.url, profiler_dir=str(prof), metrics_interval_s=1.0),
+                                          vllm_server=VllmHttpConfig(url=server.url, profiler_dir=str(prof), metrics_interval_s=1.0),
                                           captures=CaptureConfig(min_interval_s=0, token_file=str(token))))
     traffic = Traffic(server.url)
     try:
@@ -221,7 +221,7 @@ def test_a_profiler_dir_that_never_fills_is_reported_once(vllm, tmp_path: Path, 
     empty = tmp_path / "not-vllms-dir"
     empty.mkdir()
     agent, thread = run_agent(AgentConfig(port=0,
-                                          vllm_server=VllmServerConfig(url=server.url, profiler_dir=str(empty), metrics_interval_s=1.0, capture_wait_s=3),
+                                          vllm_server=VllmHttpConfig(url=server.url, profiler_dir=str(empty), metrics_interval_s=1.0, capture_wait_s=3),
                                           captures=CaptureConfig(min_interval_s=0, token="t0ken")))
     traffic = Traffic(server.url)
     base = f"http://127.0.0.1:{agent.port}"

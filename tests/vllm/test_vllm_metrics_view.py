@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from vllm_exposition_reader import TextServer, assert_view_matches, read_samples, total, values
 
 from infersight.agent.config import AgentConfig
-from infersight.sources.vllm_server_config import VllmServerConfig
+from infersight.sources.vllm_http_config import VllmHttpConfig
 from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
 from infersight.exporters.scraped_view import MergedCollector, ScrapedView
@@ -36,7 +36,7 @@ def served() -> Iterator[tuple[TextServer, list[tuple[int, str, float]]]]:
 def agent_on(url: str, background: bool = False) -> Agent:
     """An agent serving HTTP; unless background, its scraper thread is stopped at once and the test
     drives the scrapes itself (the thread may have made one attempt before)."""
-    agent = Agent(AgentConfig(port=0, vllm_server=VllmServerConfig(url=url, metrics_interval_s=0.5)))
+    agent = Agent(AgentConfig(port=0, vllm_server=VllmHttpConfig(url=url, metrics_interval_s=0.5)))
     agent.start_http()
     if not background:
         agent.vllm_metrics.stop()

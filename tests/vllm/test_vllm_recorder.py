@@ -33,7 +33,7 @@ from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureR
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture_config import CaptureConfig
 from infersight.agent.slow_config import SlowRequestConfig
-from infersight.sources.vllm_server_config import VllmServerConfig
+from infersight.sources.vllm_http_config import VllmHttpConfig
 from infersight.agent.recorder.flight_recorder import FlightRecorder
 from infersight.agent.recorder.budget import WindowBudget
 from infersight.agent.recorder.config import RecorderConfig
@@ -76,7 +76,7 @@ class NamedTarget:
 
 def test_without_the_plugin_ring_the_recorder_says_it_takes_no_window(caplog) -> None:
     caplog.set_level(logging.WARNING, logger="infersight.agent")
-    state = AgentState(AgentConfig(vllm_server=VllmServerConfig(url="http://127.0.0.1:1")))
+    state = AgentState(AgentConfig(vllm_server=VllmHttpConfig(url="http://127.0.0.1:1")))
     recorder = FlightRecorder(RecorderConfig(), state, CaptureController(target=NamedTarget()), {})
     assert recorder.vllm is not None and recorder.vllm.name == NamedTarget.name
     lines = [r.getMessage() for r in caplog.records if "flight recorder on vllm:" in r.getMessage()]
@@ -121,7 +121,7 @@ def test_a_window_read_late_in_one_huge_poll_is_still_measured_against_its_own_s
     # the cost is 50 ms exactly: the steps after 40 start 50 ms late, every period is 10 ms.
     ms = 1_000_000
     target = StartedTarget()
-    state = AgentState(AgentConfig(rings=["infersight-vllm-1"], vllm_server=VllmServerConfig(url="http://127.0.0.1:1")))
+    state = AgentState(AgentConfig(rings=["infersight-vllm-1"], vllm_server=VllmHttpConfig(url="http://127.0.0.1:1")))
     rec = FlightRecorder(RecorderConfig(budget=0.4, initial_cost_s=0.001, min_interval_s=0.0, after_steps=2,
                                         preemption_storm=None, step_jump=None), state,
                          CaptureController(target=target), {})
@@ -188,7 +188,7 @@ def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) 
                               trigger_steps=8, trigger_cooldown_s=3600, preemption_storm=None, step_jump=None)
     agent = Agent(AgentConfig(rings=[ring], port=0, poll_interval_s=0.05, retry_interval_s=0.5,
                               flight_recorder=recorder,
-                              vllm_server=VllmServerConfig(url=server.url, profiler_dir=str(prof), metrics_interval_s=1.0),
+                              vllm_server=VllmHttpConfig(url=server.url, profiler_dir=str(prof), metrics_interval_s=1.0),
                               captures=CaptureConfig(min_interval_s=0, token="t0ken"),
                               slow=SlowRequestConfig(slo_e2e_s=0.001)))
     thread = threading.Thread(target=agent.run, daemon=True)

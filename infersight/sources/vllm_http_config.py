@@ -1,5 +1,6 @@
-"""VllmServerConfig: the agent beside an unmodified vLLM server (sources.vllm_scraper, vllm_profiler),
-and its CLI flag group."""
+"""VllmHttpConfig: the agent beside an unmodified vLLM server, through its HTTP endpoints
+(sources.vllm_scraper, vllm_profiler), and its CLI flag group. AgentConfig.vllm_server holds one.
+Not infersight.vllm.launch.VllmServerConfig, which starts a vLLM server."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ from infersight.config_error import ConfigError
 
 
 @dataclass(frozen=True)
-class VllmServerConfig:
+class VllmHttpConfig:
     """url: vLLM's base URL (None: off); its /metrics is scraped every metrics_interval_s and served
     under our names. With profiler_dir (its torch_profiler_dir as this host sees it) captures go
     through /start_profile and /stop_profile; capture_wait_s bounds both the wait for the steps and
@@ -50,5 +51,5 @@ class VllmServerConfig:
                           help="how long a vLLM capture waits for its steps, and then for the trace (default 60)")
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> VllmServerConfig:
+    def from_args(cls, args: argparse.Namespace) -> VllmHttpConfig:
         return cls(args.vllm_url, args.vllm_metrics_interval, args.vllm_profiler_dir, args.vllm_capture_wait)
