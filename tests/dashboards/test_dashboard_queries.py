@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,7 +61,25 @@ def scraped(tmp_path_factory) -> Iterator[ScrapedRun]:
 
 @pytest.fixture(scope="module")
 def prometheus(scraped: ScrapedRun) -> str:
+    """The Prometheus URL; every dashboard query is evaluated at one instant (`at`), so whether a
+    gauge's panel has data does not hang on how long the queries before it took."""
     return scraped.url
+
+
+@pytest.fixture(scope="module")
+def at(scraped: ScrapedRun) -> float:
+    """Just after the last successful scrape (the raw `up` samples over the last minute, the newest
+    whose value is 1): a scrape the agent misses later (the flight recorder's capture holds it on a
+    loaded CPU) marks every series stale, which empties the gauges' panels at a later instant."""
+    samples = _query_at(scraped.url, f'up{{job="{JOB}"}}[1m]', time.time())[0]["values"]
+    return max(float(t) for t, v in samples if v == "1") + 0.5
+
+
+def _query_at(url: str, expr: str, at: float) -> list[dict]:
+    resp = httpx.get(f"{url}/api/v1/query", params={"query": expr, "time": f"{at:.3f}"}, timeout=10)
+    body = resp.json()
+    assert resp.status_code == 200 and body["status"] == "success", (expr, body)
+    return body["data"]["result"]
 
 
 @pytest.fixture(scope="module")
@@ -78,14 +97,14 @@ def _targets(board: dict) -> Iterator[tuple[str, str]]:
                 yield p["title"], target["expr"]
 
 
-def test_every_dashboard_query_returns_data(prometheus: str, dashboards: dict[str, dict]) -> None:
+def test_every_dashboard_query_returns_data(prometheus: str, at: float, dashboards: dict[str, dict]) -> None:
     assert set(dashboards) == {fleet.UID, overview.UID, engine.UID, gpu.UID, kernels.UID}
     empty: dict[tuple[str, str], list[str]] = {}
     queried = 0
     for uid, board in dashboards.items():
         for title, expr in _targets(board):
             queried += 1
-            if not _query(prometheus, substitute(expr)):
+            if not _query_at(prometheus, substitute(expr), at):
                 empty.setdefault((uid, title), []).append(expr)
     panels = {(uid, p["title"]) for uid, b in dashboards.items() for p in b["panels"] if p.get("targets")}
     expected = set(GPU_NO_DATA)
@@ -135,10 +154,10 @@ def test_substitution() -> None:
     assert substitute(expr) == 'sum(rate(x{layer=~".*", t=~".*"}[1m])) + increase(y[5m]) .*'
 
 
-def test_annotation_queries_return_data(prometheus: str, dashboards: dict[str, dict]) -> None:
+def test_annotation_queries_return_data(prometheus: str, at: float, dashboards: dict[str, dict]) -> None:
     """The Kernels dashboard marks the recorder's triggered captures; the workload triggers one."""
     exprs = [a["expr"] for b in dashboards.values() for a in b.get("annotations", {}).get("list", []) if "expr" in a]
     assert len(exprs) == 1
     for expr in exprs:
-        got = _query(prometheus, substitute(expr))
+        got = _query_at(prometheus, substitute(expr), at)
         assert [r["metric"].get("reason") for r in got] == ["preemption_storm"], (expr, got)
