@@ -12,6 +12,7 @@ A hash hit also compares the block's token ids, so a hash collision can never se
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
@@ -22,7 +23,9 @@ from infersight.runtime.observer import EngineObserver, KVBlockEvent
 def block_hash(prev_hash: int, token_ids: Sequence[int]) -> int:
     """Chained hash of a full block: depends on every token before it. 63 bits, never 0."""
     h = hashlib.blake2b(prev_hash.to_bytes(8, "little"), digest_size=8)
-    h.update(b"".join(t.to_bytes(4, "little") for t in token_ids))
+    # Each token as 4 little-endian bytes, packed in one C call (a join over to_bytes held the serving
+    # engine's GIL ~4% of the time on the H200).
+    h.update(struct.pack(f"<{len(token_ids)}I", *token_ids))
     return (int.from_bytes(h.digest(), "little") >> 1) or 1
 
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from infersight.runtime.model.forward_batch import ForwardBatch
 from infersight.runtime.model.layers import SwiGLU
+from infersight.runtime.model.transformer import prefill_attention_kernels
 
 if TYPE_CHECKING:
     from infersight.runtime.model.transformer import DecoderLayer, Transformer
@@ -74,7 +75,8 @@ class FusedForward:
 
     def forward(self, batch: ForwardBatch, k_caches: torch.Tensor, v_caches: torch.Tensor) -> torch.Tensor:
         """Any batch (prefill chunks, decodes, verify windows, mixed)."""
-        x, delta = self._layers(batch, k_caches, v_caches, decode_only=False)
+        with prefill_attention_kernels(batch.input_ids.device):
+            x, delta = self._layers(batch, k_caches, v_caches, decode_only=False)
         idx = batch.logits_index
         _, h = self.kernels.add_rmsnorm(x[idx], delta[idx], self.model.norm.weight, self.model.norm.eps)
         return self._linear(h, self.model.lm_head).float()

@@ -7,6 +7,8 @@ capture of a graph, never its replays, whose step and phase ranges come from the
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,15 +32,21 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: 
     On CUDA the choice is held to the flash and memory-efficient kernels: SDPA's default choice on
     the H200 (torch 2.11) cost 63 ms per call when each call had a new (queries, context) shape, as
     chunked prefill in a serving loop does, against 0.1 ms for the same shape repeated and 0.12 ms
-    for the memory-efficient kernel on new shapes (benchmarks/sdpa_shapes.py, BENCHMARKS.md)."""
-    if q.is_cuda:
-        with sdpa_kernel(_CUDA_PREFILL_KERNELS):
-            return _sdpa(q, k, v, q_offset)
+    for the memory-efficient kernel on new shapes (benchmarks/sdpa_shapes.py, BENCHMARKS.md).
+    The choice is made by prefill_attention_kernels around a whole forward, once per step: entering
+    SDPA's kernel context per segment and layer held the serving engine's GIL ~7% of the time on the
+    H200 (py-spy --gil, benchmarks/gpu.sh serving_drift)."""
     return _sdpa(q, k, v, q_offset)
 
 
 # MATH last: any shape the fast kernels refuse still runs.
 _CUDA_PREFILL_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def prefill_attention_kernels(device: torch.device) -> AbstractContextManager[None]:
+    """The SDPA kernels a forward with multi-token segments may use: on CUDA flash and memory-efficient
+    (math last), see sdpa_attention; elsewhere SDPA's own choice."""
+    return sdpa_kernel(_CUDA_PREFILL_KERNELS) if device.type == "cuda" else nullcontext()
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int) -> torch.Tensor:
@@ -182,8 +190,9 @@ class Transformer(nn.Module):
     def forward(self, batch: ForwardBatch, k_caches: torch.Tensor, v_caches: torch.Tensor) -> torch.Tensor:
         """k_caches/v_caches [n_layers, num_blocks, block_size, n_kv_heads, head_dim]."""
         x = self.embed(batch.input_ids)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, self.rope, batch, i, k_caches[i], v_caches[i])
+        with prefill_attention_kernels(x.device):
+            for i, layer in enumerate(self.layers):
+                x = layer(x, self.rope, batch, i, k_caches[i], v_caches[i])
         h = self.norm(x[batch.logits_index])
         return self.lm_head(h).float()
 
