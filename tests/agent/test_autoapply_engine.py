@@ -2,10 +2,10 @@
 speculation advice through the control block behind a canary and keeps or rolls it back on the
 measured A/B of the two arms.
 
-Where the truth comes from. On this CPU the shipped draft is no help to any task: greedy decoding
-accepts none of its drafts (measured: `infersight bench speculation --batch 1` gave tau 1.00 and
-0.32-0.35x for every task), so a speculative step is pure overhead. To have a task where speculation
-must stay, the test builds it: a test-only observer sleeps CODE_PLAIN_DELAY_S inside every plain step
+Where the truth comes from. Whether the shipped draft helps a task on a given CPU is not assumed (a
+figure of "no help, 0.32-0.35x" was measured while a loader bug gave both models random weights, and
+does not hold for the trained ones). To have a task where speculation must stay whatever the machine,
+the test builds it: a test-only observer sleeps CODE_PLAIN_DELAY_S inside every plain step
 that emits a `code` token (the plain arm of `code` pays it, its speculative arm does not). Before the
 loop runs, the truth is measured independently, on the client's clock (perf_counter around each
 engine step, no probe record read): plain decode must be faster than speculative for `creative` and
