@@ -343,7 +343,8 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
         floor = {"tokens_per_s_aa_median": float(np.median(by_round)),
                  "tokens_per_s_aa_max_dev": float(np.max(np.abs(by_round - 1)))}
     return {"measured": True, "how": "client clock: streamed chunks and completions in each phase's window, "
-            "each arm over the no-agent phase of its own round, median over rounds",
+            "each arm over the no-agent phase of its own round, median over rounds; *_cores: CPU seconds "
+            "(utime + stime from /proc) of serve, the agent and the clients over each phase's wall time",
             "config": {k: v for k, v in config.__dict__.items()}, "arms": arms, "aa_floor": floor,
             "phases": phases.to_dict("records")}
 
