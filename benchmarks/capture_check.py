@@ -32,7 +32,7 @@ import socket
 import subprocess
 import sys
 
-from infersight.agent.capture import default_token_file
+from infersight.agent.capture.controller import default_token_file
 from infersight.kernels.analysis.report import ceilings_lines
 from infersight.kernels.analysis.roofline import steps_work
 from infersight.kernels.readers.shapes import load_capture_shapes, shapes_path_for

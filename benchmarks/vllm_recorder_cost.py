@@ -24,7 +24,7 @@ import time
 import httpx
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.sources.vllm_http_config import VllmHttpConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent

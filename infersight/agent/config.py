@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from infersight.agent.autoapply.config import AutoApplyConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.limits_config import RecordLimits
 from infersight.agent.retention_config import RetentionConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.config_error import ConfigError
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.gpu_config import GpuConfig

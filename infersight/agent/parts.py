@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Callable
 
 from prometheus_client.registry import Collector
 
-from infersight.agent.capture import CaptureController, CaptureRecord
-from infersight.agent.capture_analysis import analyze_capture
+from infersight.agent.capture.controller import CaptureController, CaptureRecord
+from infersight.agent.capture.analysis import analyze_capture
 from infersight.agent.component import Component
 from infersight.agent.state import AgentState
 from infersight.correlate.frames import EventFrames

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from infersight.agent import report
-from infersight.agent.capture import CaptureRecord, CaptureRefused
+from infersight.agent.capture.controller import CaptureRecord, CaptureRefused
 from infersight.agent.autoapply.routes import decision_routes, loop_off_document
 from infersight.agent.detail_routes import detail_routes
 from infersight.agent.eviction_log import EvictionLog

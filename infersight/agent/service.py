@@ -18,10 +18,10 @@ import uvicorn
 
 from infersight.agent.autoapply.part import attach_autoapply
 from infersight.agent.autoapply.routes import decisions_document
-from infersight.agent.capture import (
+from infersight.agent.capture.controller import (
     CaptureController, CaptureRecord, default_token_file, load_or_create_token,
 )
-from infersight.agent.capture_analysis import analyze_capture
+from infersight.agent.capture.analysis import analyze_capture
 from infersight.agent.component import AgentComponent
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.eviction_log import EvictionLog

@@ -30,7 +30,7 @@ from infersight.agent.folds.kv import KvFold
 from infersight.agent.folds.network_hold import MAX_OPEN_REQUESTS, NetworkHold
 from infersight.agent.folds.prefix import PrefixFold
 from infersight.agent.folds.request_ledger import RequestLedger
-from infersight.agent.slow_judge import SlowJudge
+from infersight.agent.slow.judge import SlowJudge
 from infersight.agent.folds.spec import SPEC_STEP_WINDOW, SPEC_WINDOW, SpecFold
 from infersight.agent.folds.step import MAX_ATTRIBUTION_STEPS, MAX_PENDING_STEPS, RECENT_BATCH_ROWS, StepFold
 from infersight.correlate import slow_rule

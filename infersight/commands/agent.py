@@ -8,7 +8,7 @@ from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.limits_config import RecordLimits
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.retention_config import RetentionConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.sources.vllm_kv_config import VllmKvConfig
 from infersight.sources.vllm_http_config import VllmHttpConfig

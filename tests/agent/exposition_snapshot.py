@@ -104,8 +104,8 @@ def _config(ring: str) -> Any:
     from infersight.agent.config import AgentConfig
 
     try:
-        from infersight.agent.capture_config import CaptureConfig
-        from infersight.agent.slow_config import SlowRequestConfig
+        from infersight.agent.capture.config import CaptureConfig
+        from infersight.agent.slow.config import SlowRequestConfig
     except ImportError:  # before the split: flat fields
         return AgentConfig(rings=[ring], port=0, token="replay", min_requests_for_p99=2)  # type: ignore[call-arg]
     return AgentConfig(rings=[ring], port=0, captures=CaptureConfig(token="replay"),

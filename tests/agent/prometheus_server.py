@@ -16,7 +16,7 @@ from agent_workload import free_port, make_engine, run_workload, unique_ring
 from testkit import needs_service
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 

@@ -15,7 +15,7 @@ import pandas as pd
 from testkit import one_torch_thread, unique_ring
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.agent.state import AgentState
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig

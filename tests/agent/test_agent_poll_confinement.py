@@ -14,7 +14,7 @@ import zmq
 from testkit import free_port
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
 from infersight.sources.vllm_kv_config import VllmKvConfig
 from infersight.agent.service import Agent

@@ -16,7 +16,7 @@ import pytest
 from asgi_server import running
 from prometheus_client import CollectorRegistry
 
-from infersight.agent.capture import CaptureRecord
+from infersight.agent.capture.controller import CaptureRecord
 from infersight.agent.config import AgentConfig
 from infersight.agent.server import AGENT_LIMITS, bearer_matches, build_app
 from infersight.agent.state import AgentState

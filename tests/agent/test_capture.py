@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.service import Agent
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver

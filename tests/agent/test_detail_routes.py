@@ -9,7 +9,7 @@ from agent_workload import make_engine, run_workload, unique_ring
 from probe_tee import ProbeTee
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.service import Agent
 

@@ -13,9 +13,9 @@ from prometheus_client import generate_latest
 
 from infersight.agent import report
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.cli import main

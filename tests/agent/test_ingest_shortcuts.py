@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.folds.request_ledger import _value_counts
-from infersight.agent.slow_judge import _flagged
+from infersight.agent.slow.judge import _flagged
 from infersight.correlate import speculation
 
 

@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.poll_timer import PollTimer
 from infersight.agent.service import Agent

@@ -18,7 +18,7 @@ from agent_workload import make_engine, run_workload, unique_ring  # noqa: E402
 
 from infersight.agent import report  # noqa: E402
 from infersight.agent.config import AgentConfig  # noqa: E402
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.agent.service import Agent  # noqa: E402
 
 

@@ -18,7 +18,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.service import Agent
 from infersight.agent.state import AgentState

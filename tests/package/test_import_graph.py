@@ -158,6 +158,6 @@ def test_the_rules_catch_a_backward_import() -> None:
     """The check reads the rule, not the graph it was written from: an import of the agent from
     tracing, as tracing/hook.py once had under TYPE_CHECKING, is refused."""
     assert not _allowed("tracing", "infersight.agent.state")
-    assert not _allowed("sources", "infersight.agent.capture")
+    assert not _allowed("sources", "infersight.agent.capture.controller")
     assert not _allowed("runtime", "infersight.probes.observer")
     assert _allowed("agent", "infersight.tracing.hook") and _allowed("commands", "infersight.agent.service")

@@ -25,7 +25,7 @@ import pytest
 from serve_fixtures import MODEL, Harness, real_server
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.state import AgentState
 from infersight.correlate.frames import EventFrames

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from serve_fixtures import MODEL, Harness
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.state import AgentState
 from infersight.tracing.exporter import SpanPipeline

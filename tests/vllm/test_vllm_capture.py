@@ -23,9 +23,9 @@ import pytest
 from shared_vllm import SharedVllm
 from vllm_exposition_reader import assert_view_matches, read_samples, total
 
-from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRefused
+from infersight.agent.capture.controller import CaptureController, CaptureOutcome, CaptureRefused
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.sources.vllm_http_config import VllmHttpConfig
 from infersight.agent.service import Agent
 from infersight.sources.vllm_profiler import analyze_vllm_trace, pick_worker_trace, step_phase, with_step_ranges

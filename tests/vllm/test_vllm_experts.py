@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testkit import free_port
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.service import Agent

@@ -20,7 +20,7 @@ from kv_fake_vllm import (
 from testkit import free_port
 
 from infersight.agent.config import AgentConfig, ConfigError
-from infersight.agent.capture_config import CaptureConfig
+from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
 from infersight.sources.vllm_kv_config import VllmKvConfig
 from infersight.agent.service import Agent

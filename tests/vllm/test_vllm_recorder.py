@@ -29,10 +29,10 @@ from prometheus_client import generate_latest
 from shared_vllm import SharedVllm
 from vllm_exposition_reader import read_samples, total
 
-from infersight.agent.capture import CaptureController, CaptureOutcome, CaptureRecord
+from infersight.agent.capture.controller import CaptureController, CaptureOutcome, CaptureRecord
 from infersight.agent.config import AgentConfig
-from infersight.agent.capture_config import CaptureConfig
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.capture.config import CaptureConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.sources.vllm_http_config import VllmHttpConfig
 from infersight.agent.recorder.flight_recorder import FlightRecorder
 from infersight.agent.recorder.budget import WindowBudget

@@ -19,7 +19,7 @@ from infersight.agent.folds.energy_account import EnergyAccount
 from infersight.agent.finished_rows import FinishedRows
 from infersight.agent.folds.kv import KvFold
 from infersight.agent.folds.network_hold import MAX_OPEN_REQUESTS, NetworkHold
-from infersight.agent.slow_judge import SlowJudge
+from infersight.agent.slow.judge import SlowJudge
 from infersight.agent.folds.spec import SpecFold
 from infersight.agent.folds.step import StepFold
 from infersight.correlate import requests

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infersight.agent.capture import CaptureController, CaptureRecord, CaptureRefused
+from infersight.agent.capture.controller import CaptureController, CaptureRecord, CaptureRefused
 from infersight.agent.recorder.budget import WindowBudget, WindowCost, window_cost
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.recorder.store import WindowStore

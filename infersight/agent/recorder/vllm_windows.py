@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from infersight.agent.capture import CaptureRecord
+from infersight.agent.capture.controller import CaptureRecord
 from infersight.agent.recorder.window import window_trace
 from infersight.correlate.kernel_windows import WindowSummary, summarize_window
 from infersight.kernels.analysis.categories import classify

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from infersight.agent.capture import CaptureController
+from infersight.agent.capture.controller import CaptureController
 from infersight.probes.config import ProbeConfig
 from infersight.probes.control import CaptureDecode, CaptureState, CaptureTool, ControlBlock, control_name
 from infersight.probes.observer import ProbeObserver

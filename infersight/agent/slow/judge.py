@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infersight.agent.slow_config import SlowRequestConfig
+from infersight.agent.slow.config import SlowRequestConfig
 from infersight.correlate import slow_causes, slow_rule
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from infersight.config_error import ConfigError
 
 if TYPE_CHECKING:
-    from infersight.agent.capture import CaptureRules
+    from infersight.agent.capture.controller import CaptureRules
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,6 @@ class CaptureConfig:
                 raise ConfigError(f"capture {name} must be > 0 (None: off), got {getattr(self, name)}")
 
     def rules(self) -> CaptureRules:
-        from infersight.agent.capture import CaptureRules  # the controller's module: only when the agent is built
+        from infersight.agent.capture.controller import CaptureRules  # the controller's module: only when the agent is built
 
         return CaptureRules(self.auto_ttft_p99_s, self.auto_kv_usage, self.auto_preemptions, self.auto_cooldown_s)
