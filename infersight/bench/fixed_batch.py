@@ -16,16 +16,23 @@ decode time: a streaming client's first-to-last-token time) and around every ste
 run (wall_ns: admitting requests, the engine's step, collecting the finished, from the first
 call to the one that finishes the last listed request). Several runs stepped in turn each count
 only their own calls.
+
+For diagnosis, every step of the run is also kept by kind (StepKinds: pure decode, mixed (prefill
+chunks beside decodes), prefill only, a plain probe step), with the engine's step time and the
+client's time around the call: where a prediction from pure-decode steps misses, these say whether
+the steps it did not model (mixed ones, host time outside the engine's clock) carry the difference.
 """
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from infersight.runtime import Engine, SamplingParams
+from infersight.runtime.stats import StepStats
 from infersight.workload import WorkloadRequest
 
 
@@ -47,6 +54,33 @@ class DecodeTally:
         return self.tokens / self.client_ns * 1e9 if self.client_ns else float("nan")
 
 
+@dataclass
+class StepKinds:
+    """Every step of a run by kind: engine step ns (start_ns .. end_ns) and client ns around the call."""
+
+    engine_ns: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    client_ns: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, kind: str, engine_ns: int, client_ns: int) -> None:
+        self.engine_ns[kind].append(engine_ns)
+        self.client_ns[kind].append(client_ns)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Per kind: steps, median engine ms, median client ms (measured)."""
+        return {kind: {"steps": len(ns), "engine_ms": round(statistics.median(ns) / 1e6, 4),
+                       "client_ms": round(statistics.median(self.client_ns[kind]) / 1e6, 4),
+                       "engine_ms_total": round(sum(ns) / 1e6, 3)}
+                for kind, ns in sorted(self.engine_ns.items())}
+
+
+def step_kind(stats: StepStats) -> str:
+    if stats.spec_probe:
+        return "probe"
+    if stats.num_prefill_tokens and stats.num_decode_tokens:
+        return "mixed"
+    return "prefill" if stats.num_prefill_tokens else "decode"
+
+
 class FixedBatchRun:
     """Drive `engine` through `requests` at `batch` in flight; step() until it returns False."""
 
@@ -62,6 +96,7 @@ class FixedBatchRun:
         self.remaining = len(self._queue)
         self.wall_ns = 0
         self.output_tokens = 0  # of the listed requests, as the client received them
+        self.kinds = StepKinds()
 
     def _admit(self) -> None:
         while len(self.in_flight) < self.batch:
@@ -85,6 +120,8 @@ class FixedBatchRun:
         called = time.perf_counter_ns()
         stats = self.engine.step()
         returned = time.perf_counter_ns()
+        if stats.batch:
+            self.kinds.add(step_kind(stats), stats.end_ns - stats.start_ns, returned - called)
         for rid, _ in stats.batch:
             if rid in decoding:
                 self.decode_ns[rid] += stats.end_ns - stats.start_ns

@@ -39,13 +39,13 @@ import math
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from infersight.bench.fixed_batch import FixedBatchRun
+from infersight.bench.fixed_batch import FixedBatchRun, StepKinds
 from infersight.correlate import spec_advice, spec_speedup
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig
@@ -102,6 +102,7 @@ class Measured:
     wall_s: dict[str, dict[str, list[float]]]              # the client's wall time to serve the task's requests
     engine_rates: dict[str, dict[str, list[float]]]        # decode tokens/s by the engine's step clock
     output_tokens: dict[str, dict[str, list[int]]]         # tokens the client received
+    step_kinds: dict[str, dict[str, StepKinds]] = field(default_factory=dict)  # every round's steps by kind
 
 
 def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks: list[str], batch: int,
@@ -119,6 +120,10 @@ def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks:
                 turn += 1
                 after_turn()
             for name, run in runs.items():
+                kinds = m.step_kinds.setdefault(name, {}).setdefault(task, StepKinds())
+                for kind, ns in run.kinds.engine_ns.items():
+                    kinds.engine_ns[kind].extend(ns)
+                    kinds.client_ns[kind].extend(run.kinds.client_ns[kind])
                 m.client_rates[name][task].append(run.tally[task].client_tokens_per_s)
                 m.wall_s[name][task].append(run.wall_ns / 1e9)
                 m.engine_rates[name][task].append(run.tally[task].tokens_per_s)
@@ -221,6 +226,8 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
             f"{task}.advice": advice.get(task, {}).get("action", "none"),
             **_other_gammas(task, gamma, measured, client),
             f"{task}.verdict": verdict,
+            f"{task}.steps_by_kind": {name: kinds[task].summary() for name, kinds in measured_runs.step_kinds.items()
+                                      if task in kinds},
         }
     result |= {"measured_by": "the client's clock (perf_counter around each engine step call): decode tokens/s "
                               "over every request's first-to-last-token time, whole run",
