@@ -259,7 +259,7 @@ def _check_invariants(engine: Engine) -> None:
     assert sorted(queued) == sorted(r.request_id for r in unfinished)
 
 
-def _random_run(cpu_offload_blocks: int, seed: int, n_requests: int = 1000) -> tuple[Engine, Recorder]:
+def _random_run(cpu_offload_blocks: int, seed: int, n_requests: int = 400) -> tuple[Engine, Recorder]:
     target = _model(64, "kv-rand-target")
     draft = ModelConfig("kv-rand-draft", d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, ffn_dim=32,
                         max_seq_len=64)
