@@ -37,7 +37,7 @@ KERNEL_IDLE = MetricSpec(P + "kernel_idle_seconds", "counter",
                          views={"gap_share": _per(P + "kernel_idle_seconds_total",
                                                   P + "kernel_step_window_seconds_total", "phase")})
 KERNEL_FLOPS = MetricSpec(P + "kernel_modelled_flops", "counter",
-                          "FLOPs the roofline model assigns to the sampled steps (kernels.roofline), by category.",
+                          "FLOPs the roofline model assigns to the sampled steps, by category.",
                           ("category",))
 KERNEL_BYTES = MetricSpec(P + "kernel_modelled_bytes", "counter",
                           "Bytes the roofline model assigns to the sampled steps, by category.", ("category",), "bytes")
