@@ -142,9 +142,13 @@ hf_decode() {
 }
 
 speculation_check() {
+  stamp "bench speculation on CUDA, seed 1 (not the calibration's), batch 4"
+  timeout 150 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch 4 --requests 32 \
+    --seed 1 --frames-out "$OUT/spec_frames_b4" > "$OUT/spec_bench_seed1_b4.json"
+  tail -n 1 "$OUT/spec_bench_seed1_b4.json"
   stamp "bench speculation on CUDA, seed 1 (not the calibration's), batch 16"
   timeout 300 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch 16 --requests 128 \
-    --seed 1 > "$OUT/spec_bench_seed1_b16.json"
+    --seed 1 --frames-out "$OUT/spec_frames_b16" > "$OUT/spec_bench_seed1_b16.json"
   tail -n 1 "$OUT/spec_bench_seed1_b16.json"
 }
 

@@ -39,6 +39,7 @@ import math
 import statistics
 import time
 from collections import defaultdict
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -134,9 +135,11 @@ def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks:
 def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma: int = 4, requests: int = 32,
                       batch: int = 4, rounds: int = 3, probe_every: int = 4, max_tokens: int = 48,
                       device: str = "cpu", threads: int | None = 1, seed: int = 0,
-                      gammas: tuple[int, ...] = (), dtype: str = "auto") -> dict[str, Any]:
+                      gammas: tuple[int, ...] = (), dtype: str = "auto", frames_out: str | None = None) -> dict[str, Any]:
     """Run the comparison; returns the flat result (see the module docstring). gammas: other draft
-    lengths to measure beside `gamma` (their engines join the same lockstep)."""
+    lengths to measure beside `gamma` (their engines join the same lockstep). frames_out: a folder
+    to write the probed engine's spec and step_timing frames to (parquet), so that the prediction
+    can be studied offline against this run's measurement."""
     if rounds < 1 or batch < 1 or probe_every < 2:
         raise ValueError(f"need rounds >= 1, batch >= 1 and probe_every >= 2 (got {rounds}, {batch}, {probe_every})")
     old_threads = torch.get_num_threads()
@@ -169,6 +172,10 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         records.parts.clear()  # the task labels it announced are kept
         measured_runs = _measure(engines, workload, tasks, batch, rounds, records.read)
         frames = records.frames()
+        if frames_out:
+            Path(frames_out).mkdir(parents=True, exist_ok=True)
+            frames.spec.to_parquet(Path(frames_out) / "spec.parquet")
+            frames.step_timing.to_parquet(Path(frames_out) / "step_timing.parquet")
         dropped = consumer.stats()["dropped"]
         probes = probed.spec_probe
         by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing)

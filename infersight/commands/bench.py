@@ -50,7 +50,7 @@ def _speculation(args: argparse.Namespace) -> int:
                                           batch=args.batch, rounds=args.rounds, probe_every=args.probe_every,
                                           max_tokens=args.max_tokens, device=args.device,
                                           threads=args.threads, gammas=tuple(args.try_gamma), seed=args.seed,
-                                          dtype=args.dtype), args.json)
+                                          dtype=args.dtype, frames_out=args.frames_out), args.json)
 
 
 def _serving(args: argparse.Namespace) -> int:
@@ -151,6 +151,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
     sp.add_argument("--try-gamma", type=int, action="append", default=[], metavar="G",
                     help="also measure this draft length (repeatable), to see whether another gamma is faster")
+    sp.add_argument("--frames-out", default=None, metavar="DIR",
+                    help="write the predicting engine's spec and step_timing frames here (parquet), for offline study")
     sp.set_defaults(func=_speculation)
     sv = bench_sub.add_parser("serving", help="what observing costs the client: closed-loop HTTP clients against "
                               "`serve`, arms with and without the agent interleaved, ratios with an A/A floor")
