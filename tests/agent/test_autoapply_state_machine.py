@@ -170,6 +170,69 @@ def test_config_refuses_bad_settings() -> None:
         AutoApplyConfig(knobs=("max-num-seqs",))
     with pytest.raises(ConfigError, match="--auto-apply takes"):
         AutoApplyConfig(knobs=("everything",))
+    with pytest.raises(ConfigError, match="--auto-apply-recheck-s"):
+        AutoApplyConfig(knobs=("speculation",), recheck_s=0)
+
+
+def test_the_recheck_flag_and_its_default() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    AutoApplyConfig.add_flags(parser)
+    assert AutoApplyConfig.from_args(parser.parse_args(["--auto-apply", "speculation"])).recheck_s == 1800.0
+    args = parser.parse_args(["--auto-apply", "speculation", "--auto-apply-recheck-s", "45"])
+    assert AutoApplyConfig.from_args(args).recheck_s == 45.0
+
+
+def _arms(part: AutoApplyPart, ring: str, treatment_tpot: float, control_tpot: float, seed: int) -> int:
+    """Feed 30 finished requests per arm of the canary in force (normal around the given means)."""
+    seq = _policy(ring).seq
+    rng = np.random.default_rng(seed)
+    _feed(part, _rows("creative", 2, seq, rng.normal(control_tpot, 0.001, 30))
+          + _rows("creative", 1, seq, rng.normal(treatment_tpot, 0.001, 30)))
+    return seq
+
+
+def test_a_disabled_task_is_rechecked_and_re_enabled_only_when_measured_better(ring: str) -> None:
+    part = _part(ring, [ADVICE_OFF], recheck_s=100)
+    part.tick(0)
+    _arms(part, ring, treatment_tpot=0.010, control_tpot=0.020, seed=6)  # off measured better
+    part.tick(11 * S)
+    assert [d.stage for d in part.decisions] == ["proposed", "canaried", "kept"]
+    part.tick(50 * S)
+    part.tick(110 * S)  # the advice still says off, and the re-check is due at 11 + 100 s
+    assert len(list(part.decisions)) == 3
+
+    part.tick(111 * S)
+    proposed, canaried = list(part.decisions)[3:]
+    assert (proposed.stage, proposed.before, proposed.after) == ("proposed", False, True)
+    assert proposed.numbers["trigger"] == "recheck" and proposed.numbers["off_for_s"] == 100.0
+    (task,) = _policy(ring).tasks  # speculation back on for the treatment arm, the control arm stays off
+    assert (task.speculate, task.old_speculate, task.control_share) == (True, False, 0.5)
+    assert canaried.stage == "canaried" and canaried.policy_seq == _policy(ring).seq
+    assert part.decisions.document()["in_flight"]["speculation"] == 1
+
+    _arms(part, ring, treatment_tpot=0.020, control_tpot=0.010, seed=7)  # speculating measured worse
+    part.tick(122 * S)
+    last = list(part.decisions)[-1]
+    assert (last.stage, last.before, last.after) == ("rolled_back", False, True)
+    assert last.numbers["verdict"] == "worse" and last.numbers["interval_95_s"][0] > 0
+    (task,) = _policy(ring).tasks
+    assert (task.speculate, task.control_share) == (False, 0.0)  # stays off, for every request
+    part.tick(200 * S)
+    part.tick(221 * S)  # the next re-check waits the full interval from the failed one
+    assert len(list(part.decisions)) == 6
+
+    part.tick(222 * S)
+    assert [(d.stage, d.numbers.get("trigger")) for d in list(part.decisions)[6:]] == [("proposed", "recheck"),
+                                                                                       ("canaried", None)]
+    _arms(part, ring, treatment_tpot=0.010, control_tpot=0.020, seed=8)  # now speculating is better
+    part.tick(233 * S)
+    last = list(part.decisions)[-1]
+    assert (last.stage, last.after) == ("kept", True) and last.numbers["interval_95_s"][1] < 0
+    (task,) = _policy(ring).tasks
+    assert (task.speculate, task.control_share) == (True, 0.0)
+    assert part.decisions.document()["in_force"]["speculation"] == {"creative": True}
 
 
 def test_max_num_seqs_trial_alternates_and_keeps_a_better_limit(ring: str) -> None:

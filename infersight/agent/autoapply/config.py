@@ -23,7 +23,11 @@ class AutoApplyConfig:
     min_window_s / max_window_s: no verdict before the first; an unconfirmed change is rolled back at
     the second. min_requests: finished requests each arm needs before a verdict. cooldown_s: after a
     verdict, no new change for this long. seq_candidates: the max_num_seqs values tried against the
-    configured one (empty: half of it). interval_resamples: bootstrap resamples of each verdict."""
+    configured one (empty: half of it). interval_resamples: bootstrap resamples of each verdict.
+    recheck_s: a task whose speculation the loop disabled gets a canary the other way (a random share
+    of its requests speculates again) this long after the disable was kept, or after its last re-check
+    found no gain: with speculation off, no speculative step of it is seen, so the advice alone could
+    never re-enable it."""
 
     knobs: tuple[str, ...] = ()
     control_share: float = 0.5
@@ -37,6 +41,7 @@ class AutoApplyConfig:
     seq_windows: int = 6
     seq_candidates: tuple[int, ...] = ()
     interval_resamples: int = 1000
+    recheck_s: float = 1800.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -64,6 +69,8 @@ class AutoApplyConfig:
                               f"number >= 2, got {self.seq_window_s} and {self.seq_windows}")
         if any(c < 1 for c in self.seq_candidates):
             raise ConfigError(f"--auto-apply-seq-candidates are limits >= 1, got {self.seq_candidates}")
+        if not self.recheck_s > 0:
+            raise ConfigError(f"--auto-apply-recheck-s must be > 0, got {self.recheck_s}")
         if self.interval_resamples < 200:
             raise ConfigError(f"interval_resamples must be >= 200, got {self.interval_resamples}")
 
@@ -98,6 +105,9 @@ class AutoApplyConfig:
                           help="max-num-seqs: windows per trial, alternating old and new (even; default 6)")
         loop.add_argument("--auto-apply-seq-candidates", type=int, nargs="+", default=[], metavar="N",
                           help="max-num-seqs: limits to try (default: half the engine's)")
+        loop.add_argument("--auto-apply-recheck-s", type=float, default=1800.0, metavar="SECONDS",
+                          help="speculation: a task the loop disabled gets a canary with speculation on again "
+                               "this long after (kept only when measured better; default 1800)")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AutoApplyConfig:
@@ -107,4 +117,4 @@ class AutoApplyConfig:
                    slo_ttft_s=args.auto_apply_slo_ttft_s or getattr(args, "slo_ttft_s", None),
                    slo_itl_s=args.auto_apply_slo_itl_s or getattr(args, "slo_itl_s", None),
                    seq_window_s=args.auto_apply_seq_window_s, seq_windows=args.auto_apply_seq_windows,
-                   seq_candidates=tuple(args.auto_apply_seq_candidates))
+                   seq_candidates=tuple(args.auto_apply_seq_candidates), recheck_s=args.auto_apply_recheck_s)

@@ -2,9 +2,9 @@
 
 Each poll: the ring's request events go into RequestSamples (on_frames); then (end_poll, at most every
 TICK_S) the loop judges the change in flight, or, when none is and the cool-down has passed, proposes
-the next one: speculation first (the advice by task), then max_num_seqs (against the SLO). Bounded:
-one change in flight across both knobs (a max_num_seqs window during a speculation canary would
-measure both at once), a cool-down after each verdict.
+the next one: speculation first (the advice by task, then a disabled task's periodic re-check), then
+max_num_seqs (against the SLO). Bounded: one change in flight across both knobs (a max_num_seqs window
+during a speculation canary would measure both at once), a cool-down after each verdict.
 
 An engine that takes no run-time policy (vLLM: no control block) is never written to; its advice is
 rendered as flags (agent.autoapply.vllm_flags) in GET /api/v1/decisions.
@@ -86,6 +86,10 @@ class AutoApplyPart(Component):
             chosen = proposal(self.advice(), self.speculation.in_force, self.speculation.refused, now)
             if chosen is not None:
                 self.speculation.start(chosen, self._take_change_id(), now)
+                return
+            task = self.speculation.recheck_due(now)
+            if task is not None:  # a disabled task's periodic canary the other way (speculation_canary)
+                self.speculation.start_recheck(task, self._take_change_id(), now)
                 return
         if self.seq is not None:
             trial = self.seq.candidate(frame)

@@ -11,6 +11,14 @@
                confirmation (too few requests, or an interval that still holds 0): the old setting back
 
 Only requests that arrived under the canary's policy generation count (their POLICY_ARM seq).
+
+The re-check. Once a task's speculation is off, none of its speculative steps is seen any more, so the
+advice (which predicts from them) can never ask to turn it back on, though the draft or the load may
+have changed since. So, as an SRE would re-test a disabled feature, recheck_s after the disable was
+kept (or after the task's last re-check found no gain) the task gets a canary the other way: proposed
+(trigger "recheck"), canaried with speculate=True for the treatment arm and the control arm kept off,
+then kept (re-enabled) only on the same A/B, the whole interval below 0; otherwise rolled back, and
+the next re-check waits the full interval again.
 """
 from __future__ import annotations
 
@@ -64,13 +72,34 @@ class SpeculationCanary:
         self.in_force: dict[str, bool] = {}  # task -> speculate, for tasks the loop changed
         self.refused: dict[tuple[str, bool], int] = {}  # a rolled-back change: not proposed again before
         self.current: CanaryState | None = None
+        self.off_since: dict[str, int] = {}  # task -> when its speculation went off for good (or a re-check failed)
 
     def start(self, advice: dict[str, Any], change_id: int, now_ns: int) -> None:
         task = str(advice["task"])
-        before, after = self.in_force.get(task, True), _WANTS[str(advice["action"])]
         numbers = {k: advice.get(k) for k in ("speedup", "speedup_low", "speedup_high", "basis")}
-        self.log.record(change_id, "proposed", "speculation", task, before, after, str(advice.get("reason", "")),
-                        numbers)
+        self._begin(task, _WANTS[str(advice["action"])], change_id, now_ns, str(advice.get("reason", "")),
+                    {"trigger": "advice", **numbers})
+
+    def recheck_due(self, now_ns: int) -> str | None:
+        """The first task whose speculation the loop turned off recheck_s or more ago (None: none)."""
+        for task, since in self.off_since.items():
+            if self.in_force.get(task, True) is False and now_ns - since >= self.config.recheck_s * 1e9:
+                return task
+        return None
+
+    def start_recheck(self, task: str, change_id: int, now_ns: int) -> None:
+        off_s = (now_ns - self.off_since[task]) / 1e9
+        self._begin(task, True, change_id, now_ns,
+                    f"{task}: re-check: speculation has been off for {off_s:.0f} s (--auto-apply-recheck-s "
+                    f"{self.config.recheck_s:g}); none of its speculative steps are seen while it is off, so the "
+                    f"advice cannot say whether it would help now: a canary with speculation on measures it",
+                    {"trigger": "recheck", "recheck_s": self.config.recheck_s, "off_for_s": round(off_s, 3),
+                     "basis": "periodic re-check (no prediction: the task runs no speculative step while off)"})
+
+    def _begin(self, task: str, after: bool, change_id: int, now_ns: int, reason: str,
+               numbers: dict[str, Any]) -> None:
+        before = self.in_force.get(task, True)
+        self.log.record(change_id, "proposed", "speculation", task, before, after, reason, numbers)
         self.writer.tasks[task] = TaskPolicy(task, after, before, self.config.control_share)
         seq = self.writer.publish()
         self.current = CanaryState(change_id, task, before, after, now_ns, seq)
@@ -101,7 +130,7 @@ class SpeculationCanary:
         verdict["window_s"] = round(elapsed, 3)
         span = self._span(verdict)
         if enough and verdict["verdict"] == BETTER:
-            self._settle("kept", c.after, f"{c.task}: speculate={c.after} measured better: {span}", verdict)
+            self._settle("kept", c.after, now_ns, f"{c.task}: speculate={c.after} measured better: {span}", verdict)
             return "kept"
         if enough and verdict["verdict"] == WORSE:
             why = f"{c.task}: speculate={c.after} measured worse: {span}"
@@ -112,7 +141,7 @@ class SpeculationCanary:
                    f"{verdict['treatment_n']} treatment requests, {self.config.min_requests} each needed")
         else:
             why = f"{c.task}: not confirmed within {self.config.max_window_s:g} s: {span}"
-        self._settle("rolled_back", c.before, why, verdict)
+        self._settle("rolled_back", c.before, now_ns, why, verdict)
         self.refused[(c.task, c.after)] = now_ns + int(10 * max(self.config.cooldown_s, self.config.min_window_s) * 1e9)
         return "rolled_back"
 
@@ -126,9 +155,13 @@ class SpeculationCanary:
                 f"difference {v['difference_s'] * 1e3:+.2f} ms, 95% interval [{low * 1e3:+.2f}, {high * 1e3:+.2f}] ms "
                 f"(measured)")
 
-    def _settle(self, stage: str, setting: bool, reason: str, verdict: dict[str, Any]) -> None:
+    def _settle(self, stage: str, setting: bool, now_ns: int, reason: str, verdict: dict[str, Any]) -> None:
         c = self.current
         assert c is not None
+        if setting is False:  # off from now on: the re-check clock (re)starts
+            self.off_since[c.task] = now_ns
+        else:
+            self.off_since.pop(c.task, None)
         if stage == "kept" or setting is not True:
             self.writer.tasks[c.task] = TaskPolicy(c.task, setting, setting, 0.0)
             self.in_force[c.task] = setting
