@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from infersight.agent.autoapply.config import AutoApplyConfig
 from infersight.agent.capture.config import CaptureConfig
+from infersight.agent.engine_label_config import EngineLabelConfig
 from infersight.agent.limits_config import RecordLimits
 from infersight.agent.retention_config import RetentionConfig
 from infersight.agent.slow.config import SlowRequestConfig
@@ -60,6 +61,7 @@ class AgentConfig:
     # full captures on a latency-objective breach or an anomaly. None: off. Its own config validates.
     flight_recorder: "RecorderConfig | None" = None
     auto_apply: AutoApplyConfig = field(default_factory=AutoApplyConfig)  # agent.autoapply (off by default)
+    engine_label: EngineLabelConfig = field(default_factory=EngineLabelConfig)  # agent.engine_scope
 
     def __post_init__(self) -> None:
         if not self.rings and not self.discover and not self.vllm_kv.enabled and not self.vllm_server.enabled:

@@ -8,7 +8,10 @@ ids are per engine process, so with several rings each ring's ids are shifted in
 predecessor's ring name (its pid, in a new pid namespace) gets a new one. A ring whose writer
 died (stopped beating, or its pid exited) is drained, detached and counted (`dead`). A ring's
 GPU records (the GPUs its engine uses, by UUID) are kept on the ring,
-at most MAX_GPUS_PER_RING, for the selection of the node's GPU series (gpu.selection).
+at most MAX_GPUS_PER_RING, for the selection of the node's GPU series (gpu.selection). A ring's
+ENGINE record names the engine it belongs to (the `engine` label, agent.engine_scope): the first name
+it announces is kept (a producer cannot grow the label's values); until one comes (an old ring, or the
+seconds before a ring another agent read announces it again) the ring's own name stands for it.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 
 from infersight.agent.record_limits import RecordLimits, RecordScreen
 from infersight.correlate.frames import EventFrames
-from infersight.probes.records import RecordKind, record_registry
+from infersight.probes.records import RecordKind, engine_name_of, record_registry
 from infersight.probes.ring import RingConsumer, RingFormatError, RingWriterGone
 from infersight.probes.ring_discovery import RingDiscovery
 
@@ -37,6 +40,17 @@ class AttachedRing:
     consumer: RingConsumer
     labels: dict[int, str] = field(default_factory=lambda: {0: "other"})
     gpu_uuids: set[str] = field(default_factory=set)  # from its GPU records
+    announced: str | None = None  # the engine's name, from its first ENGINE record
+
+    @property
+    def engine(self) -> str:
+        """The engine this ring belongs to: the name it announced, else the ring's own."""
+        return self.announced or self.name
+
+    def note_engine(self, records: dict[int, np.ndarray]) -> None:
+        if self.announced is None and int(RecordKind.ENGINE) in records:
+            names = [engine_name_of(raw) for raw in records[int(RecordKind.ENGINE)]["name"].tolist()]
+            self.announced = next((n for n in names if n), None)
 
     def note_gpus(self, records: dict[int, np.ndarray]) -> None:
         for raw in records.get(int(RecordKind.GPU), np.empty(0, dtype=[("uuid", "S1")]))["uuid"].tolist():
@@ -109,6 +123,7 @@ class RingSet:
             if not records:
                 continue
             ring.note_gpus(records)
+            ring.note_engine(records)
             records, ring.labels = self.screen.screen(ring.name, records, ring.labels)
             frames = EventFrames.from_records(records, ring.labels)
             if ring.index:

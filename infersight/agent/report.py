@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.energy_meter import BASIS as ENERGY_BASIS
+from infersight.agent.engine_scope import by_engine, merged
 from infersight.agent.finished_rows import row_dicts
 from infersight.agent.state import AgentState
 from infersight.correlate import expert_parallel as ep_analysis
@@ -46,7 +47,8 @@ def expert_frame(state: AgentState) -> pd.DataFrame:
 def summary(state: AgentState) -> dict[str, Any]:
     with state.lock:
         rows = state.finished.frame()  # the kept rows (retention.rows_bytes), as one frame
-        kv_events = state.counters[C.KV_EVENTS.name]
+        on = state.engine_label  # engine families' label tuples end with the engine: summed over it here
+        kv_events = merged(state.counters[C.KV_EVENTS.name], on)
         prefix_q = state.counters[C.PREFIX_QUERIED.name].total()
         prefix_h = state.counters[C.PREFIX_HIT.name].total()
         prefix_r = state.counters[C.PREFIX_REQUESTS.name].total()
@@ -56,8 +58,9 @@ def summary(state: AgentState) -> dict[str, Any]:
         by_task = _spec_by_task(state)
         rings = dict(state.ring_stats)
         recorder = state.recorder_summary  # None unless the flight recorder runs
-        engine_by_task = dict(state.counters[C.ENGINE_SECONDS.name].values)
-        energy_by_task = dict(state.counters[C.ENERGY.name].values)
+        engine_by_task = dict(merged(state.counters[C.ENGINE_SECONDS.name], on).values)
+        energy_by_task = dict(merged(state.counters[C.ENERGY.name], on).values)
+        engines = _engine_counts(state) if on else None
         energy = state.energy.describe(state.gpu_status)
         preempt = state.counters[C.PREEMPTIONS.name].total()
         recomputed_tokens = state.counters[C.KV_RECOMPUTED_TOKENS.name].total()
@@ -71,6 +74,7 @@ def summary(state: AgentState) -> dict[str, Any]:
                      "spec_verifications": len(state.spec.window), "spec_bytes": state.spec.window.held_bytes,
                      "measured": True}
     col = (lambda c: rows[c].dropna().to_numpy()) if not rows.empty else (lambda c: np.empty(0))
+    per_engine = {} if engines is None else {"engines": _engines_block(state, engines, rows)}
     return _clean({
         "requests": int(finished),
         "requests_seen": seen,
@@ -104,7 +108,35 @@ def summary(state: AgentState) -> dict[str, Any]:
         # What the agent keeps of finished requests (--retention-mib) and of verifications: bytes of
         # the rows' data as pandas counts them (deep memory_usage), measured on the kept frames.
         "retention": retention,
+        **per_engine,  # only with the engine label on (several rings)
     })
+
+
+def _engine_counts(state: AgentState) -> dict[str, dict[str, float]]:
+    """Per engine (the engine label's value): finished requests and their prompt and output tokens;
+    under the state's lock."""
+    out: dict[str, dict[str, float]] = {}
+    for key, spec in (("requests", C.REQUESTS), ("prompt_tokens", C.PROMPT_TOKENS),
+                      ("generation_tokens", C.GENERATION_TOKENS)):
+        for engine, value in by_engine(state.counters[spec.name]).items():
+            out.setdefault(engine, {}).setdefault(key, 0.0)
+            out[engine][key] += value
+    return out
+
+
+def _engines_block(state: AgentState, counts: dict[str, dict[str, float]], rows: pd.DataFrame) -> dict[str, Any]:
+    """The summary's per-engine block: the counts, and the TTFT p50 of each engine's kept rows (its
+    engine from the request id's ring)."""
+    engine_of = state.scope.engines_of(rows["request_id"].to_numpy(np.int64)) if not rows.empty else np.empty(0)
+    ttft = rows["ttft_s"].to_numpy(np.float64) if not rows.empty else np.empty(0)
+    block: dict[str, Any] = {}
+    for engine in sorted(set(counts) | set(engine_of.tolist())):
+        mine = ttft[engine_of == engine]
+        c = counts.get(engine, {})
+        block[engine] = {"requests": int(c.get("requests", 0)), "prompt_tokens": int(c.get("prompt_tokens", 0)),
+                         "generation_tokens": int(c.get("generation_tokens", 0)),
+                         "ttft_seconds": {"p50": quantile(mine[~np.isnan(mine)], 0.5)}}
+    return block
 
 
 def slowest(state: AgentState, n: int) -> list[dict[str, Any]]:

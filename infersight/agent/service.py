@@ -24,6 +24,7 @@ from infersight.agent.capture.controller import (
 from infersight.agent.capture.analysis import analyze_capture
 from infersight.agent.component import AgentComponent
 from infersight.agent.config import AgentConfig, ConfigError
+from infersight.agent.engine_scope import RingEngine
 from infersight.agent.eviction_log import EvictionLog
 from infersight.agent.ingest import AttachedRing, RingSet
 from infersight.agent.listen_socket import PortInUseError, bind_listener
@@ -246,11 +247,12 @@ class Agent:
         self.rings.refresh()
         self._rings_read_s = time.monotonic()  # the flight recorder judges vLLM's idleness at the read
         batches = self.rings.read()
+        self.state.note_rings({ring.name: ring.engine for ring in self.rings.attached.values()})
         self.state.count_rejected(self.rings.screen.take_rejected())
         return batches
 
     def _ingest_ring(self, ring: AttachedRing, frames: EventFrames) -> None:
-        self.state.ingest(frames)
+        self.state.ingest(frames, RingEngine(ring.index, ring.name, ring.engine))  # the engine label's scope
         anchor = ring.consumer.anchor
         for part in self.parts:
             part.on_frames(frames, ring.index, anchor)

@@ -10,6 +10,10 @@ KV blocks (folds.kv), MoE and expert-parallel records (folds.expert), prefix loo
 verifications (folds.spec), served requests' network timing (folds.network_hold), GPU energy
 (folds.energy_account), and the requests themselves (folds.request_ledger, which judges the slow
 ones with agent.slow_judge). AgentState runs them in order under its lock and is what the rest of the agent reads.
+
+With the engine label on (several rings: agent.engine_scope) the folds count through views that add
+each batch's engine to the engine families' labels, and the state keeps each engine's last step and
+expert matrix for the gauges (engine_views).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.config import AgentConfig
+from infersight.agent.engine_scope import EngineScope, EngineView, RingEngine
 from infersight.agent.folds.energy_account import EnergyAccount
 from infersight.agent.energy_meter import EnergyMeter
 from infersight.agent.folds.expert import EP_WINDOW, ExpertFold
@@ -58,23 +63,30 @@ class AgentState:
         self.counters = {spec.name: LabelledCounter() for spec in C.CATALOGUE if spec.kind == "counter"}
         self.histograms = {spec.name: LabelledHistogram(spec.buckets or ()) for spec in C.CATALOGUE
                            if spec.kind == "histogram"}
-        self.energy_account = EnergyAccount(self.counters, config.gpu.energy_gpus,
+        # The folds count through the scope's views: the dicts above themselves with the engine label off.
+        self.scope = EngineScope(config.engine_label.enabled(len(config.rings), config.discover))
+        counters, histograms = self.scope.counters(self.counters), self.scope.histograms(self.histograms)
+        self.energy_account = EnergyAccount(counters, config.gpu.energy_gpus,
                                             wait_s=max(5.0, 4 * config.gpu.interval_s))
-        self.steps = StepFold(self.counters, self.histograms, self.energy_account)
-        self.kv = KvFold(self.counters, self.histograms)
+        self.steps = StepFold(counters, histograms, self.energy_account)
+        self.kv = KvFold(counters, histograms, seed_zero_series=not self.scope.on)
         self.experts = ExpertFold()
-        self.prefix = PrefixFold(self.counters, config.retention.requests)
-        self.spec = SpecFold(self.counters)
+        self.prefix = PrefixFold(counters, config.retention.requests)
+        self.spec = SpecFold(counters)
         self.network_hold = NetworkHold()
         self.judge = SlowJudge(config.slow)
-        self.ledger = RequestLedger(self.counters, self.histograms, config.retention.rows_bytes, self.steps,
+        self.ledger = RequestLedger(counters, histograms, config.retention.rows_bytes, self.steps,
                                     self.energy_account, self.network_hold, self.kv, self.spec, self.judge,
-                                    self._kernel_seconds_of, self._emit_rows)
+                                    self._kernel_seconds_of, self._emit_rows, scope=self.scope)
+        self.engine_last_step: dict[str, dict[str, int]] = {}  # with the engine label: each engine's last step
+        self.engine_experts: dict[str, ExpertFold] = {}  # with the engine label: each engine's expert matrix
+        self.ring_engines: dict[str, str] = {}  # ring name -> its engine (the probe counters' engine label)
         self._no_request_events = EventFrames().request_events  # releases held rows without new events
         self.ring_stats: dict[str, dict[str, int]] = {}
         self.source_stats: dict[str, dict[str, object]] = {}  # non-ring sources (e.g. vLLM KV events): their health
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
-        self.counters[C.REQUESTS_ORPHANED.name].inc((), 0)  # a 0 sample from the start, not a missing series
+        if not self.scope.on:  # with the label on, each engine's zero series come with its first batch
+            self.counters[C.REQUESTS_ORPHANED.name].inc((), 0)  # a 0 sample from the start, not a missing series
         self.kernel_by_request: OrderedDict[int, dict[str, object]] = OrderedDict()  # from captures
         self.recorder_summary: dict[str, object] | None = None  # the flight recorder's block (agent.recorder.flight_recorder)
         self.gpu_status = "GPU telemetry: not started"
@@ -82,6 +94,11 @@ class AgentState:
         self.on_rows = on_rows
 
     # -- what the rest of the agent reads (each fold owns its part) ---------------------------------
+    @property
+    def engine_label(self) -> bool:
+        """Whether the engine families' label tuples end with the engine (agent.engine_scope)."""
+        return self.scope.on
+
     @property
     def energy(self) -> EnergyMeter:
         return self.energy_account.meter
@@ -145,11 +162,21 @@ class AgentState:
         return self.network_hold.timing
 
     # -- ingest -------------------------------------------------------------------------------------
-    def ingest(self, frames: EventFrames) -> None:
+    def ingest(self, frames: EventFrames, source: RingEngine | None = None) -> None:
+        """One batch of a ring (source: which ring, of which engine; None: not a ring's, e.g. vLLM's
+        KV events)."""
         with self.lock:
+            if self.scope.on:
+                self._enter(source)
             self.steps.fold(frames)
             self.kv.fold(frames.kv_events, self.steps.last_step.get("kv_block_size", 16))
             self.experts.fold_moe(frames.moe)
+            if self.scope.on:
+                engine = self.scope.current
+                if not frames.steps.empty:
+                    self.engine_last_step[engine] = dict(self.steps.last_step)
+                if not frames.moe.empty:
+                    self.engine_experts.setdefault(engine, ExpertFold()).fold_moe(frames.moe)
             self.prefix.fold(frames.prefix)
             self.spec.fold(frames.spec)
             self.spec.fold_steps(frames.step_timing)
@@ -157,6 +184,34 @@ class AgentState:
             self.network_hold.note(frames)
             self.ledger.fold(frames.request_events, NETWORK_WAIT_S)
             self.steps.trim_attribution(self.ledger.oldest_open_ns())
+
+    def note_rings(self, engines: dict[str, str]) -> None:
+        """Ring name -> the engine it announced (or its own name), for the probe counters' engine label."""
+        if not self.scope.on:
+            return
+        with self.lock:
+            self.ring_engines.update(engines)
+
+    def _enter(self, source: RingEngine | None) -> None:
+        """The engine label's scope for a batch from `source`; an engine's zero series at its first."""
+        if source is not None:
+            self.ring_engines[source.ring] = source.engine
+        if self.scope.enter(source.engine if source is not None else None,
+                            source.index if source is not None else None):
+            self.counters[C.REQUESTS_ORPHANED.name].inc((self.scope.current,), 0)
+            self.kv.seed_zero_series()
+
+    def engine_views(self) -> dict[str, EngineView]:
+        """With the engine label on: each engine's last step, expert matrix and speculative windows
+        (the exposition's gauges); called under the lock."""
+        spec, timing = self.spec_events, self.spec_step_timing
+        spec_engine = self.scope.engines_of(spec["request_id"].to_numpy(np.int64))
+        timing_engine = self.scope.engines_of(timing["step_id"].to_numpy(np.int64))
+        names = sorted(set(self.engine_last_step) | set(self.engine_experts) | set(spec_engine.tolist()))
+        return {name: EngineView(self.engine_last_step.get(name, {}),
+                                 self.engine_experts[name].expert_tokens if name in self.engine_experts
+                                 else np.zeros((0, 0), dtype=np.int64),
+                                 spec[spec_engine == name], timing[timing_engine == name]) for name in names}
 
     def _emit_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
         if self.on_rows is not None:
@@ -171,6 +226,8 @@ class AgentState:
         if rejected:
             with self.lock:
                 for labels, n in rejected.items():
+                    if self.scope.on:  # (ring, reason, the ring's engine)
+                        labels = (*labels, self.ring_engines.get(labels[0], labels[0]))
                     self.counters[C.PROBE_REJECTED.name].inc(labels, n)
 
     def set_ring_stats(self, stats: dict[str, dict[str, int]], anchor: tuple[int, int] | None) -> None:

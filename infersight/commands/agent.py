@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from infersight.agent.autoapply.config import AutoApplyConfig
+from infersight.agent.engine_label_config import EngineLabelConfig
 from infersight.agent.gpu_config import GpuConfig
 from infersight.agent.limits_config import RecordLimits
 from infersight.agent.recorder.config import RecorderConfig
@@ -26,7 +27,8 @@ def parse_listen(value: str) -> tuple[str, int]:
 #: by AgentConfig field, in --help order.
 GROUPS = (("exposition", ExpositionConfig), ("retention", RetentionConfig), ("limits", RecordLimits),
           ("slow", SlowRequestConfig), ("tracing", TracingConfig), ("gpu", GpuConfig), ("vllm_kv", VllmKvConfig),
-          ("vllm_server", VllmHttpConfig), ("flight_recorder", RecorderConfig), ("auto_apply", AutoApplyConfig))
+          ("vllm_server", VllmHttpConfig), ("flight_recorder", RecorderConfig), ("auto_apply", AutoApplyConfig),
+          ("engine_label", EngineLabelConfig))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
                              otlp_metrics=args.otlp_metrics)
     elif args.otlp_endpoint is not None:
         raise ValueError("--otlp-endpoint needs --with-agent (spans are built by the agent)")
-    serve(config, engine_config, ProbeConfig(ring_name=args.ring, nvtx=args.nvtx), agent)
+    serve(config, engine_config, ProbeConfig(ring_name=args.ring, nvtx=args.nvtx, engine_name=args.engine_name), agent)
     return 0
 
 
@@ -74,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-connections", type=int, default=512, metavar="N",
                    help="connections held at once; one more is answered 503 and closed, and counted (default 512)")
     p.add_argument("--ring", help="probe ring name (default infersight-<pid>)")
+    p.add_argument("--engine-name", metavar="NAME",
+                   help="this engine's name, announced on its ring: the `engine` label of an agent that reads "
+                        "several rings (at most 32 printable ASCII characters; default: the ring's name)")
     p.add_argument("--nvtx", action="store_true", help="also emit NVTX ranges")
     p.add_argument("--export-content", action="store_true",
                    help="pass prompt and completion text to the agent for spans (off: text never leaves the server)")

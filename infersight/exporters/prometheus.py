@@ -24,6 +24,7 @@ from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 from infersight.correlate import moe, spec_speedup
 from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
+from infersight.exporters.catalogue.identity import ENGINE_LABEL, engine_labelled
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.exporters.target_info import TargetInfoCollector
 from infersight.gpu.exposition import gpu_metric_families
@@ -36,6 +37,15 @@ class ExpositionSettings(Protocol):
     """What the collector reads of the agent's config."""
 
     exposition: ExpositionConfig
+
+
+class EngineSlice(Protocol):
+    """One engine's share of what the gauges read (the agent's engine_scope.EngineView)."""
+
+    last_step: dict[str, int]
+    expert_tokens: np.ndarray
+    spec_events: pd.DataFrame
+    spec_step_timing: pd.DataFrame
 
 
 class MetricSource(Protocol):
@@ -51,6 +61,13 @@ class MetricSource(Protocol):
     spec_events: pd.DataFrame
     spec_step_timing: pd.DataFrame
     ring_stats: dict[str, dict[str, int]]
+    #: With it on, the engine families' label tuples end with the engine (agent.engine_scope).
+    engine_label: bool
+    ring_engines: dict[str, str]  # ring name -> its engine
+
+    def engine_views(self) -> Mapping[str, EngineSlice]:
+        """Each engine's slice (only read with engine_label on)."""
+        ...
 
 
 def _counter(spec: MetricSpec, data: LabelledCounter, name: str | None = None,
@@ -99,6 +116,19 @@ class AgentCollector(Collector):
     def _id(self, spec: MetricSpec) -> tuple[tuple[str, str], ...]:
         return identity_values(spec, self.identity)
 
+    def _shown(self, spec: MetricSpec) -> MetricSpec:
+        """spec as served: with the engine label after its own labels where it carries one."""
+        if self.state.engine_label and engine_labelled(spec):
+            return replace(spec, labels=(*spec.labels, ENGINE_LABEL))
+        return spec
+
+    def _slices(self) -> list[tuple[list[str], EngineSlice]]:
+        """(engine label values, what the gauges read): the state itself with the label off, each
+        engine's slice with it on."""
+        if not self.state.engine_label:
+            return [([], self.state)]
+        return [([name], view) for name, view in sorted(self.state.engine_views().items())]
+
     def collect(self) -> Iterator[Metric]:
         state, cfg = self.state, self.state.config.exposition
         with state.lock:
@@ -108,74 +138,86 @@ class AgentCollector(Collector):
                 if spec.kind == "counter" and spec.name not in (C.EXPERT_TOKENS.name, C.PROBE_EVENTS.name,
                                                                C.PROBE_DROPPED.name, C.PROBE_CORRUPT.name,
                                                                C.PROBE_LOST.name):
-                    yield _counter(spec, state.counters[spec.name], extra=self._id(spec))
+                    yield _counter(self._shown(spec), state.counters[spec.name], extra=self._id(spec))
                 elif spec.kind == "histogram":
-                    yield _histogram(spec, state.histograms[spec.name], extra=self._id(spec))
-            yield from self._engine_gauges()
-            yield from self._moe(cfg.max_expert_series, cfg.top_hot_pairs)
-            yield from self._spec_gauges()
+                    yield _histogram(self._shown(spec), state.histograms[spec.name], extra=self._id(spec))
+            slices = self._slices()
+            yield from self._engine_gauges(slices)
+            yield from self._moe(slices, cfg.max_expert_series, cfg.top_hot_pairs)
+            yield from self._spec_gauges(slices)
             yield from self._probe_counters()
             if cfg.vllm_compat:
                 yield from self._vllm(cfg.model_name)
         if self.gpu is not None:  # the sampler has its own lock
             yield from gpu_metric_families(self.gpu)
 
-    def _engine_gauges(self) -> Iterator[Metric]:
-        last = self.state.last_step
-        if not last:
-            return
-        yield _gauge(C.REQUESTS_RUNNING, [([], last["running"])], extra=self._id(C.REQUESTS_RUNNING))
-        yield _gauge(C.REQUESTS_WAITING, [([], last["waiting"])], extra=self._id(C.REQUESTS_WAITING))
-        yield _gauge(C.REQUESTS_SWAPPED, [([], last["swapped"])], extra=self._id(C.REQUESTS_SWAPPED))
-        total, used, cached = last["kv_blocks_total"], last["kv_blocks_in_use"], last["kv_blocks_cached"]
-        yield _gauge(C.KV_BLOCKS, [(["in_use"], used), (["cached"], cached), (["free"], total - used - cached)],
-                     extra=self._id(C.KV_BLOCKS))
-        yield _gauge(C.KV_USAGE, [([], used / total if total else 0.0)], extra=self._id(C.KV_USAGE))
+    def _engine_gauges(self, slices: list[tuple[list[str], EngineSlice]]) -> Iterator[Metric]:
+        rows: dict[str, list[tuple[list[str], float]]] = {}
+        for engine, view in slices:
+            last = view.last_step
+            if not last:
+                continue
+            total, used, cached = last["kv_blocks_total"], last["kv_blocks_in_use"], last["kv_blocks_cached"]
+            for spec, own in ((C.REQUESTS_RUNNING, [([], last["running"])]), (C.REQUESTS_WAITING, [([], last["waiting"])]),
+                              (C.REQUESTS_SWAPPED, [([], last["swapped"])]),
+                              (C.KV_BLOCKS, [(["in_use"], used), (["cached"], cached), (["free"], total - used - cached)]),
+                              (C.KV_USAGE, [([], used / total if total else 0.0)])):
+                rows.setdefault(spec.name, []).extend((labels + engine, value) for labels, value in own)
+        for spec in (C.REQUESTS_RUNNING, C.REQUESTS_WAITING, C.REQUESTS_SWAPPED, C.KV_BLOCKS, C.KV_USAGE):
+            if spec.name in rows:
+                yield _gauge(self._shown(spec), rows[spec.name], extra=self._id(spec))
 
-    def _moe(self, cap: int, top_n: int) -> Iterator[Metric]:
-        m = self.state.expert_tokens
-        if m.size == 0:
+    def _moe(self, slices: list[tuple[list[str], EngineSlice]], cap: int, top_n: int) -> Iterator[Metric]:
+        slices = [(engine, view) for engine, view in slices if view.expert_tokens.size]
+        if not slices:
             return
         ident = self._id(C.EXPERT_TOKENS)
+        shown = self._shown(C.EXPERT_TOKENS)
         fam = CounterMetricFamily(C.EXPERT_TOKENS.name, C.EXPERT_TOKENS.help,
-                                  labels=[*C.EXPERT_TOKENS.labels, *(k for k, _ in ident)])
+                                  labels=[*shown.labels, *(k for k, _ in ident)])
         values = [v for _, v in ident]
-        if m.size <= cap:
-            for (layer, expert), v in zip(((l, e) for l in range(m.shape[0]) for e in range(m.shape[1])), m.ravel()):
-                fam.add_metric([str(layer), str(expert), *values], float(v))
-        else:
-            for expert, v in enumerate(m.sum(axis=0)):
-                fam.add_metric(["all", str(expert), *values], float(v))
-        # The hottest pairs under the cap too: the dashboards read them from this one gauge (top_n
-        # series), whichever shape the expert counter has.
-        top = moe.top_pairs(moe.matrix_frame(self.state.expert_tokens), top_n)
-        yield _gauge(C.HOT_EXPERT_TOKENS, [([str(r.layer), str(r.expert)], float(r.tokens))
-                                           for r in top.itertuples(index=False)], extra=self._id(C.HOT_EXPERT_TOKENS))
+        hot: list[tuple[list[str], float]] = []
+        imbalance: list[tuple[list[str], float]] = []
+        for engine, view in slices:
+            m = view.expert_tokens
+            if m.size <= cap:
+                for (layer, expert), v in zip(((l, e) for l in range(m.shape[0]) for e in range(m.shape[1])), m.ravel()):
+                    fam.add_metric([str(layer), str(expert), *engine, *values], float(v))
+            else:
+                for expert, v in enumerate(m.sum(axis=0)):
+                    fam.add_metric(["all", str(expert), *engine, *values], float(v))
+            # The hottest pairs under the cap too: the dashboards read them from this one gauge (top_n
+            # series), whichever shape the expert counter has.
+            top = moe.top_pairs(moe.matrix_frame(m), top_n)
+            hot += [([str(r.layer), str(r.expert), *engine], float(r.tokens)) for r in top.itertuples(index=False)]
+            for r in moe.layer_imbalance(moe.matrix_frame(m)).itertuples(index=False):
+                for stat in ("max_over_mean", "cv", "hot_cold_ratio"):
+                    imbalance.append(([str(r.layer), stat, *engine], float(getattr(r, stat))))
+        yield _gauge(self._shown(C.HOT_EXPERT_TOKENS), hot, extra=self._id(C.HOT_EXPERT_TOKENS))
         yield fam
-        imb = moe.layer_imbalance(moe.matrix_frame(self.state.expert_tokens))
-        rows = []
-        for r in imb.itertuples(index=False):
-            for stat in ("max_over_mean", "cv", "hot_cold_ratio"):
-                rows.append(([str(r.layer), stat], float(getattr(r, stat))))
-        yield _gauge(C.MOE_IMBALANCE, rows, extra=self._id(C.MOE_IMBALANCE))
+        yield _gauge(self._shown(C.MOE_IMBALANCE), imbalance, extra=self._id(C.MOE_IMBALANCE))
 
-    def _spec_gauges(self) -> Iterator[Metric]:
-        by_task = spec_speedup.speedup_by_task(self.state.spec_events, self.state.spec_step_timing)
-        if by_task.empty:
+    def _spec_gauges(self, slices: list[tuple[list[str], EngineSlice]]) -> Iterator[Metric]:
+        speedup: list[tuple[list[str], float]] = []
+        accept: list[tuple[list[str], float]] = []
+        for engine, view in slices:
+            by_task = spec_speedup.speedup_by_task(view.spec_events, view.spec_step_timing)
+            speedup += [([str(r.task), *engine], float(r.predicted_speedup))
+                        for r in by_task.itertuples(index=False) if r.basis == spec_speedup.PREDICTED]
+            accept += [([str(r.task), *engine], float(r.accept_rate)) for r in by_task.itertuples(index=False)]
+        if not accept:  # no verification of any engine: no family (speedup rows come with accept rows)
             return
-        yield _gauge(C.SPEC_PREDICTED_SPEEDUP, [([str(r.task)], float(r.predicted_speedup))
-                                                for r in by_task.itertuples(index=False) if r.basis == spec_speedup.PREDICTED],
-                     extra=self._id(C.SPEC_PREDICTED_SPEEDUP))
-        yield _gauge(C.SPEC_ACCEPT_RATE, [([str(r.task)], float(r.accept_rate)) for r in by_task.itertuples(index=False)],
-                     extra=self._id(C.SPEC_ACCEPT_RATE))
+        yield _gauge(self._shown(C.SPEC_PREDICTED_SPEEDUP), speedup, extra=self._id(C.SPEC_PREDICTED_SPEEDUP))
+        yield _gauge(self._shown(C.SPEC_ACCEPT_RATE), accept, extra=self._id(C.SPEC_ACCEPT_RATE))
 
     def _probe_counters(self) -> Iterator[Metric]:
+        engines = self.state.ring_engines if self.state.engine_label else None
         for spec, key in ((C.PROBE_EVENTS, "produced"), (C.PROBE_DROPPED, "dropped"), (C.PROBE_CORRUPT, "corrupt"),
                           (C.PROBE_LOST, "reader_lost")):
             data = LabelledCounter()
             for ring, stats in self.state.ring_stats.items():
-                data.inc((ring,), stats.get(key, 0))
-            yield _counter(spec, data, extra=self._id(spec))
+                data.inc((ring,) if engines is None else (ring, engines.get(ring, ring)), stats.get(key, 0))
+            yield _counter(self._shown(spec), data, extra=self._id(spec))
 
     def _vllm(self, model: str) -> Iterator[Metric]:
         """vLLM names for dashboards that already query them: same numbers, vLLM's label model_name."""
@@ -198,7 +240,8 @@ class AgentCollector(Collector):
         fam = CounterMetricFamily(C.REQUESTS.vllm_name or C.REQUESTS.name, C.REQUESTS.help,
                                   labels=["finished_reason", "model_name"])
         by_reason: dict[str, float] = {}
-        for (_, reason), value in self.state.counters[C.REQUESTS.name].values.items():
+        for labels, value in self.state.counters[C.REQUESTS.name].values.items():  # (task, reason[, engine])
+            reason = labels[1]
             by_reason[reason] = by_reason.get(reason, 0.0) + value
         for reason, value in sorted(by_reason.items()):
             fam.add_metric([reason, model], value)

@@ -6,6 +6,8 @@ import time
 from typing import Callable
 from dataclasses import dataclass, field
 
+from infersight.probes.records import valid_engine_name
+
 
 def default_capture_dir() -> str:
     """``${XDG_STATE_HOME:-~/.local/state}/infersight/captures``: this user's, not a shared /tmp
@@ -21,7 +23,9 @@ class ProbeConfig:
     during torch.profiler captures). task_labels: the allowed labels (None: the first
     max_task_labels seen); anything else is recorded as "other". capture_dir: where on-demand
     captures (asked for through the control block) are written. gpu_uuids: the GPUs the engine uses,
-    reported to the sidecar in GPU records (None: the GPUs this process can see, probes.gpu_uuids)."""
+    reported to the sidecar in GPU records (None: the GPUs this process can see, probes.gpu_uuids).
+    engine_name: the engine's name, announced in an ENGINE record (the `engine` label of an agent that
+    reads several rings; at most 32 printable ASCII characters; None: the ring's name)."""
 
     events: bool = True
     nvtx: bool = True
@@ -33,6 +37,7 @@ class ProbeConfig:
     max_task_labels: int = 32
     capture_dir: str = field(default_factory=default_capture_dir)
     gpu_uuids: tuple[str, ...] | None = None
+    engine_name: str | None = None
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 2:
@@ -41,6 +46,9 @@ class ProbeConfig:
             raise ValueError(f"max_task_labels must be >= 1, got {self.max_task_labels}")
         if self.ring_name is None:
             self.ring_name = f"infersight-{os.getpid()}"
+        if self.engine_name is not None and not valid_engine_name(self.engine_name):
+            raise ValueError(f"an engine name is 1 to 32 printable ASCII characters without spaces, "
+                             f"got {self.engine_name!r}")
 
 
 #: A label in use is announced again at most this often: an agent that attaches to a ring after the

@@ -27,7 +27,9 @@ from infersight.probes.records import (
     MOE_EXPERTS_PER_RECORD, FinishReason, PreemptReason, RecordKind, RequestEvent, record_registry,
     record_struct, split_trace_id,
 )
-from infersight.probes.records import EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD, GPU_RECORD_EVERY_S
+from infersight.probes.records import (
+    EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD, GPU_RECORD_EVERY_S, engine_name_bytes,
+)
 from infersight.probes.ring import RingProducer
 from infersight.probes.step_block import StepBlock, step_values, timing_values
 from infersight.runtime.model.model_config import ModelConfig
@@ -70,6 +72,8 @@ class ProbeObserver(EngineObserver):
         # The GPUs this engine uses, for a sidecar that cannot see them (it reads dcgm-exporter by UUID).
         self.gpu_uuids = tuple(config.gpu_uuids) if config.gpu_uuids is not None else visible_gpu_uuids()
         self._gpus_due_ns = 0
+        # The engine's name, announced only where it is not the ring's (the agent's default for it).
+        self.engine_name = config.engine_name if config.engine_name != self.ring.name else None
         self._write_gpus()
 
     @property
@@ -264,13 +268,16 @@ class ProbeObserver(EngineObserver):
     def on_step_end(self, stats: StepStats) -> None:
         if not self._write_step(stats):  # a value that does not fit: record by record, coerced
             self._write_step_records(stats)
-        if self.gpu_uuids and stats.end_ns >= self._gpus_due_ns:
+        if (self.gpu_uuids or self.engine_name) and stats.end_ns >= self._gpus_due_ns:
             self._write_gpus()
         self.capture.on_step_end(stats)
 
     def _write_gpus(self) -> None:
-        """One GPU record per GPU, again every GPU_RECORD_EVERY_S (an agent attaching late learns them)."""
+        """The engine's name (ENGINE, where it has one of its own) and one GPU record per GPU, again
+        every GPU_RECORD_EVERY_S (an agent attaching late learns them)."""
         now = time.monotonic_ns()
+        if self.engine_name:
+            self._put(RecordKind.ENGINE, now, engine_name_bytes(self.engine_name))
         for index, uuid in enumerate(self.gpu_uuids):
             self._put(RecordKind.GPU, now, index, uuid.encode())
         self._gpus_due_ns = now + int(GPU_RECORD_EVERY_S * 1e9)

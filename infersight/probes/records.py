@@ -46,6 +46,11 @@ class RecordKind(enum.IntEnum):
     # The GPUs the producing process uses (probes.gpu_uuids), one record each: written when the ring
     # is created and again every GPU_RECORD_EVERY_S, so an agent that attaches later learns them too.
     GPU = 21
+    # The name of the engine the producing process belongs to (probes.records.engine_name_bytes), one
+    # record: written when the ring is created and again with the GPU records, every GPU_RECORD_EVERY_S.
+    # An agent that reads several rings labels each engine's series with it (agent.engine_scope); the
+    # rings of one engine (vLLM's API server and its workers) announce the same name.
+    ENGINE = 22
 
 
 # -- records of requests that came through the HTTP server (`infersight serve`) ----------------------
@@ -59,6 +64,9 @@ class RecordKind(enum.IntEnum):
 GPU_UUID_BYTES = 64
 #: How often a producer writes its GPU records again (seconds, on its monotonic clock).
 GPU_RECORD_EVERY_S = 5.0
+
+#: Bytes of an ENGINE record's name: printable ASCII, cut to this length (a label value, so bounded).
+ENGINE_NAME_BYTES = 32
 
 #: Bytes of text per REQUEST_TEXT record: sized so the record fits the slot the MOE record needs.
 TEXT_CHUNK_BYTES = 240
@@ -172,6 +180,8 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
     # -- a GPU of the producing process: its index among the GPUs it sees and its UUID as NVML and
     # dcgm-exporter spell it (the sidecar keeps the node's GPU series of these UUIDs only)
     RecordKind.GPU: (1, [("ts_ns", "q"), ("index", "H"), ("uuid", f"{GPU_UUID_BYTES}s")]),
+    # -- the engine's name (ENGINE_NAME_BYTES of printable ASCII, NUL-padded)
+    RecordKind.ENGINE: (1, [("ts_ns", "q"), ("name", f"{ENGINE_NAME_BYTES}s")]),
 }
 
 _NUMPY_CODES = {"q": "<i8", "Q": "<u8", "I": "<u4", "H": "<u2", "B": "u1", "d": "<f8"}
@@ -209,6 +219,24 @@ def record_registry() -> RecordRegistry:
     reads the batched kinds as the per-record ones (probes.record_batches)."""
     return RecordRegistry((RecordType(int(kind), kind.name.lower(), version, record_dtype(kind))
                            for kind, (version, _) in _LAYOUTS.items()), batched_kinds().expand)
+
+
+def valid_engine_name(name: str) -> bool:
+    """An engine name a producer may be given: 1 to ENGINE_NAME_BYTES printable ASCII characters, no spaces."""
+    return 0 < len(name) <= ENGINE_NAME_BYTES and all(" " < c <= "~" for c in name)
+
+
+def engine_name_bytes(name: str) -> bytes:
+    """An ENGINE record's name field: printable ASCII (anything else becomes "_"), at most
+    ENGINE_NAME_BYTES bytes."""
+    return "".join(c if " " <= c <= "~" else "_" for c in name)[:ENGINE_NAME_BYTES].encode("ascii")
+
+
+def engine_name_of(raw: bytes) -> str:
+    """The name an ENGINE record's field carries, the way a reader must take it (a producer's bytes
+    are not trusted: NUL padding dropped, non-printable bytes as "_", at most ENGINE_NAME_BYTES)."""
+    text = bytes(raw[:ENGINE_NAME_BYTES]).rstrip(b"\0").decode("ascii", "replace")
+    return "".join(c if " " <= c <= "~" else "_" for c in text).strip()
 
 
 def split_trace_id(trace_id: int) -> tuple[int, int]:

@@ -22,7 +22,10 @@ vLLM loads general plugins in every process it starts (API server, engine core, 
    INFERSIGHT_EXPERT_PUBLISH_INTERVAL seconds, default 0.2, the new counts as MOE probe records into
    this worker's ring ``infersight-vllm-worker-<pid>``, created at the first forward, which
    ``agent --discover`` finds) and removes itself: from then on the plugin runs no Python in a step. The records' ``step_id`` is
-   the publish window (1, 2, ...), not vLLM's step (vLLM does not expose one to the worker).
+   the publish window (1, 2, ...), not vLLM's step (vLLM does not expose one to the worker). The ring
+   announces the engine's name (an ENGINE record, at creation and every GPU_RECORD_EVERY_S from the
+   publisher thread): the API server's name (vllm.engine_name), so an agent labels the worker's
+   expert counts with the engine they belong to, not with the worker.
 
 Compile cache: vLLM reuses compiled graphs from disk under a key that does not see our callback, so a
 graph compiled with the plugin off would load with it on (counting nothing) and the other way round.
@@ -52,8 +55,11 @@ from typing import Any, Mapping
 
 import torch
 
-from infersight.probes.records import record_registry
+from infersight.probes.records import (
+    GPU_RECORD_EVERY_S, RecordKind, engine_name_bytes, record_registry, record_struct,
+)
 from infersight.probes.ring import RingProducer
+from infersight.vllm.engine_name import vllm_engine_name
 from infersight.vllm.expert_counting import CostTimes, ExpertCounter, ExpertPublisher
 
 # A child of vLLM's "vllm" logger, so lines land in vLLM's log with its format.
@@ -104,6 +110,32 @@ def worker_ring_name(pid: int) -> str:
     return f"infersight-vllm-worker-{pid}"
 
 
+def worker_engine_name(env: Mapping[str, str]) -> str:
+    """The engine name a worker's ring announces: its engine's (vllm.engine_name), with the worker's
+    data-parallel rank from the vLLM config it was built with."""
+    from vllm.config import get_current_vllm_config
+
+    parallel = getattr(get_current_vllm_config(), "parallel_config", None)
+    return vllm_engine_name(env, int(getattr(parallel, "data_parallel_rank", 0) or 0))
+
+
+class EngineAnnouncer:
+    """Writes the ENGINE record of a ring: now, then again once GPU_RECORD_EVERY_S have passed at each
+    ``maybe`` (the caller is the ring's one producer at that time)."""
+
+    def __init__(self, ring: RingProducer, name: str) -> None:
+        self.ring, self.name = ring, name
+        self._pack = record_struct(RecordKind.ENGINE).pack
+        self._due_ns = 0
+        self.maybe()
+
+    def maybe(self) -> None:
+        now = time.monotonic_ns()
+        if now >= self._due_ns:
+            self.ring.write(RecordKind.ENGINE, self._pack(now, engine_name_bytes(self.name)))
+            self._due_ns = now + int(GPU_RECORD_EVERY_S * 1e9)
+
+
 def register() -> None:
     """The ``vllm.general_plugins`` entry point. The plugin object lives on in torch's hook table
     (the registration hook is its bound method), so no module global is needed."""
@@ -150,6 +182,7 @@ class ExpertLoadPlugin:
         self._counter: ExpertCounter | None = None
         self._ring: RingProducer | None = None
         self._publisher: ExpertPublisher | None = None
+        self._announcer: EngineAnnouncer | None = None
         self._failed = False
         self._timed = config.time_forwards
         self.times = CostTimes()
@@ -215,16 +248,16 @@ class ExpertLoadPlugin:
         name = worker_ring_name(os.getpid())
         self._ring = RingProducer.create(name, self.config.ring_capacity, None, record_registry())
         atexit.register(self.close)
-        log.info("infersight: counting routed experts of %d MoE layers x %d experts into ring %s every %.3g s",
-                 len(runners), n_experts, name, self.config.publish_interval_s)
+        self._announcer = EngineAnnouncer(self._ring, worker_engine_name(os.environ))
+        log.info("infersight: counting routed experts of %d MoE layers x %d experts into ring %s (engine %r) "
+                 "every %.3g s", len(runners), n_experts, name, self._announcer.name, self.config.publish_interval_s)
 
     def _start_publishing(self) -> None:
         """At the first real step: forget what dummy runs counted, start the publisher thread."""
         assert self._counter is not None and self._ring is not None
         self._counter.counts.zero_()
         self._publisher = ExpertPublisher(self._counter, self._ring, self.config.publish_interval_s,
-                                          self._maybe_write_timing if self.config.timing_path else None,
-                                          partial(self._fail, "in the publisher thread")).start()
+                                          self._after_publish, partial(self._fail, "in the publisher thread")).start()
 
     # -- the root's forwards -----------------------------------------------------------------
     def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
@@ -259,6 +292,14 @@ class ExpertLoadPlugin:
         t0 = CostTimes.now()
         self._counter.count(row, topk_ids)
         self.times.add("count", t0, CostTimes.now())
+
+    def _after_publish(self) -> None:
+        """In the publisher thread (the ring's one producer): the engine's name again when due, the
+        timing file when asked for."""
+        if self._announcer is not None:
+            self._announcer.maybe()
+        if self.config.timing_path:
+            self._maybe_write_timing()
 
     def _maybe_write_timing(self) -> None:
         now = time.perf_counter_ns()

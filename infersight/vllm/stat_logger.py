@@ -34,6 +34,9 @@ class InfersightStatLogger(StatLoggerBase):
         self.vllm_config = vllm_config
         self.engine_index = engine_index
         self.writer: VllmRingWriter = process_writer()
+        # A data-parallel rank above 0 (an API server per rank) is in the engine's name on the ring.
+        parallel = getattr(vllm_config, "parallel_config", None)
+        self.writer.set_data_parallel_rank(int(getattr(parallel, "data_parallel_rank", 0) or 0))
         cache = getattr(vllm_config, "cache_config", None)
         self.block_size = int(getattr(cache, "block_size", 0) or 0)
         self.prefix_caching = bool(getattr(cache, "enable_prefix_caching", False))

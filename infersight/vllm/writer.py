@@ -10,7 +10,8 @@ never writes into its parent's ring.
 Settings come from the environment of the vLLM server (``VllmProbeSettings.from_env``):
 ``INFERSIGHT_RING`` (default ``infersight-vllm-<pid>``, found by ``agent --discover``),
 ``INFERSIGHT_RING_CAPACITY``, ``INFERSIGHT_TASK_LABELS`` (comma-separated allowed labels) and
-``INFERSIGHT_MAX_TASK_LABELS`` (as ProbeConfig / TaskLabels), ``INFERSIGHT_EXPORT_CONTENT=1``
+``INFERSIGHT_MAX_TASK_LABELS`` (as ProbeConfig / TaskLabels), ``INFERSIGHT_ENGINE_NAME`` (the engine's
+name on its ENGINE record, shared with its workers' rings: vllm.engine_name), ``INFERSIGHT_EXPORT_CONTENT=1``
 (prompt text on REQUEST_TEXT; off by default), ``INFERSIGHT_VLLM_PROBES=0`` (write nothing).
 
 Threads: in vLLM 0.32 the stat logger's ``record()`` runs in AsyncLLM's output-handler task and
@@ -35,9 +36,12 @@ from typing import Iterable, Mapping
 
 from infersight.probes.config import ProbeConfig, TaskLabels
 from infersight.probes.gpu_uuids import visible_gpu_uuids
-from infersight.probes.records import GPU_RECORD_EVERY_S, RecordKind, record_registry, record_struct, split_trace_id
+from infersight.probes.records import (
+    GPU_RECORD_EVERY_S, RecordKind, engine_name_bytes, record_registry, record_struct, split_trace_id,
+)
 from infersight.probes.ring import RingProducer
 from infersight.serve.probe_records import ProbeWriter
+from infersight.vllm.engine_name import ENGINE_NAME_ENV, engine_name_problem, vllm_engine_name
 from infersight.vllm.translate import Record, RequestContext
 
 # A child of vLLM's logger: our lines appear in the server's log, in its format, at its level.
@@ -75,11 +79,15 @@ class VllmProbeSettings:
                 problems.append(f"{name}={raw!r} is not a positive integer; using {default}")
                 return default
 
+        problem = engine_name_problem(env)
+        if problem is not None:
+            problems.append(problem)
         labels = env.get("INFERSIGHT_TASK_LABELS", "").strip()
         allowed = tuple(s.strip() for s in labels.split(",") if s.strip()) if labels else None
         probe = ProbeConfig(events=True, nvtx=False, ring_name=env.get("INFERSIGHT_RING") or f"infersight-vllm-{pid}",
                             ring_capacity=max(2, integer("INFERSIGHT_RING_CAPACITY", 1 << 16)),
-                            task_labels=allowed, max_task_labels=integer("INFERSIGHT_MAX_TASK_LABELS", 32))
+                            task_labels=allowed, max_task_labels=integer("INFERSIGHT_MAX_TASK_LABELS", 32),
+                            engine_name=vllm_engine_name(env))
         return cls(probe, enabled=env.get("INFERSIGHT_VLLM_PROBES", "1").strip() != "0",
                    export_content=env.get("INFERSIGHT_EXPORT_CONTENT", "").strip() == "1", problems=tuple(problems))
 
@@ -106,6 +114,9 @@ class VllmRingWriter:
         self._threads: set[int] = set()
         self._gpu_uuids: tuple[str, ...] | None = None  # this process's GPUs, found when the ring is created
         self._gpus_due_ns = 0
+        # Announced on the ring (set_data_parallel_rank; ProbeConfig's default: the ring's name).
+        self.engine_name = settings.probe.engine_name or str(settings.probe.ring_name)
+        self._rank_named = False
         for problem in settings.problems:
             log.warning("infersight: %s", problem)
 
@@ -147,9 +158,18 @@ class VllmRingWriter:
         self._write_gpus_locked()
         return self._producer
 
+    def set_data_parallel_rank(self, rank: int) -> None:
+        """The data-parallel rank of the engine this process serves (the stat logger's vLLM config),
+        before the ring is created: a rank above 0 is in the engine's name (vllm.engine_name)."""
+        with self._lock:
+            if self._producer is None and rank > 0 and not self._rank_named:  # the process's loggers share one
+                self._rank_named = True
+                self.engine_name = vllm_engine_name({ENGINE_NAME_ENV: self.engine_name}, rank)
+
     def _write_gpus_locked(self) -> None:
-        """The GPUs this process can see (its container's, in a pod), one GPU record each: the sidecar
-        keeps the node's dcgm-exporter series of these. Again every GPU_RECORD_EVERY_S (next_step_id)."""
+        """The engine's name (ENGINE, unless it is the ring's) and the GPUs this process can see (its container's, in a pod), one
+        GPU record each: the sidecar keeps the node's dcgm-exporter series of these. Again every
+        GPU_RECORD_EVERY_S (next_step_id)."""
         if self._producer is None:
             return
         if self._gpu_uuids is None:
@@ -157,6 +177,8 @@ class VllmRingWriter:
             self._gpu_uuids = tuple(given) if given is not None else visible_gpu_uuids()
         now = time.monotonic_ns()
         try:
+            if self.engine_name != self.ring_name:  # the ring's own name is the agent's default: no record
+                self._producer.write(RecordKind.ENGINE, self._pack[RecordKind.ENGINE](now, engine_name_bytes(self.engine_name)))
             for index, uuid in enumerate(self._gpu_uuids):
                 self._producer.write(RecordKind.GPU, self._pack[RecordKind.GPU](now, index, uuid.encode()))
         except Exception as exc:  # noqa: BLE001 -- never into vLLM
@@ -233,7 +255,7 @@ class VllmRingWriter:
     def next_step_id(self) -> int:
         with self._lock:
             self._step_id += 1
-            if self._gpu_uuids and time.monotonic_ns() >= self._gpus_due_ns:
+            if (self._gpu_uuids or self.engine_name != self.ring_name) and time.monotonic_ns() >= self._gpus_due_ns:
                 self._write_gpus_locked()
             return self._step_id
 

@@ -11,6 +11,6 @@ energy_account.py  GPU energy measured per step
 request_ledger.py  the requests themselves: a row is built once its events, network and energy are in
 
 May import: correlate, exporters (catalogue, aggregates), gpu.samples and the agent's own leaf
-modules (energy_meter, finished_rows, row_window, slow_judge); never agent.state or agent.service,
+modules (energy_meter, finished_rows, row_window, slow_judge, engine_scope); never agent.state or agent.service,
 which run them.
 """

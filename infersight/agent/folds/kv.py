@@ -44,12 +44,18 @@ class KvLimits:
 
 class KvFold:
     def __init__(self, counters: dict[str, LabelledCounter], histograms: dict[str, LabelledHistogram],
-                 limits: KvLimits = KvLimits()) -> None:
+                 limits: KvLimits = KvLimits(), seed_zero_series: bool = True) -> None:
+        """seed_zero_series: False where the series are seeded per engine (agent.engine_scope)."""
         self.counters, self.histograms, self.limits = counters, histograms, limits
         self.carry = EventFrames().kv_events  # each block's open events
         self.reload_events = EventFrames().kv_events  # KV reloads of requests still in flight
-        dropped = counters[C.KV_TRACKING_DROPPED.name]
-        for reason in C.KV_DROP_REASONS:  # a 0 sample from the start, not a missing series
+        if seed_zero_series:
+            self.seed_zero_series()
+
+    def seed_zero_series(self) -> None:
+        """A 0 sample of each drop reason from the start, not a missing series."""
+        dropped = self.counters[C.KV_TRACKING_DROPPED.name]
+        for reason in C.KV_DROP_REASONS:
             dropped.inc((reason,), 0)
 
     def fold(self, events: pd.DataFrame, block_size: int) -> None:

@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from infersight.agent.engine_scope import EngineScope
 from infersight.agent.folds.energy_account import EnergyAccount
 from infersight.agent.finished_rows import FinishedRows
 from infersight.agent.folds.kv import KvFold
@@ -32,8 +33,10 @@ class RequestLedger:
     def __init__(self, counters: dict[str, LabelledCounter], histograms: dict[str, LabelledHistogram],
                  retention_bytes: int, steps: StepFold, energy: EnergyAccount, network: NetworkHold, kv: KvFold,
                  spec: SpecFold, judge: SlowJudge, kernel_seconds: Callable[[np.ndarray], list[float]],
-                 emit: Callable[[pd.DataFrame, pd.DataFrame], None]) -> None:
+                 emit: Callable[[pd.DataFrame, pd.DataFrame], None], scope: EngineScope | None = None) -> None:
+        """scope: the engine label's (agent.engine_scope; None: off), to count released rows by engine."""
         self.counters, self.histograms = counters, histograms
+        self.scope = scope if scope is not None else EngineScope(False)
         self.steps, self.energy, self.network, self.kv, self.spec, self.judge = steps, energy, network, kv, spec, judge
         self.kernel_seconds, self.emit = kernel_seconds, emit
         self.finished = FinishedRows(sys.maxsize, retention_bytes)  # bounded by bytes (AgentConfig.retention.rows_bytes)
@@ -64,6 +67,12 @@ class RequestLedger:
         done_ids = self.energy.complete(done_ids, self.open_events)
         if len(done_ids) == 0:
             return
+        for engine, ids in self.scope.split(done_ids):  # one group, the ids as they are, with the label off
+            with self.scope.within(engine):  # each row counted under its own engine (agent.engine_scope)
+                self._release(ids)
+
+    def _release(self, done_ids: np.ndarray) -> None:
+        """Build, count and keep the rows of the finished requests done_ids."""
         done_mask = self.open_events["request_id"].isin(done_ids)
         done, self.open_events = self.open_events[done_mask], self.open_events[~done_mask].reset_index(drop=True)
         # A request whose ARRIVED we never saw (it began before this agent attached, or the record

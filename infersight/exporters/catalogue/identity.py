@@ -15,6 +15,21 @@ from infersight.exporters.catalogue.spec import MetricSpec
 #: The served model's name on every engine family (catalogue.engine), as vLLM's own series have it.
 MODEL_LABEL = "model_name"
 
+#: The engine a series of an engine family came from, when one agent reads several engines' rings
+#: (agent.engine_scope: after the family's own labels, before model_name; off with a single ring). Its
+#: values are the names the engines announce (bounded by the rings the agent reads).
+ENGINE_LABEL = "engine"
+#: Engine families that are the agent's as a whole, never an engine's: the GPU energy no step used
+#: (one account over the GPUs the agent reads, shared by the engines on them).
+AGENT_WIDE_ENGINE_FAMILIES = frozenset({"infersight_energy_idle_joules"})
+
+
+def engine_labelled(spec: MetricSpec) -> bool:
+    """Whether a family carries the engine label when it is on: the engine families (model_name)
+    but the agent-wide ones."""
+    return MODEL_LABEL in spec.identity_labels and spec.name not in AGENT_WIDE_ENGINE_FAMILIES
+
+
 #: Labels Prometheus' scrape attaches to every series of a target: job and instance always; namespace,
 #: pod, container, service, endpoint and node from Kubernetes discovery (PodMonitor, the plain scrape
 #: config's relabelling). A resource attribute that would be served under one of these names is left

@@ -1,0 +1,97 @@
+"""The engine label end to end: two runtime engines with probes, each given its name
+(ProbeConfig.engine_name, what `infersight serve --engine-name` sets), one agent reading both rings.
+infersight_requests_total{engine=...} equals the requests the client sent each engine (its own count of
+add_request calls), and the per-engine gauges come from each engine's own last step; an agent on one
+ring serves no engine label. The serve flag's plumbing and its one-line refusal of a bad name are
+checked through the CLI parser and ProbeConfig (no server is started)."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from agent_workload import TINY, one_torch_thread, unique_ring
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from infersight.agent.config import AgentConfig
+from infersight.agent.service import Agent
+from infersight.commands import serve as serve_command
+from infersight.exporters import catalogue as C
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.runtime import Engine, EngineConfig, SamplingParams
+
+#: Engine name -> requests the client sends it (different, so a swap or a merge would show).
+SENT = {"left": 3, "right": 5}
+
+
+def _families(agent: Agent) -> dict[str, list]:
+    text = generate_latest(agent.registry).decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def _engine(ring: str, name: str | None) -> tuple[Engine, ProbeObserver]:
+    probe = ProbeObserver(ProbeConfig(ring_name=ring, nvtx=False, engine_name=name))
+    return Engine(EngineConfig(model=TINY, num_kv_blocks=16, block_size=8), probe), probe
+
+
+def _serve(engines: list[Engine], sent: list[int], agent: Agent) -> None:
+    """Each engine its requests, stepped in turn until all finish, the agent polling after each round."""
+    with one_torch_thread():
+        for engine, n in zip(engines, sent):
+            for i in range(n):
+                engine.add_request(f"request {i}", SamplingParams(max_tokens=4, ignore_eos=True, task="chat"))
+        while any(e.has_unfinished() for e in engines):
+            for e in engines:
+                if e.has_unfinished():
+                    e.step()
+            agent.poll_once()
+        agent.poll_once()
+
+
+def test_two_named_engines_one_agent() -> None:
+    rings = [unique_ring("engine-left"), unique_ring("engine-right")]
+    pairs = [_engine(ring, name) for ring, name in zip(rings, SENT)]
+    agent = Agent(AgentConfig(rings=rings, port=0))
+    try:
+        _serve([e for e, _ in pairs], list(SENT.values()), agent)
+        fams = _families(agent)
+    finally:
+        agent.close()
+        for _, probe in pairs:
+            probe.close()
+    got: dict[str, float] = {}
+    for s in fams[C.REQUESTS.name]:
+        if s.name.endswith("_total"):
+            got[s.labels["engine"]] = got.get(s.labels["engine"], 0.0) + s.value
+    assert got == {name: float(n) for name, n in SENT.items()}
+    # Gauges per engine (each engine's own last step); the probe counters' engine is their ring's.
+    assert {s.labels["engine"] for s in fams[C.KV_USAGE.name]} == set(SENT)
+    probe_events = {s.labels["ring"]: s.labels["engine"] for s in fams[C.PROBE_EVENTS.name]
+                    if s.name.endswith("_total")}
+    assert probe_events == dict(zip(rings, SENT))
+
+
+def test_one_ring_no_engine_label() -> None:
+    ring = unique_ring("engine-single")
+    engine, probe = _engine(ring, "solo")
+    agent = Agent(AgentConfig(rings=[ring], port=0))
+    try:
+        _serve([engine], [2], agent)
+        fams = _families(agent)
+    finally:
+        agent.close()
+        probe.close()
+    totals = [s for s in fams[C.REQUESTS.name] if s.name.endswith("_total")]
+    assert sum(s.value for s in totals) == 2 and all("engine" not in s.labels for s in totals)
+
+
+def test_serve_engine_name_flag() -> None:
+    parser = argparse.ArgumentParser()
+    serve_command.register(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--engine-name", "left", "--ring", "r"])
+    assert args.engine_name == "left"
+    assert ProbeConfig(ring_name=args.ring, engine_name=args.engine_name).engine_name == "left"
+    for bad in ("", "has space", "x" * 33, "caf\u00e9"):
+        with pytest.raises(ValueError):
+            ProbeConfig(ring_name="r", engine_name=bad)
