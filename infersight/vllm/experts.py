@@ -110,13 +110,16 @@ def worker_ring_name(pid: int) -> str:
     return f"infersight-vllm-worker-{pid}"
 
 
-def worker_engine_name(env: Mapping[str, str]) -> str:
-    """The engine name a worker's ring announces: its engine's (vllm.engine_name), with the worker's
-    data-parallel rank from the vLLM config it was built with."""
-    from vllm.config import get_current_vllm_config
+def current_dp_rank() -> int:
+    """The data-parallel rank in vLLM's current config: read while the model is built (vLLM sets the
+    config then, not around every forward); 0 where none is set."""
+    try:
+        from vllm.config import get_current_vllm_config
 
-    parallel = getattr(get_current_vllm_config(), "parallel_config", None)
-    return vllm_engine_name(env, int(getattr(parallel, "data_parallel_rank", 0) or 0))
+        parallel = getattr(get_current_vllm_config(), "parallel_config", None)
+        return int(getattr(parallel, "data_parallel_rank", 0) or 0)
+    except Exception:  # no current config (vLLM asserts): rank 0, never an error in the worker
+        return 0
 
 
 class EngineAnnouncer:
@@ -183,6 +186,7 @@ class ExpertLoadPlugin:
         self._ring: RingProducer | None = None
         self._publisher: ExpertPublisher | None = None
         self._announcer: EngineAnnouncer | None = None
+        self._dp_rank = 0  # the worker's data-parallel rank, read while the model is built
         self._failed = False
         self._timed = config.time_forwards
         self.times = CostTimes()
@@ -199,6 +203,7 @@ class ExpertLoadPlugin:
                 return
             if not self._has_moe:
                 self._mark_compile_cache("count" if self.config.count else "hooks")
+                self._dp_rank = current_dp_rank()
             self._has_moe.add(child)
             self._has_moe.add(parent)
             self._drop_hooks(child)
@@ -248,7 +253,7 @@ class ExpertLoadPlugin:
         name = worker_ring_name(os.getpid())
         self._ring = RingProducer.create(name, self.config.ring_capacity, None, record_registry())
         atexit.register(self.close)
-        self._announcer = EngineAnnouncer(self._ring, worker_engine_name(os.environ))
+        self._announcer = EngineAnnouncer(self._ring, vllm_engine_name(os.environ, self._dp_rank))
         log.info("infersight: counting routed experts of %d MoE layers x %d experts into ring %s (engine %r) "
                  "every %.3g s", len(runners), n_experts, name, self._announcer.name, self.config.publish_interval_s)
 

@@ -2,7 +2,7 @@
 expert rings (experts.py) announce the same name, read back as the agent reads rings (RingSet). No
 vLLM is started: the stat logger hands the writer its data-parallel rank (set_data_parallel_rank), and
 the worker reads its rank from vLLM's current config, stood in for here by a module with the one
-function the plugin calls."""
+function the plugin calls (outside a config, vLLM asserts: the rank is then 0, checked too)."""
 from __future__ import annotations
 
 import sys
@@ -17,7 +17,7 @@ from infersight.probes.config import ProbeConfig
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingProducer
 from infersight.vllm.engine_name import ENGINE_NAME_ENV, engine_name_problem, vllm_engine_name
-from infersight.vllm.experts import EngineAnnouncer, worker_engine_name
+from infersight.vllm.experts import EngineAnnouncer, current_dp_rank
 from infersight.vllm.writer import VllmProbeSettings, VllmRingWriter
 
 
@@ -66,12 +66,25 @@ def test_server_and_worker_rings_announce_one_engine(monkeypatch: pytest.MonkeyP
     _fake_vllm_config(monkeypatch, dp_rank)
     producer = RingProducer.create(worker_ring, 64, None, record_registry())
     rings.append(producer)
-    announcer = EngineAnnouncer(producer, worker_engine_name(env))  # as ExpertLoadPlugin._bind does
+    # As ExpertLoadPlugin does: the rank read while the model is built, the name at the ring's creation.
+    announcer = EngineAnnouncer(producer, vllm_engine_name(env, current_dp_rank()))
     produced = producer.stats()["produced"]
     announcer.maybe()  # not due again yet: nothing written
     assert producer.stats()["produced"] == produced == 1
     assert _announced([server_ring, worker_ring]) == {server_ring: expected, worker_ring: expected}
     assert (engine_name_problem(env) is not None) == (env.get(ENGINE_NAME_ENV) == "two words")
+
+
+def test_no_current_config_is_rank_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = types.ModuleType("vllm.config")
+
+    def unset() -> None:
+        raise AssertionError("Current vLLM config is not set.")  # what vLLM 0.32 raises
+
+    module.get_current_vllm_config = unset  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.config", module)
+    assert current_dp_rank() == 0
 
 
 def test_names_are_bounded_and_the_ring_name_needs_no_record(rings: list) -> None:
