@@ -1,0 +1,211 @@
+"""The closed loop's max_num_seqs trial, live: our engine (shipped tiny-moe, CPU) under a closed loop of
+CLIENTS concurrent clients, an agent with `--auto-apply max-num-seqs --auto-apply-seq-candidates 2`,
+and an SLO that decides (two alternating windows of 4 s: the candidate, then the configured 8):
+
+    keep      strict ITL objective, loose TTFT: at the configured limit (8) the batch is large and
+              every step slow, so each request misses the ITL objective; at the candidate (2) steps
+              are short (requests queue, but the TTFT objective allows it): the loop keeps 2
+    rollback  strict TTFT objective, loose ITL: at 8 most requests start at once; at 2 each waits
+              for a slot and misses the TTFT objective: the loop rolls back to 8
+
+The step cost. On this CPU a decode step of tiny-moe costs ~6.7 ms at batch 1 and ~11 ms at batch 8
+(measured, one torch thread, unloaded): too little batch dependence to decide in seconds on a shared
+2-core machine. So a test-only observer makes a step's cost grow with its batch (as attention over
+each sequence's KV does on a large model): it sleeps PER_SEQ_S per sequence that emitted a token,
+inside every step (before the step's end is stamped). Everything else is the engine's own (its
+scheduler queues what the limit leaves out). The candidate is 2, not the default half (4), so that
+the two settings stay apart when load on the machine stretches the engine's own part of a step.
+
+The truth is measured on the client's clock, independently of the probe records the loop reads:
+each request's TTFT (first token seen after a step minus the time before add_request) and mean ITL
+((last - first token) / (tokens - 1)), grouped by the limit the engine had when the request arrived,
+a request counting for its window only if it finished (client clock) before the engine took the next
+policy generation (the loop's rule, on the client's side). The test asserts that the truth is
+decisive, that the loop's decision agrees with it, and that the decision's numbers (SLO shares,
+request counts) agree with the client's. Timings are wall-clock on a shared machine: noisy; the
+effects built here are 2x and more.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from testkit import one_torch_thread, unique_ring
+
+from infersight.agent.autoapply.config import AutoApplyConfig
+from infersight.agent.config import AgentConfig
+from infersight.agent.service import Agent
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.runtime import Engine, EngineConfig, SamplingParams
+
+CLIENTS = 10
+MAX_NUM_SEQS = 8
+CANDIDATE = 2  # --auto-apply-seq-candidates 2: far enough from 8 that load on the machine cannot blur the two
+MAX_TOKENS = 6
+PER_SEQ_S = 0.012
+POLL_S = 0.5  # the loop looks at most every 0.5 s anyway (autoapply.part.TICK_S)
+PROMPT = "def fibonacci(n):\n    # return the n-th Fibonacci number, iteratively\n"
+
+
+class BatchCost(ProbeObserver):
+    """Test-only: every step costs PER_SEQ_S more per sequence that emitted a token in it."""
+
+    def on_tokens_emitted_many(self, request_ids: list[int], t_ns: int, num_tokens: list[int]) -> None:
+        super().on_tokens_emitted_many(request_ids, t_ns, num_tokens)
+        time.sleep(PER_SEQ_S * len(request_ids))
+
+
+@dataclass
+class Seen:
+    """One request as its client saw it (perf_counter seconds)."""
+
+    seq: int    # the engine's policy generation when it arrived
+    limit: int  # the engine's max_num_seqs then
+    sent: float
+    first: float = float("nan")
+    last: float = float("nan")
+    tokens: int = 0
+
+    @property
+    def ttft_s(self) -> float:
+        return self.first - self.sent
+
+    @property
+    def itl_s(self) -> float:
+        return (self.last - self.first) / (self.tokens - 1)
+
+
+class LoadedRun:
+    def __init__(self, slo_ttft_s: float, slo_itl_s: float) -> None:
+        ring = unique_ring("seqtrial")
+        self.probe = BatchCost(ProbeConfig(ring_name=ring))
+        self.engine = Engine(EngineConfig(model="tiny-moe", max_num_seqs=MAX_NUM_SEQS, num_kv_blocks=64,
+                                          block_size=16), self.probe)
+        self.loop = AutoApplyConfig(knobs=("max-num-seqs",), min_requests=8, cooldown_s=600, slo_ttft_s=slo_ttft_s,
+                                    slo_itl_s=slo_itl_s, seq_window_s=4.0, seq_windows=2,
+                                    seq_candidates=(CANDIDATE,))
+        self.agent = Agent(AgentConfig(rings=[ring], port=0, auto_apply=self.loop))
+        self.seen: dict[int, Seen] = {}
+        self.taken: dict[int, float] = {}  # policy generation -> client time just before the engine took it
+
+    def _call(self, fn, *args):  # type: ignore[no-untyped-def]
+        before_t, before_seq = time.perf_counter(), self.engine.policy.seq
+        out = fn(*args)
+        if self.engine.policy.seq != before_seq:
+            self.taken[self.engine.policy.seq] = before_t
+        return out
+
+    def _send(self) -> None:
+        sent = time.perf_counter()
+        rid = self._call(self.engine.add_request, PROMPT, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS,
+                                                                          ignore_eos=True, task="code"))
+        self.seen[rid] = Seen(self.engine.policy.seq, self.engine.scheduler.max_num_seqs, sent)
+
+    def drive(self, deadline_s: float) -> str | None:
+        """A closed loop of CLIENTS clients (each sends its next request when its last one finished)
+        until the trial's verdict (its stage) or the deadline."""
+        for _ in range(CLIENTS):
+            self._send()
+        open_ = set(self.seen)
+        next_poll, deadline = time.perf_counter() + POLL_S, time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            self._call(self.engine.step)
+            now = time.perf_counter()
+            for rid in list(open_):
+                req, s = self.engine.requests[rid], self.seen[rid]
+                if len(req.output_token_ids) > s.tokens:
+                    s.tokens, s.last = len(req.output_token_ids), now
+                    s.first = now if np.isnan(s.first) else s.first
+                if req.is_finished:
+                    open_.discard(rid)
+                    self._send()
+                    open_.add(max(self.seen))
+            if now >= next_poll:  # the agent reads between steps (one thread); both limits pay it alike
+                self.agent.poll_once()
+                next_poll = time.perf_counter() + POLL_S
+                verdicts = [d.stage for d in self.agent.autoapply.decisions if d.stage in ("kept", "rolled_back")]
+                if verdicts:
+                    for _ in range(3):  # the engine takes the verdict's policy at its next step
+                        self._call(self.engine.step)
+                    self._send()
+                    return verdicts[0]
+        return None
+
+    def client_windows(self, windows: list[dict]) -> dict[int, list[Seen]]:
+        """limit -> the requests of the trial's windows, on the client's clock (module docstring)."""
+        out: dict[int, list[Seen]] = {}
+        for w in windows:
+            end = self.taken.get(w["policy_seq"] + 1, float("inf"))
+            out.setdefault(w["max_num_seqs"], []).extend(
+                s for s in self.seen.values() if s.seq == w["policy_seq"] and s.tokens == MAX_TOKENS and s.last < end)
+        return out
+
+    def met(self, requests: list[Seen]) -> float:
+        assert self.loop.slo_ttft_s is not None and self.loop.slo_itl_s is not None
+        return float(np.mean([s.ttft_s <= self.loop.slo_ttft_s and s.itl_s <= self.loop.slo_itl_s for s in requests]))
+
+    def close(self) -> None:
+        self.agent.close()
+        self.probe.close()
+
+
+def _trial(slo_ttft_s: float, slo_itl_s: float) -> tuple[LoadedRun, str | None]:
+    run = LoadedRun(slo_ttft_s, slo_itl_s)
+    with one_torch_thread():
+        stage = run.drive(deadline_s=60)
+    return run, stage
+
+
+def _check(run: LoadedRun, stage: str | None, expected: str) -> tuple[dict[int, float], dict]:
+    """The client's truth, the loop's decision, and their agreement; returns (client share by limit,
+    the verdict's numbers)."""
+    decisions = [d for d in run.agent.autoapply.decisions if d.knob == "max_num_seqs"]
+    assert [d.stage for d in decisions] == ["proposed", "canaried", expected], [d.reason for d in decisions]
+    assert stage == expected
+    verdict = decisions[-1].numbers
+    current, candidate = decisions[-1].before, decisions[-1].after
+    assert (current, candidate) == (MAX_NUM_SEQS, CANDIDATE)
+    by_limit = run.client_windows(verdict["windows"])
+    share = {limit: run.met(reqs) for limit, reqs in by_limit.items()}
+    described = {limit: f"{share[limit]:.0%} of {len(reqs)} met the SLO, median TTFT "
+                        f"{np.median([s.ttft_s for s in reqs]) * 1e3:.0f} ms, median ITL "
+                        f"{np.median([s.itl_s for s in reqs]) * 1e3:.1f} ms (client clock)"
+                 for limit, reqs in by_limit.items()}
+    print(f"{expected}: {described}; the loop's: {verdict}")
+    # the loop's numbers are the client's, up to the few requests at a window's edge or near an objective
+    # (the probe stamps a token inside the step, the client sees it when the step returns)
+    for limit, n_key, met_key in ((current, "current_n", "current_met"), (candidate, "candidate_n", "candidate_met")):
+        n = len(by_limit[limit])
+        assert abs(verdict[n_key] - n) <= max(3, 0.15 * n), (verdict, described)
+        assert abs(verdict[met_key] * verdict[n_key] - share[limit] * n) <= max(2, 0.15 * n), (verdict, described)
+    assert min(verdict["current_n"], verdict["candidate_n"]) >= run.loop.min_requests
+    return share, verdict
+
+
+def test_a_smaller_batch_that_meets_a_strict_itl_objective_is_kept() -> None:
+    run, stage = _trial(slo_ttft_s=10.0, slo_itl_s=0.085)
+    try:
+        share, verdict = _check(run, stage, "kept")
+        assert share[CANDIDATE] - share[MAX_NUM_SEQS] >= 0.5, share  # the truth, decisive on the client's clock
+        low, high = verdict["interval_95"]
+        assert verdict["verdict"] == "better" and 0 < low <= verdict["difference"] <= high
+        # the engine took it: the request sent after the verdict arrived under the new limit
+        assert run.engine.scheduler.max_num_seqs == CANDIDATE and run.seen[max(run.seen)].limit == CANDIDATE
+        doc = run.agent.decisions_document(100)
+        assert doc["in_force"]["max_num_seqs"] == CANDIDATE and doc["in_flight"]["max_num_seqs"] == 0
+    finally:
+        run.close()
+
+
+def test_a_smaller_batch_that_makes_requests_queue_past_a_strict_ttft_objective_is_rolled_back() -> None:
+    run, stage = _trial(slo_ttft_s=0.5, slo_itl_s=1.0)
+    try:
+        share, verdict = _check(run, stage, "rolled_back")
+        assert share[MAX_NUM_SEQS] - share[CANDIDATE] >= 0.4, share
+        assert verdict["verdict"] == "worse" and verdict["interval_95"][1] < 0
+        assert run.engine.scheduler.max_num_seqs == MAX_NUM_SEQS and run.seen[max(run.seen)].limit == MAX_NUM_SEQS
+        assert run.agent.decisions_document(100)["in_force"]["max_num_seqs"] == MAX_NUM_SEQS
+    finally:
+        run.close()
