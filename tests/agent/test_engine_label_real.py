@@ -7,16 +7,23 @@ checked through the CLI parser and ProbeConfig (no server is started)."""
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from agent_workload import TINY, one_torch_thread, unique_ring
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
+from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
+
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
 from infersight.commands import serve as serve_command
 from infersight.exporters import catalogue as C
+from infersight.gpu.nvml_collector import NvmlCollector
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime import Engine, EngineConfig, SamplingParams
@@ -35,8 +42,21 @@ def _engine(ring: str, name: str | None) -> tuple[Engine, ProbeObserver]:
     return Engine(EngineConfig(model=TINY, num_kv_blocks=16, block_size=8), probe), probe
 
 
-def _serve(engines: list[Engine], sent: list[int], agent: Agent) -> None:
-    """Each engine its requests, stepped in turn until all finish, the agent polling after each round."""
+def _serve(engines: list[Engine], sent: list[int], agent: Agent, gpu: FakeGpuState | None = None) -> None:
+    """Each engine its requests, stepped in turn until all finish, the agent polling after each round
+    (with gpu: a GPU reading after each poll, the counter advanced by 300 W since the last one, so that
+    finished rows wait for the next reading, which the agent takes in at the start of its next poll,
+    before any ring's batch)."""
+    last = [time.monotonic_ns()]
+
+    def read_gpu() -> None:
+        if gpu is not None:
+            now = time.monotonic_ns()
+            gpu.energy_mj += (now - last[0]) * 300 // 1_000_000
+            last[0] = now
+            agent.gpu.poll_once()
+
+    read_gpu()  # the account starts before the first step
     with one_torch_thread():
         for engine, n in zip(engines, sent):
             for i in range(n):
@@ -45,16 +65,20 @@ def _serve(engines: list[Engine], sent: list[int], agent: Agent) -> None:
             for e in engines:
                 if e.has_unfinished():
                     e.step()
-            agent.poll_once()
-        agent.poll_once()
+            agent.poll_once()  # the steps just run end after the last reading: their rows wait for the next
+            read_gpu()
+        agent.poll_once()  # the last reading: the rows still waiting are released by it
 
 
 def test_two_named_engines_one_agent() -> None:
+    """With a (fake) GPU energy counter, finished rows wait for their steps' energy and are released by
+    the next reading, outside either ring's batch: each still counts under its own engine."""
     rings = [unique_ring("engine-left"), unique_ring("engine-right")]
     pairs = [_engine(ring, name) for ring, name in zip(rings, SENT)]
-    agent = Agent(AgentConfig(rings=rings, port=0))
+    gpu = FakeGpuState(uuid="GPU-fake-0", energy_mj=7_000_000_000)
+    agent = Agent(AgentConfig(rings=rings, port=0), gpu_collector=NvmlCollector(FakeNvml([gpu]), gpm=False))
     try:
-        _serve([e for e, _ in pairs], list(SENT.values()), agent)
+        _serve([e for e, _ in pairs], list(SENT.values()), agent, gpu)
         fams = _families(agent)
     finally:
         agent.close()
@@ -70,6 +94,10 @@ def test_two_named_engines_one_agent() -> None:
     probe_events = {s.labels["ring"]: s.labels["engine"] for s in fams[C.PROBE_EVENTS.name]
                     if s.name.endswith("_total")}
     assert probe_events == dict(zip(rings, SENT))
+    # Energy per engine (its requests' share); idle energy is the agent's, with no engine.
+    assert {s.labels["engine"] for s in fams[C.ENERGY.name] if s.name.endswith("_total")} == set(SENT)
+    assert [s.labels for s in fams[C.ENERGY_IDLE.name] if s.name.endswith("_total")] == [
+        {"model_name": agent.config.exposition.model_name}]
 
 
 def test_one_ring_no_engine_label() -> None:

@@ -5,6 +5,7 @@ after its own ring's batch (a served request whose NETWORK record never came, re
 energy account closes) is counted under its own engine. A single-ring agent has no engine label."""
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +20,7 @@ from infersight.agent.engine_label_config import EngineLabelConfig
 from infersight.agent.engine_scope import RingEngine
 from infersight.agent.ingest import RingSet
 from infersight.agent.state import AgentState
+from infersight.commands import agent as agent_command
 from infersight.config_error import ConfigError
 from infersight.exporters import catalogue as C
 from infersight.exporters.prometheus import build_registry
@@ -43,10 +45,11 @@ OTHER = [(1, 11, 2, True), (2, 13, 6, False)]  # the same ids as alpha's: each r
 
 @pytest.fixture
 def two_rings(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[AgentState, str]]:
-    names = [unique_ring("engine-a"), unique_ring("engine-b")]
+    # The other ring is read first, alpha's last: alpha is the engine in scope when the held row goes.
+    names = [unique_ring("engine-b"), unique_ring("engine-a")]
     rings = [RingProducer.create(n, 64, None, record_registry()) for n in names]
-    rings[0].write(RecordKind.ENGINE, ENGINE(0, engine_name_bytes("alpha")))
-    for ring, requests in zip(rings, (ALPHA, OTHER)):
+    rings[1].write(RecordKind.ENGINE, ENGINE(0, engine_name_bytes("alpha")))
+    for ring, requests in zip(rings, (OTHER, ALPHA)):
         for rid, prompt, output, served in requests:
             if served:
                 ring.write(RecordKind.SERVED, SERVED(rid, 1, 0, 1.0, 1.0, 0, 0, 16, 1, 0))
@@ -58,7 +61,7 @@ def two_rings(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[AgentState, str
         reader.refresh()
         for ring, frames in reader.read():
             state.ingest(frames, RingEngine(ring.index, ring.name, ring.engine))
-        yield state, names[1]
+        yield state, names[0]
     finally:
         reader.close()
         for ring in rings:
@@ -105,6 +108,8 @@ def test_the_exposition_labels_engine_families_only(two_rings) -> None:
     summary = report.summary(state)
     assert summary["requests"] == len(ALPHA) + len(OTHER) - 1  # the served one still waits
     assert {e: b["requests"] for e, b in summary["engines"].items()} == {"alpha": 2, other: 1}
+    # TTFT of every request written here: FIRST_TOKEN 2 ms after ARRIVED
+    assert {e: b["ttft_seconds"]["p50"] for e, b in summary["engines"].items()} == {"alpha": 0.002, other: 0.002}
 
 
 def test_one_ring_has_no_engine_label_and_the_modes() -> None:
@@ -130,3 +135,7 @@ def test_one_ring_has_no_engine_label_and_the_modes() -> None:
     assert EngineLabelConfig("auto").enabled(2, False)
     with pytest.raises(ConfigError):
         EngineLabelConfig("sometimes")
+    parser = argparse.ArgumentParser()
+    agent_command.register(parser.add_subparsers())
+    assert EngineLabelConfig.from_args(parser.parse_args(["agent", "--ring", "r"])) == EngineLabelConfig("auto")
+    assert EngineLabelConfig.from_args(parser.parse_args(["agent", "--ring", "r", "--engine-label", "on"])).mode == "on"
