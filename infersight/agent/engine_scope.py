@@ -101,7 +101,9 @@ class EngineScope:
     def engines_of(self, ids: np.ndarray) -> np.ndarray:
         """The engine of each request or step id (object array), from its ring index."""
         index = np.asarray(ids, dtype=np.int64) >> RING_ID_SHIFT
-        return np.array([self.names.get(int(i), UNATTRIBUTED) for i in index.tolist()], dtype=object)
+        rings, at = np.unique(index, return_inverse=True)  # a lookup per ring, not per id (windows of 10^5 rows)
+        names = np.array([self.names.get(int(i), UNATTRIBUTED) for i in rings.tolist()] or [UNATTRIBUTED], dtype=object)
+        return names[at.reshape(-1)] if len(index) else np.empty(0, dtype=object)
 
     def split(self, ids: np.ndarray) -> list[tuple[str | None, np.ndarray]]:
         """ids grouped by engine, each group's ids in their order: one group (None, ids) with the
