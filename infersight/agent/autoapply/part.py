@@ -132,18 +132,26 @@ def attach_autoapply(config: AutoApplyConfig, state: Any, rings: Callable[[], li
                      tracer_provider: Any | None) -> AutoApplyPart | None:
     """The loop the agent runs (None when --auto-apply is not given): its advice from the state's
     verifications and step timings (correlate.spec_advice), its decisions as span events when tracing
-    is on (tracer_provider: the OTLP pipeline's)."""
+    is on (tracer_provider: the OTLP pipeline's).
+
+    A task's advice counts only its verifications after the loop's last kept change of it: once a
+    re-check turned speculation back on, the verifications from before (which had it turned off)
+    describe conditions the measured A/B just contradicted."""
     if not config.on:
         return None
     from infersight.correlate import spec_advice, spec_speedup
 
-    cache: dict[str, Any] = {"at": -1e18, "advice": []}
+    cache: dict[str, Any] = {"at": -1e18, "advice": [], "since": {}}
 
     def advice() -> list[dict[str, Any]]:
         now = time.monotonic()
-        if now - cache["at"] >= min(ADVICE_EVERY_S, config.min_window_s):
-            by_task = spec_speedup.speedup_by_task(state.spec_events, state.spec_step_timing)
-            cache.update(at=now, advice=spec_advice.recommendations(by_task))
+        since = dict(part.speculation.changed_at) if part.speculation is not None else {}
+        if now - cache["at"] >= min(ADVICE_EVERY_S, config.min_window_s) or since != cache["since"]:
+            spec = state.spec_events
+            if since and len(spec):
+                spec = spec[spec["ts_ns"].to_numpy() >= spec["task"].map(since).fillna(0).to_numpy()]
+            by_task = spec_speedup.speedup_by_task(spec, state.spec_step_timing)
+            cache.update(at=now, advice=spec_advice.recommendations(by_task), since=since)
         return list(cache["advice"])
 
     part = AutoApplyPart(config, advice, rings)

@@ -73,6 +73,7 @@ class SpeculationCanary:
         self.refused: dict[tuple[str, bool], int] = {}  # a rolled-back change: not proposed again before
         self.current: CanaryState | None = None
         self.off_since: dict[str, int] = {}  # task -> when its speculation went off for good (or a re-check failed)
+        self.changed_at: dict[str, int] = {}  # task -> when a change of it was kept: the advice counts later steps only
 
     def start(self, advice: dict[str, Any], change_id: int, now_ns: int) -> None:
         task = str(advice["task"])
@@ -158,6 +159,8 @@ class SpeculationCanary:
     def _settle(self, stage: str, setting: bool, now_ns: int, reason: str, verdict: dict[str, Any]) -> None:
         c = self.current
         assert c is not None
+        if stage == "kept":
+            self.changed_at[c.task] = now_ns
         if setting is False:  # off from now on: the re-check clock (re)starts
             self.off_since[c.task] = now_ns
         else:
