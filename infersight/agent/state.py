@@ -176,7 +176,9 @@ class AgentState:
                 if not frames.steps.empty:
                     self.engine_last_step[engine] = dict(self.steps.last_step)
                 if not frames.moe.empty:
-                    self.engine_experts.setdefault(engine, ExpertFold()).fold_moe(frames.moe)
+                    if engine not in self.engine_experts:  # (an ExpertFold costs a frame: not one per batch)
+                        self.engine_experts[engine] = ExpertFold()
+                    self.engine_experts[engine].fold_moe(frames.moe)
             self.prefix.fold(frames.prefix)
             self.spec.fold(frames.spec)
             self.spec.fold_steps(frames.step_timing)
