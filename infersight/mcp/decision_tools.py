@@ -13,8 +13,9 @@ from pydantic import BaseModel, Field
 from infersight.mcp.agent_client import AgentClient, AgentError
 
 DECISION_PROVENANCE = {
-    "proposed.numbers": "modelled: the speculation advice's predicted speedup and interval (basis in each); for "
-                        "max_num_seqs the measured share of recent requests meeting the SLO",
+    "proposed.numbers": "modelled: the speculation advice's predicted speedup and interval (basis in each); a "
+                        "re-check of a disabled task (trigger 'recheck') predicts nothing, it says how long speculation "
+                        "has been off; for max_num_seqs the measured share of recent requests meeting the SLO",
     "kept/rolled_back.numbers": "measured: per-output-token latency of each canary arm's requests (probe timestamps) "
                                 "or the SLO share met in alternating windows, each with a 95% bootstrap interval",
     "vllm.flags": "the flags to restart vLLM with; each says its measurement, or 'no measurement yet'",

@@ -255,7 +255,7 @@ def test_each_arm_is_in_the_probe_records_and_the_clients_clock_agrees(story) ->
 def test_every_decision_is_in_the_api_and_a_metric(story) -> None:
     run, _, disabled, _ = story
     doc = disabled.document
-    assert doc["auto_apply"] == "on" and doc["engine_takes_policy"] is True
+    assert doc["auto_apply"] == "on" and doc["engine_takes_policy"] is True and doc["recheck_s"] == RECHECK_S
     assert [(d["target"], d["stage"]) for d in doc["decisions"]] == [("creative", s) for s in
                                                                       ("proposed", "canaried", "kept")]
     assert doc["in_force"]["speculation"] == {"creative": False} and doc["in_flight"]["speculation"] == 0

@@ -233,6 +233,7 @@ def test_a_disabled_task_is_rechecked_and_re_enabled_only_when_measured_better(r
     (task,) = _policy(ring).tasks
     assert (task.speculate, task.control_share) == (True, 0.0)
     assert part.decisions.document()["in_force"]["speculation"] == {"creative": True}
+    assert part.speculation.changed_at == {"creative": 233 * S}  # the advice counts creative's steps from here
 
 
 def test_max_num_seqs_trial_alternates_and_keeps_a_better_limit(ring: str) -> None:
@@ -276,3 +277,12 @@ def test_a_decision_is_a_span_event_when_tracing_is_on() -> None:
     (event,) = span.events
     assert event.name == "rolled_back" and event.attributes["infersight.autoapply.target"] == "creative"
     assert event.attributes["infersight.autoapply.change_id"] == 7 and event.attributes["infersight.autoapply.policy_seq"] == 3
+
+
+def test_after_a_kept_change_the_advice_counts_only_that_tasks_later_verifications() -> None:
+    from infersight.agent.autoapply.part import verifications_since
+
+    spec = pd.DataFrame({"ts_ns": [1, 5, 9, 2, 8], "task": ["creative"] * 3 + ["code"] * 2, "accepted": [0, 1, 2, 3, 4]})
+    kept = verifications_since(spec, {"creative": 5})  # creative re-enabled at 5: its verifications before describe
+    assert kept["accepted"].tolist() == [1, 2, 3, 4]  # speculation that the A/B has since contradicted; code keeps all
+    assert verifications_since(spec, {}) is spec and verifications_since(spec.iloc[:0], {"code": 1}).empty

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Iterator
 
 import numpy as np
+import pandas as pd
 from prometheus_client.core import Metric
 
 from infersight.agent.autoapply.config import AutoApplyConfig
@@ -128,6 +129,14 @@ def span_event_listener(provider: Any) -> Callable[[Decision], None]:
 ADVICE_EVERY_S = 5.0
 
 
+def verifications_since(spec: pd.DataFrame, since: dict[str, int]) -> pd.DataFrame:
+    """The verifications (correlate.frames SPEC_COLUMNS: ts_ns, task, ...) of each task at or after
+    since[task] (ns, the engine's clock); a task not in `since` keeps all of its own."""
+    if not since or spec.empty:
+        return spec
+    return spec[spec["ts_ns"].to_numpy() >= spec["task"].map(since).fillna(0).to_numpy()]
+
+
 def attach_autoapply(config: AutoApplyConfig, state: Any, rings: Callable[[], list[str]],
                      tracer_provider: Any | None) -> AutoApplyPart | None:
     """The loop the agent runs (None when --auto-apply is not given): its advice from the state's
@@ -147,10 +156,8 @@ def attach_autoapply(config: AutoApplyConfig, state: Any, rings: Callable[[], li
         now = time.monotonic()
         since = dict(part.speculation.changed_at) if part.speculation is not None else {}
         if now - cache["at"] >= min(ADVICE_EVERY_S, config.min_window_s) or since != cache["since"]:
-            spec = state.spec_events
-            if since and len(spec):
-                spec = spec[spec["ts_ns"].to_numpy() >= spec["task"].map(since).fillna(0).to_numpy()]
-            by_task = spec_speedup.speedup_by_task(spec, state.spec_step_timing)
+            by_task = spec_speedup.speedup_by_task(verifications_since(state.spec_events, since),
+                                                   state.spec_step_timing)
             cache.update(at=now, advice=spec_advice.recommendations(by_task), since=since)
         return list(cache["advice"])
 

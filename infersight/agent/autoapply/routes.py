@@ -42,6 +42,8 @@ def decisions_document(part: AutoApplyPart | None, state: AgentState, config: Au
     if part is not None:
         doc.update(part.decisions.document(limit))
         doc["engine_takes_policy"] = part.writer.writable
+        if part.speculation is not None:  # a task the loop disabled gets a canary with speculation on this often
+            doc["recheck_s"] = config.recheck_s
     else:
         doc.update({k: v for k, v in loop_off_document(limit).items() if k not in doc})
     if vllm_url or any(r.startswith(VLLM_RING_PREFIX) for r in rings) or (rings and not _takes_policy(part, rings)):
