@@ -286,3 +286,22 @@ def test_after_a_kept_change_the_advice_counts_only_that_tasks_later_verificatio
     kept = verifications_since(spec, {"creative": 5})  # creative re-enabled at 5: its verifications before describe
     assert kept["accepted"].tolist() == [1, 2, 3, 4]  # speculation that the A/B has since contradicted; code keeps all
     assert verifications_since(spec, {}) is spec and verifications_since(spec.iloc[:0], {"code": 1}).empty
+
+
+def test_an_inconclusive_recheck_leaves_the_task_off_until_the_window_ends_and_waits_a_full_interval(ring: str) -> None:
+    part = _part(ring, [ADVICE_OFF], recheck_s=100)
+    part.tick(0)
+    _arms(part, ring, treatment_tpot=0.010, control_tpot=0.020, seed=9)
+    part.tick(11 * S)  # kept: off
+    part.tick(111 * S)  # the re-check
+    _arms(part, ring, treatment_tpot=0.010, control_tpot=0.010, seed=10)  # no difference either way
+    part.tick(150 * S)
+    assert [d.stage for d in part.decisions][-2:] == ["proposed", "canaried"]  # still measuring
+    part.tick(211 * S)  # max_window_s (100) after the re-check began: not confirmed, back off
+    last = list(part.decisions)[-1]
+    assert (last.stage, last.after) == ("rolled_back", True) and "not confirmed" in last.reason
+    assert _policy(ring).tasks[0].speculate is False
+    part.tick(310 * S)
+    assert len(list(part.decisions)) == 6  # the next re-check is due 100 s after this one ended, not began
+    part.tick(311 * S)
+    assert list(part.decisions)[-2].numbers["trigger"] == "recheck"
