@@ -282,7 +282,8 @@ def test_a_decision_is_a_span_event_when_tracing_is_on() -> None:
 def test_after_a_kept_change_the_advice_counts_only_that_tasks_later_verifications() -> None:
     from infersight.agent.autoapply.part import verifications_since
 
-    spec = pd.DataFrame({"ts_ns": [1, 5, 9, 2, 8], "task": ["creative"] * 3 + ["code"] * 2, "accepted": [0, 1, 2, 3, 4]})
+    spec = pd.DataFrame({"ts_ns": [1, 5, 9, 2, 8], "task": ["creative"] * 3 + ["code"] * 2,
+                         "accepted": [0, 1, 2, 3, 4]})
     kept = verifications_since(spec, {"creative": 5})  # creative re-enabled at 5: its verifications before describe
     assert kept["accepted"].tolist() == [1, 2, 3, 4]  # speculation that the A/B has since contradicted; code keeps all
     assert verifications_since(spec, {}) is spec and verifications_since(spec.iloc[:0], {"code": 1}).empty
