@@ -188,7 +188,9 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         "model": model, "draft": draft, "gamma": gamma, "device": device, "dtype": dtype, "seed": seed,
         "threads": threads or old_threads,
         "requests": requests, "batch": batch, "rounds": rounds, "max_tokens": max_tokens, "probe_every": probe_every, "probe_steps": probes.num_probes,
-        "probe_share": round(probes.num_probes / max(1, sum(probes.decode_steps_at.values())), 4),
+        "mixed_probe_steps": probes.num_mixed_probes,
+        "probe_share": round(probes.num_probes / max(1, sum(probes.decode_steps_at.values())
+                                                     + sum(probes.mixed_steps_at.values())), 4),
         "dropped": dropped}
     verdicts = []
     within = inside = 0

@@ -28,14 +28,23 @@ each step's time over the median at its batch size.
 
 Per task, over its joined verifications (tokens = accepted + 1 each):
 
-    spec time   sum over pure-decode verifications of w x Ts(b), plus the own time of every step
-                that ran prefill chunks beside the verification (a "mixed" step)
+    spec time   sum over pure-decode verifications of w x Ts(b), plus wm x the own time of every
+                step that ran prefill chunks beside the verification (a "mixed" step)
     plain time  sum of (w x) tokens x Tp(b) (each token one plain step at its batch size), where
-                for a mixed step one of them costs max(step - draft phase - X(b), Tp(b)) instead:
-                a plain engine runs the same prefill chunks, only its decode steps multiply
+                for a mixed step one of them costs (wm x) M(P, b) instead: a plain engine runs the
+                same prefill chunks, only its decode steps multiply
 
-w = 1 + (probe steps / speculative pure-decode steps at b): the probe steps took the place of
-speculative ones, so an engine without them verifies that much more often between prefills.
+M(P, b) is what a plain mixed step with P prefill tokens beside b decoding requests takes: fitted
+(least squares, coefficients >= 0) on the plain mixed probe steps (spec_probe counts mixed steps
+apart: runtime.speculative.spec_probe), M = a + p x P + d x b. It is measured, not derived from the
+speculative step: on CUDA a plain pure-decode step is a graph replay and a mixed step eager, so
+"the speculative mixed step less its draft phase and X(b)" put the plain mixed step at a third of
+its measured time (H200, 2026-12-03). Records without mixed probes (an older engine) fall back to
+max(step - draft phase - X(b), Tp(b)).
+
+w = 1 + (probe steps / speculative pure-decode steps at b), wm = 1 + (mixed probe steps /
+speculative mixed steps): the probe steps took the place of speculative ones, so an engine
+without them verifies that much more often.
     predicted_speedup = plain time / spec time    (decode tokens/s with speculation / without)
 
 With pure-decode steps only that is (tau / Ts) / (1 / Tp): tokens per speculative step over
@@ -72,16 +81,18 @@ MODEL_ERROR = 0.08
 SPEEDUP_COLUMNS = {
     "task": "object", "verifications": "int64", "proposed": "int64", "accepted": "int64",
     "accept_rate": "float64", "mean_accepted_length": "float64", "gamma": "float64",
-    "timed_verifications": "int64", "mixed_verifications": "int64", "probe_steps": "int64",
+    "timed_verifications": "int64", "mixed_verifications": "int64", "probe_steps": "int64", "mixed_probe_steps": "int64",
     "spec_steps": "int64", "mean_batch": "float64", "spec_step_ms": "float64", "plain_step_ms": "float64",
     "draft_ms_per_token": "float64", "verify_ms": "float64", "plain_forward_ms": "float64",
-    "verify_extra_ms": "float64", "predicted_speedup": "float64", "speedup_low": "float64",
+    "verify_extra_ms": "float64", "plain_mixed_ms": "float64", "predicted_speedup": "float64", "speedup_low": "float64",
     "speedup_high": "float64", "model_speedup": "float64", "basis": "object",
 }
 COST_COLUMNS = {"engine": "int64", "batch": "int64", "probe_steps": "int64", "spec_steps": "int64",
                 "plain_step_ns": "float64", "plain_forward_ns": "float64", "spec_step_ns": "float64",
                 "draft_ns_per_forward": "float64", "verify_ns": "float64", "verify_extra_ns": "float64",
                 "plain_rel_mad": "float64", "spec_rel_mad": "float64"}
+MIXED_COLUMNS = {"engine": "int64", "mixed_probes": "int64", "spec_mixed_steps": "int64", "base_ns": "float64",
+                 "prefill_ns_per_token": "float64", "decode_ns_per_request": "float64", "resid_rel": "float64"}
 #: basis values: how predicted_speedup was obtained
 PREDICTED = "predicted_from_probe_steps"  # estimated from timed plain probe and speculative steps at the task's batch sizes
 NO_PROBES = "no_plain_probe_steps"  # step timings but no plain step to compare with (spec_probe_every = 0)
@@ -136,6 +147,43 @@ def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
     return out[list(COST_COLUMNS)].astype(COST_COLUMNS)
 
 
+def _nonneg_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares of y on the columns of x with every coefficient >= 0: a column whose coefficient
+    comes out negative is dropped and the rest refitted (the intercept, column 0, is kept)."""
+    keep = list(range(x.shape[1]))
+    while True:
+        coef = np.zeros(x.shape[1])
+        coef[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
+        negative = [k for k in keep if coef[k] < 0 and k != 0]
+        if not negative:
+            coef[0] = max(coef[0], 0.0)
+            return coef
+        keep.remove(min(negative, key=lambda k: coef[k]))
+
+
+def mixed_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
+    """One row per engine with plain mixed probe steps (columns MIXED_COLUMNS): M(P, b) = base_ns +
+    prefill_ns_per_token x P + decode_ns_per_request x b fitted on them (see the module docstring;
+    one sample: its time is the base), resid_rel the residuals' standard deviation over the mean
+    step (NaN below four samples), spec_mixed_steps the speculative mixed steps beside them."""
+    t = step_timing
+    captured = t["graph_captures"] > 0 if "graph_captures" in t else False
+    mixed = (t["prefill_tokens"] > 0) & (t["decode_requests"] > 0) & ~captured
+    probes, spec = t[mixed & t["spec_probe"]], t[mixed & (t["spec_tokens"] > 0)]
+    rows = []
+    spec_eng = spec["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT
+    for eng, g in probes.groupby(probes["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT):
+        y = (g["end_ns"] - g["start_ns"]).to_numpy(np.float64)
+        x = np.column_stack([np.ones(len(g)), g["prefill_tokens"].to_numpy(np.float64),
+                             g["decode_requests"].to_numpy(np.float64)])
+        coef = _nonneg_fit(x, y) if len(g) >= 3 else np.array([float(np.median(y)), 0.0, 0.0])
+        resid = y - x @ coef
+        rows.append({"engine": int(eng), "mixed_probes": len(g), "spec_mixed_steps": int((spec_eng == eng).sum()),
+                     "base_ns": coef[0], "prefill_ns_per_token": coef[1], "decode_ns_per_request": coef[2],
+                     "resid_rel": float(resid.std(ddof=len(coef)) / y.mean()) if len(g) >= 4 else float("nan")})
+    return pd.DataFrame(rows).astype(MIXED_COLUMNS) if rows else _empty(MIXED_COLUMNS)
+
+
 def speed_factors(step_timing: pd.DataFrame, costs: pd.DataFrame, engine: np.ndarray, ts_ns: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray]:
     """How fast the machine ran plain and speculative pure-decode steps around each time ts_ns
@@ -178,22 +226,25 @@ def _at_batch(costs: pd.DataFrame, engine: np.ndarray, batch: np.ndarray, column
 
 def join_steps(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
     """spec rows that fall in a timed speculative step, with that step's engine, batch (requests
-    decoding), step_id, step_start_ns, pure (no prefill chunk beside), dur_ns and step_draft_ns."""
+    decoding), step_id, step_start_ns, pure (no prefill chunk beside), dur_ns, step_draft_ns and
+    step_prefill_tokens."""
     steps = step_timing[~step_timing["spec_probe"]]
     if spec.empty or steps.empty:
         return spec.iloc[:0].assign(engine=np.int64(0), step_id=np.int64(0), step_start_ns=np.int64(0),
-                                    batch=np.int64(0), pure=False, dur_ns=np.int64(0), step_draft_ns=np.int64(0))
+                                    batch=np.int64(0), pure=False, dur_ns=np.int64(0), step_draft_ns=np.int64(0),
+                                    step_prefill_tokens=np.int64(0))
     left = spec.assign(engine=spec["request_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT).sort_values("ts_ns")
     right = pd.DataFrame({
         "engine": steps["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT, "step_id": steps["step_id"],
         "start_ns": steps["start_ns"],
         "end_ns": steps["end_ns"], "batch": steps["decode_requests"], "pure": steps["prefill_tokens"] == 0,
-        "dur_ns": steps["end_ns"] - steps["start_ns"], "step_draft_ns": steps["draft_ns"]}).sort_values("start_ns")
+        "dur_ns": steps["end_ns"] - steps["start_ns"], "step_draft_ns": steps["draft_ns"],
+        "step_prefill_tokens": steps["prefill_tokens"]}).sort_values("start_ns")
     joined = pd.merge_asof(left, right, left_on="ts_ns", right_on="start_ns", by="engine", direction="backward")
     joined = joined[joined["end_ns"].notna() & (joined["ts_ns"] <= joined["end_ns"])]
     return joined.drop(columns=["end_ns"]).rename(columns={"start_ns": "step_start_ns"}).astype(
         {"step_id": "int64", "step_start_ns": "int64", "batch": "int64", "pure": "bool", "dur_ns": "int64",
-         "step_draft_ns": "int64"})
+         "step_draft_ns": "int64", "step_prefill_tokens": "int64"})
 
 
 def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFrame:
@@ -225,6 +276,14 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
     j["_plain_step_ns"] *= plain_f
     j["_spec_step_ns"] *= spec_f
     j["_verify_extra_ns"] = less_draft - j["_plain_step_ns"]
+    # A plain mixed step's time, from the plain mixed probes where the engine ran some (else NaN: the fallback).
+    mixed_model = mixed_costs(step_timing).set_index("engine")
+    m = mixed_model.reindex(eng)
+    j["_mixed_plain_ns"] = ((m["base_ns"].to_numpy() + m["prefill_ns_per_token"].to_numpy() * j["step_prefill_tokens"]
+                             + m["decode_ns_per_request"].to_numpy() * b) * plain_f)
+    j["_mixed_weight"] = 1.0 + (m["mixed_probes"] / m["spec_mixed_steps"].where(m["spec_mixed_steps"] > 0)).fillna(
+        0.0).to_numpy()
+    j["_mixed_resid"] = m["resid_rel"].to_numpy() / np.sqrt(m["mixed_probes"].to_numpy())
     rows = []
     for task in acc.index:
         g = j[j["task"] == task]
@@ -234,12 +293,14 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
         # 1 + probes / speculative steps (at its batch size) as many pure-decode verifications
         # for the same prefills beside it.
         displaced = 1.0 + pure["_probe_steps"] / pure["_spec_steps"]
-        spec_time = (displaced * pure["_spec_step_ns"]).sum() + mixed["dur_ns"].sum()
-        mixed_plain = np.maximum(mixed["dur_ns"] - mixed["step_draft_ns"] - mixed["_verify_extra_ns"],
-                                 mixed["_plain_step_ns"])
+        wm = mixed["_mixed_weight"]
+        spec_time = (displaced * pure["_spec_step_ns"]).sum() + (wm * mixed["dur_ns"]).sum()
+        fallback = np.maximum(mixed["dur_ns"] - mixed["step_draft_ns"] - mixed["_verify_extra_ns"],
+                              mixed["_plain_step_ns"])
+        mixed_plain = mixed["_mixed_plain_ns"].where(mixed["_mixed_plain_ns"].notna(), fallback)
         plain_time = ((displaced * pure["_tokens"] * pure["_plain_step_ns"]).sum()
-                      + (mixed["_tokens"] * mixed["_plain_step_ns"]).sum()
-                      + (mixed_plain - mixed["_plain_step_ns"]).sum())
+                      + (wm * mixed["_tokens"] * mixed["_plain_step_ns"]).sum()
+                      + (wm * (mixed_plain - mixed["_plain_step_ns"])).sum())
         batches = set(zip(pure["engine"], pure["batch"]))
         at = costs.loc[np.array([k in batches for k in zip(costs["engine"], costs["batch"])], dtype=bool)]
         basis = NO_TIMING if step_timing.empty else PREDICTED if np.isfinite(tp) and spec_time > 0 else NO_PROBES
@@ -247,12 +308,19 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
         c = pure["_draft_ns_per_forward"].mean() / pure["_plain_forward_ns"].mean()
         speedup = plain_time / spec_time if basis == PREDICTED else np.nan
         # The same few medians serve every verification at a batch size: their errors add, not average out.
+        # The fitted plain mixed step: its mean's error (residual spread / sqrt(probes)), by its share.
+        fitted = mixed["_mixed_plain_ns"].notna()
+        mixed_error = (float((wm * mixed_plain)[fitted].sum() / plain_time * mixed["_mixed_resid"][fitted].mean())
+                       if fitted.any() and plain_time > 0 else 0.0)
         sigma = np.sqrt(_median_error(pure, "_plain_step_ns", "_probe_steps", spread["plain"], weight="_tokens") ** 2
                         + _median_error(pure, "_spec_step_ns", "_spec_steps", spread["spec"]) ** 2
+                        + np.nan_to_num(mixed_error) ** 2
                         + (g["_tokens"].std() / np.sqrt(len(g)) / g["_tokens"].mean()) ** 2 + MODEL_ERROR ** 2)
         rows.append({
             "task": task, "timed_verifications": len(g), "mixed_verifications": len(mixed),
             "probe_steps": int(at["probe_steps"].sum()), "spec_steps": int(pure["step_id"].nunique()),
+            "mixed_probe_steps": int(mixed_model.loc[mixed_model.index.isin(g["engine"].unique()), "mixed_probes"].sum()),
+            "plain_mixed_ms": mixed_plain.mean() / 1e6,
             "mean_batch": pure["batch"].mean(), "spec_step_ms": pure["_spec_step_ns"].mean() / 1e6,
             "plain_step_ms": tp / 1e6, "draft_ms_per_token": pure["_draft_ns_per_forward"].mean() / 1e6,
             "verify_ms": pure["_verify_ns"].mean() / 1e6, "plain_forward_ms": pure["_plain_forward_ns"].mean() / 1e6,
@@ -287,7 +355,11 @@ def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
                    f"{r.spec_steps} steps, at the same batch sizes (mean {r.mean_batch:.1f}): "
                    f"{r.mean_accepted_length:.2f} tokens per verification (mean of {r.verifications}) against 1 "
                    f"token per plain step; {r.mixed_verifications} verifications in steps with prefill chunks count "
-                   f"at those steps' own time, less their draft phase and verify extra for the plain side; steps "
+                   f"at those steps' own time, against "
+                   + (f"a plain mixed step fitted on {r.mixed_probe_steps} plain mixed probe steps"
+                      if r.mixed_probe_steps else "those steps less their draft phase and verify extra (no plain "
+                                                  "mixed probe step to fit on)")
+                   + "; steps "
                    f"that captured a CUDA graph are left out; the interval is ~95% from the spread of the step "
                    f"times and of tau, and a {MODEL_ERROR:.0%} model error calibrated against measured A/B runs. "
                    f"`infersight bench speculation` measures the speedup")
@@ -302,10 +374,11 @@ def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
             "basis": r.basis, "how": how,
             "parts_ms": {"spec_step": r.spec_step_ms, "plain_step": r.plain_step_ms,
                          "draft_per_token": r.draft_ms_per_token, "verify_forward": r.verify_ms,
-                         "plain_forward": r.plain_forward_ms, "verify_extra": r.verify_extra_ms},
+                         "plain_forward": r.plain_forward_ms, "verify_extra": r.verify_extra_ms,
+                         "plain_mixed_step": r.plain_mixed_ms},
             "samples": {"verifications": r.verifications, "timed_verifications": r.timed_verifications,
                         "mixed_verifications": r.mixed_verifications, "spec_steps": r.spec_steps,
-                        "probe_steps": r.probe_steps},
+                        "probe_steps": r.probe_steps, "mixed_probe_steps": r.mixed_probe_steps},
             "model_speedup": r.model_speedup,
             "model": "tau / (gamma * c + 1), c = draft time per token / plain target forward (Leviathan et al.): "
                      "a model that leaves out the verify and sampling extra",

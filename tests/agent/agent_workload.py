@@ -29,7 +29,9 @@ def make_engine(ring: str, ring_capacity: int = 1 << 16, nvtx: bool = False) -> 
     """nvtx: the engine's ranges (record_function inside captures): the flight recorder's phases need them."""
     probe = ProbeObserver(ProbeConfig(ring_name=ring, ring_capacity=ring_capacity, nvtx=nvtx))
     engine = Engine(EngineConfig(model=TINY, speculative_model=DRAFT, num_kv_blocks=16, block_size=8,
-                                 cpu_offload_blocks=8, num_speculative_tokens=4,
+                                 # 7 CPU blocks: preempted requests are both swapped and recomputed
+                                 # (with 8, once mixed steps were probed too, every one was swapped)
+                                 cpu_offload_blocks=7, num_speculative_tokens=4,
                                  spec_probe_every=4), probe)  # plain probe steps: a measured speedup
     return engine, probe
 

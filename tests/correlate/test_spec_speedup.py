@@ -89,6 +89,26 @@ def test_a_mixed_step_counts_once_on_both_sides() -> None:
     assert code.spec_step_ms == pytest.approx(310e-6)
 
 
+def test_a_mixed_step_is_priced_by_the_plain_mixed_probes_where_there_are_some() -> None:
+    # The same mixed step 7 (500 ns, 200 drafting, 50 prefill tokens beside 2 decodes), and three
+    # plain mixed probe steps at batch 2: 400 ns with 50 prefill tokens, 500 with 100, 600 with 150,
+    # so M(P, 2) = 300 + 2 P exactly: M(50, 2) = 400 (not max(500 - 200 - 40, 110) = 260).
+    steps = pd.concat([STEPS, _steps([(7, 6000, 500, 200, 300, 2, 50, False), (8, 7000, 400, 0, 380, 2, 50, True),
+                                      (9, 8000, 500, 0, 480, 2, 100, True), (10, 9000, 600, 0, 580, 2, 150, True)])],
+                      ignore_index=True)
+    spec = pd.concat([SPEC, _spec([(6100, 1, "code", 3)])], ignore_index=True)
+    code = speedup_by_task(spec, steps).set_index("task").loc["code"]
+    assert (code.mixed_verifications, code.mixed_probe_steps) == (1, 3)
+    # Pure part as above (w = 2). The 3 mixed probes took the place of speculative mixed steps beside
+    # the 1 seen: wm = 1 + 3 / 1 = 4 on both sides. plain: 4 x (3 tokens x 110 + 400); spec: 4 x 500.
+    assert code.predicted_speedup == pytest.approx((2 * 12 * 110 + 4 * (3 * 110 + 400)) / (2 * 4 * 310 + 4 * 500))
+    assert code.plain_mixed_ms == pytest.approx(400e-6)
+    # the pure-decode medians are the pure steps' alone
+    assert (code.plain_step_ms, code.spec_step_ms) == pytest.approx((110e-6, 310e-6))
+    how = summary_by_task(speedup_by_task(spec, steps))["code"]["how"]
+    assert "a plain mixed step fitted on 3 plain mixed probe steps" in how
+
+
 def test_plain_step_time_is_interpolated_between_probed_batch_sizes() -> None:
     steps = _steps([(1, 0, 100, 0, 90, 2, 0, True), (2, 1000, 200, 0, 180, 4, 0, True),
                     (3, 2000, 450, 200, 200, 3, 0, False)])
@@ -142,7 +162,7 @@ def test_summary_says_how_each_figure_was_obtained() -> None:
     assert code["basis"] == PREDICTED and code["how"].startswith("predicted, not measured: estimated from 3 plain probe steps")
     assert "3.00 tokens per verification (mean of 4)" in code["how"]
     assert code["samples"] == {"verifications": 4, "timed_verifications": 4, "mixed_verifications": 0,
-                               "spec_steps": 2, "probe_steps": 3}
+                               "spec_steps": 2, "probe_steps": 3, "mixed_probe_steps": 0}
     assert code["parts_ms"]["plain_step"] == pytest.approx(110e-6)
     assert code["model_speedup"] == pytest.approx(3 / (4 * 40 / 95 + 1)) and code["model"].startswith("tau /")
     assert summary_by_task(speedup_by_task(SPEC, STEPS.iloc[:0]))["qa"]["how"].startswith("not predicted")

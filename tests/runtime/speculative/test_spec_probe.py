@@ -2,8 +2,9 @@
 (EngineConfig.spec_probe_every), and the STEP_TIMING records that carry the step's parts.
 
 The expected probe steps are derived from the STEP_TIMING stream itself by the stated rule (the
-1st, (N+1)th ... pure-decode step with drafts at each batch size), and checked against what the
-other streams say happened in those steps (no verification, one token per request)."""
+1st, (N+1)th ... step with drafts at each batch size, pure-decode and mixed steps counted apart),
+and checked against what the other streams say happened in those steps (no verification, one
+token per decoding request)."""
 from __future__ import annotations
 
 import math
@@ -28,12 +29,20 @@ PROMPTS = ["hello world, hello world", "abc", "the quick brown fox", "0123456789
 MAX_TOKENS = [24, 10, 17, 30]  # requests finish at different steps: the batch size changes
 
 
+LATE = {3: "a later prompt", 6: "another later one", 9: "and a third"}  # step -> prompt: mixed steps
+
+
 def _run(config: EngineConfig, observer: ProbeObserver | None = None) -> tuple[list[list[int]], list]:
     engine = Engine(config, observer)
-    ids = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, task="code"))
-           for p, n in zip(PROMPTS, MAX_TOKENS)]
+
+    def add(prompt: str, n: int) -> int:
+        return engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True, task="code"))
+
+    ids = [add(p, n) for p, n in zip(PROMPTS, MAX_TOKENS)]
     stats = []
     while engine.has_unfinished():
+        if len(stats) in LATE:  # arrives while the others decode: its prefill runs beside them
+            ids.append(add(LATE[len(stats)], 12))
         stats.append(engine.step())
     return [engine.get_output(i).token_ids for i in ids], stats
 
@@ -59,30 +68,35 @@ def probed() -> tuple[list[list[int]], list, EventFrames]:
 def test_the_stated_share_of_decode_steps_runs_plain(probed) -> None:
     _, _, f = probed
     t = f.step_timing.sort_values("step_id")
-    eligible = t[(t["prefill_tokens"] == 0) & (t["decode_requests"] > 0) & (t["spec_probe"] | (t["spec_tokens"] > 0))]
-    seen: Counter[int] = Counter()
+    eligible = t[(t["decode_requests"] > 0) & (t["spec_probe"] | (t["spec_tokens"] > 0))]
+    seen: Counter[tuple[bool, int]] = Counter()
     expected = []
-    for b in eligible["decode_requests"]:
-        expected.append(seen[b] % EVERY == 0)
-        seen[b] += 1
+    for mixed, b in zip((eligible["prefill_tokens"] > 0).tolist(), eligible["decode_requests"].tolist()):
+        expected.append(seen[mixed, b] % EVERY == 0)
+        seen[mixed, b] += 1
     assert eligible["spec_probe"].tolist() == expected
     assert not t.loc[~t.index.isin(eligible.index), "spec_probe"].any()
-    assert len(seen) >= 3 and max(seen.values()) > EVERY  # several batch sizes, some seen more than N times
-    per_b = eligible.groupby("decode_requests")["spec_probe"].agg(["sum", "size"])
+    pure = [n for (mixed, _), n in seen.items() if not mixed]
+    assert len(pure) >= 3 and max(pure) > EVERY  # several batch sizes, some seen more than N times
+    assert any(mixed for mixed, _ in seen)  # and mixed steps, counted apart
+    per_b = eligible.groupby([eligible["prefill_tokens"] > 0, "decode_requests"])["spec_probe"].agg(["sum", "size"])
     assert (per_b["sum"] == [math.ceil(n / EVERY) for n in per_b["size"]]).all()
 
 
 def test_probe_steps_are_plain_decode_steps(probed) -> None:
     _, _, f = probed
     probes = f.step_timing[f.step_timing["spec_probe"]]
-    assert len(probes) > 0
+    assert len(probes) > 0 and (probes["prefill_tokens"] > 0).any() and (probes["prefill_tokens"] == 0).any()
     assert (probes["spec_tokens"] == 0).all() and (probes["draft_ns"] == 0).all()
     assert (probes["draft_forwards"] == 0).all() and (probes["target_ns"] > 0).all()
-    tokens = f.request_events[f.request_events["event"] == "TOKENS"]
+    ev = f.request_events
+    tokens = ev[ev["event"] == "TOKENS"]
     for p in probes.itertuples(index=False):
         assert not f.spec["ts_ns"].between(p.start_ns, p.end_ns).any()  # nothing verified
-        emitted = tokens[tokens["ts_ns"].between(p.start_ns, p.end_ns)]
-        assert len(emitted) == p.decode_requests and (emitted["value0"] == 1).all()  # one token each
+        chunks = ev[(ev["event"] == "PREFILL_CHUNK") & ev["ts_ns"].between(p.start_ns, p.end_ns)]
+        assert chunks["value0"].sum() == p.prefill_tokens
+        emitted = tokens[tokens["ts_ns"].between(p.start_ns, p.end_ns) & ~tokens["request_id"].isin(chunks["request_id"])]
+        assert len(emitted) == p.decode_requests and (emitted["value0"] == 1).all()  # one token each decoding request
 
 
 def test_timings_reach_the_records(probed) -> None:
