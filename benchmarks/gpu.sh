@@ -158,11 +158,11 @@ speculation_recheck() {
   timeout 520 taskset -c 8-15 python3 benchmarks/spec_calibration.py --seeds 101-108 --batches 4 8 --workers 8 \
     --first-core 8 --out "$OUT/spec_calibration_cpu.jsonl" > "$OUT/spec_calibration_cpu.txt" 2>&1 &
   local calib=$!
-  for run in "2 4 32" "2 16 128" "3 16 128"; do
-    set -- $run
+  for run in ${SPEC_RUNS:-"4 4 32" "4 16 128" "5 16 128"}; do
+    set -- ${run//_/ }
     stamp "bench speculation on CUDA, seed $1, batch $2"
     timeout 170 taskset -c 0-7 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch "$2" \
-      --requests "$3" --seed "$1" --frames-out "$OUT/spec_frames_s$1_b$2" > "$OUT/spec_s$1_b$2.json"
+      --requests "$3" --seed "$1" > "$OUT/spec_s$1_b$2.json"
     python3 - "$OUT/spec_s$1_b$2.json" <<'EOF2'
 import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])

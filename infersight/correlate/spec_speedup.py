@@ -34,9 +34,12 @@ Per task, over its joined verifications (tokens = accepted + 1 each):
                 for a mixed step one of them costs (wm x) M(P, b) instead: a plain engine runs the
                 same prefill chunks, only its decode steps multiply
 
-M(P, b) is what a plain mixed step with P prefill tokens beside b decoding requests takes: fitted
-(least squares, coefficients >= 0) on the plain mixed probe steps (spec_probe counts mixed steps
-apart: runtime.speculative.spec_probe), M = a + p x P + d x b. It is measured, not derived from the
+M(P, b) is what a plain mixed step with P prefill tokens beside b decoding requests takes: a plain
+decode step at b and what the prefill chunks add, M = Tp(b) + max(0, e + p x P), e and p (>= 0)
+fitted on the plain mixed probe steps' time less Tp(b) (spec_probe counts mixed steps apart:
+runtime.speculative.spec_probe; the fit leaves out points beyond 3 robust standard deviations; a
+first fit with a free term per decoding request was ill-posed, the decoding count barely varying
+in mixed steps, and put one CPU run's plain mixed steps at 4x their time). It is measured, not derived from the
 speculative step: on CUDA a plain pure-decode step is a graph replay and a mixed step eager, so
 "the speculative mixed step less its draft phase and X(b)" put the plain mixed step at a third of
 its measured time (H200, 2026-12-03). Records without mixed probes (an older engine) fall back to
@@ -91,8 +94,8 @@ COST_COLUMNS = {"engine": "int64", "batch": "int64", "probe_steps": "int64", "sp
                 "plain_step_ns": "float64", "plain_forward_ns": "float64", "spec_step_ns": "float64",
                 "draft_ns_per_forward": "float64", "verify_ns": "float64", "verify_extra_ns": "float64",
                 "plain_rel_mad": "float64", "spec_rel_mad": "float64"}
-MIXED_COLUMNS = {"engine": "int64", "mixed_probes": "int64", "spec_mixed_steps": "int64", "base_ns": "float64",
-                 "prefill_ns_per_token": "float64", "decode_ns_per_request": "float64", "resid_rel": "float64"}
+MIXED_COLUMNS = {"engine": "int64", "mixed_probes": "int64", "spec_mixed_steps": "int64", "extra_ns": "float64",
+                 "prefill_ns_per_token": "float64", "resid_rel": "float64"}
 #: basis values: how predicted_speedup was obtained
 PREDICTED = "predicted_from_probe_steps"  # estimated from timed plain probe and speculative steps at the task's batch sizes
 NO_PROBES = "no_plain_probe_steps"  # step timings but no plain step to compare with (spec_probe_every = 0)
@@ -147,40 +150,51 @@ def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
     return out[list(COST_COLUMNS)].astype(COST_COLUMNS)
 
 
-def _nonneg_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares of y on the columns of x with every coefficient >= 0: a column whose coefficient
-    comes out negative is dropped and the rest refitted (the intercept, column 0, is kept)."""
-    keep = list(range(x.shape[1]))
-    while True:
-        coef = np.zeros(x.shape[1])
-        coef[keep] = np.linalg.lstsq(x[:, keep], y, rcond=None)[0]
-        negative = [k for k in keep if coef[k] < 0 and k != 0]
-        if not negative:
-            coef[0] = max(coef[0], 0.0)
-            return coef
-        keep.remove(min(negative, key=lambda k: coef[k]))
+def _line_fit(p: np.ndarray, y: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """y ~ e + slope x p with slope >= 0 (a negative slope: the median alone), then once more without
+    the points whose residual is beyond 3 robust standard deviations (1.4826 MAD): one step that
+    hit something else (a page fault, another tenant) does not move the line. Returns (e, slope,
+    the kept points' residuals)."""
+    def fit(keep: np.ndarray) -> tuple[float, float]:
+        pk, yk = p[keep], y[keep]
+        if len(pk) >= 2 and np.ptp(pk) > 0:
+            slope, e = np.polyfit(pk, yk, 1)
+            if slope >= 0:
+                return float(e), float(slope)
+        return float(np.median(yk)), 0.0
+    keep = np.ones(len(y), dtype=bool)
+    e, slope = fit(keep)
+    resid = y - e - slope * p
+    mad = float(np.median(np.abs(resid - np.median(resid))))
+    if mad > 0:
+        keep = np.abs(resid - np.median(resid)) <= 3 * 1.4826 * mad
+        e, slope = fit(keep)
+    return e, slope, (y - e - slope * p)[keep]
 
 
-def mixed_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
-    """One row per engine with plain mixed probe steps (columns MIXED_COLUMNS): M(P, b) = base_ns +
-    prefill_ns_per_token x P + decode_ns_per_request x b fitted on them (see the module docstring;
-    one sample: its time is the base), resid_rel the residuals' standard deviation over the mean
-    step (NaN below four samples), spec_mixed_steps the speculative mixed steps beside them."""
+def mixed_costs(step_timing: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
+    """One row per engine with plain mixed probe steps (columns MIXED_COLUMNS): a plain mixed step
+    is a plain decode step at its batch size, Tp(b) (costs: step_costs), plus what its prefill chunks
+    add, extra_ns + prefill_ns_per_token x P, fitted on the probes' time less Tp(b) (_line_fit; one
+    sample: its own excess). resid_rel: the kept residuals' standard deviation over the mean probe
+    step (NaN below four samples); spec_mixed_steps: the speculative mixed steps beside them."""
     t = step_timing
     captured = t["graph_captures"] > 0 if "graph_captures" in t else False
     mixed = (t["prefill_tokens"] > 0) & (t["decode_requests"] > 0) & ~captured
     probes, spec = t[mixed & t["spec_probe"]], t[mixed & (t["spec_tokens"] > 0)]
     rows = []
     spec_eng = spec["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT
-    for eng, g in probes.groupby(probes["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT):
-        y = (g["end_ns"] - g["start_ns"]).to_numpy(np.float64)
-        x = np.column_stack([np.ones(len(g)), g["prefill_tokens"].to_numpy(np.float64),
-                             g["decode_requests"].to_numpy(np.float64)])
-        coef = _nonneg_fit(x, y) if len(g) >= 3 else np.array([float(np.median(y)), 0.0, 0.0])
-        resid = y - x @ coef
+    probe_eng = probes["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT
+    for eng in np.unique(probe_eng):
+        g = probes[probe_eng == eng]
+        dur = (g["end_ns"] - g["start_ns"]).to_numpy(np.float64)
+        tp = _at_batch(costs, np.full(len(g), eng), g["decode_requests"].to_numpy(np.float64), "plain_step_ns")
+        if not np.isfinite(tp).all():  # no plain pure-decode step of this engine to stand on
+            continue
+        extra, slope, resid = _line_fit(g["prefill_tokens"].to_numpy(np.float64), dur - tp)
         rows.append({"engine": int(eng), "mixed_probes": len(g), "spec_mixed_steps": int((spec_eng == eng).sum()),
-                     "base_ns": coef[0], "prefill_ns_per_token": coef[1], "decode_ns_per_request": coef[2],
-                     "resid_rel": float(resid.std(ddof=len(coef)) / y.mean()) if len(g) >= 4 else float("nan")})
+                     "extra_ns": extra, "prefill_ns_per_token": slope,
+                     "resid_rel": float(resid.std(ddof=2) / dur.mean()) if len(resid) >= 4 else float("nan")})
     return pd.DataFrame(rows).astype(MIXED_COLUMNS) if rows else _empty(MIXED_COLUMNS)
 
 
@@ -277,10 +291,10 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame) -> pd.DataFra
     j["_spec_step_ns"] *= spec_f
     j["_verify_extra_ns"] = less_draft - j["_plain_step_ns"]
     # A plain mixed step's time, from the plain mixed probes where the engine ran some (else NaN: the fallback).
-    mixed_model = mixed_costs(step_timing).set_index("engine")
+    mixed_model = mixed_costs(step_timing, costs).set_index("engine")
     m = mixed_model.reindex(eng)
-    j["_mixed_plain_ns"] = ((m["base_ns"].to_numpy() + m["prefill_ns_per_token"].to_numpy() * j["step_prefill_tokens"]
-                             + m["decode_ns_per_request"].to_numpy() * b) * plain_f)
+    excess = (m["extra_ns"].to_numpy() + m["prefill_ns_per_token"].to_numpy() * j["step_prefill_tokens"]) * plain_f
+    j["_mixed_plain_ns"] = j["_plain_step_ns"] + np.maximum(excess, 0.0)  # never below a plain decode step
     j["_mixed_weight"] = 1.0 + (m["mixed_probes"] / m["spec_mixed_steps"].where(m["spec_mixed_steps"] > 0)).fillna(
         0.0).to_numpy()
     j["_mixed_resid"] = m["resid_rel"].to_numpy() / np.sqrt(m["mixed_probes"].to_numpy())
