@@ -209,7 +209,8 @@ def _check(run: LoadedRun, stage: str | None, expected: str) -> tuple[dict[int, 
                         f"{np.median([s.ttft_s for s in reqs]) * 1e3:.0f} ms, median ITL "
                         f"{np.median([s.itl_s for s in reqs]) * 1e3:.1f} ms (client clock)"
                  for limit, reqs in by_limit.items()}
-    print(f"{expected}: SLO TTFT {run.loop.slo_ttft_s:.3f} s, ITL {run.loop.slo_itl_s:.4f} s; {described}; the loop's: {verdict}")
+    print(f"{expected}: SLO TTFT {run.loop.slo_ttft_s:.3f} s, ITL {run.loop.slo_itl_s:.4f} s; {described}; "
+          f"the loop's: {verdict}")  # shown with pytest -s: the measured figures behind the README's
     # the loop's numbers are the client's, up to the few requests at a window's edge or near an objective
     # (the probe stamps a token inside the step, the client sees it when the step returns)
     for limit, n_key, met_key in ((current, "current_n", "current_met"), (candidate, "candidate_n", "candidate_met")):
