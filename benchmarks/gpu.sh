@@ -176,6 +176,19 @@ EOF2
   tail -n 12 "$OUT/spec_calibration_cpu.txt"
 }
 
+demo_cuda() {
+  stamp "demo on CUDA (its files kept on the machine; the summary printed)"
+  timeout 300 python3 -m infersight demo --device cuda --out /tmp/demo_cuda > "$OUT/demo_cuda.txt" 2>&1
+  tail -n 30 "$OUT/demo_cuda.txt"
+  python3 - /tmp/demo_cuda/summary.json <<'EOF2'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("TTFT p50", s["ttft_seconds"]["p50"], "p99", s["ttft_seconds"]["p99"])
+for t, v in sorted(s["spec"]["by_task"].items()):
+    print(t, v["predicted_speedup"], v["speedup_interval"], v["basis"], v["samples"], v["parts_ms"])
+EOF2
+}
+
 gpu_tests() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -245,7 +258,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck ceilings energy energy_once serving_profile serving_drift serving_arms hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
