@@ -131,7 +131,8 @@ def test_template_variable_queries_resolve(scraped: ScrapedRun, dashboards: dict
     matches their absence, which test_every_dashboard_query_returns_data relies on)."""
     exposition = httpx.get(f"http://127.0.0.1:{scraped.agent.port}/metrics", timeout=30).text
     expected = {"namespace": set(), "node": set(), "pod": set(), "instance": {f"127.0.0.1:{scraped.agent.port}"},
-                C.MODEL_LABEL: _label_values(exposition, C.MODEL_LABEL), "layer": _label_values(exposition, "layer")}
+                C.MODEL_LABEL: _label_values(exposition, C.MODEL_LABEL), "layer": _label_values(exposition, "layer"),
+                "engine": _label_values(exposition, "engine")}  # one ring: none
     assert expected[C.MODEL_LABEL] and expected["layer"] and sample_names(exposition)
     seen = set()
     for board in dashboards.values():

@@ -17,6 +17,7 @@ from infersight.cli import main
 from infersight.dashboards.grafana import build_dashboards, engine, fleet, gpu, kernels, overview, to_json
 from infersight.dashboards.grafana.provisioning import ProvisioningConfig
 from infersight.dashboards.grafana.variables import DATASOURCE_VAR, FILTERS
+from infersight.exporters.catalogue.identity import ENGINE_LABEL, engine_labelled
 from infersight.exporters import catalogue as C
 
 GRAFANA_DIR = Path(__file__).resolve().parents[2] / "infersight" / "dashboards" / "grafana"
@@ -76,7 +77,9 @@ def test_every_query_names_only_catalogue_metrics(written: Path) -> None:
                 continue
             metric, label = re.fullmatch(r"label_values\((\w+)(?:\{[^}]*\})?, (\w+)\)", var["query"]).groups()
             spec = next(s for s in (*C.CATALOGUE, *C.IDENTITY_METRICS) if s.sample == metric)
-            assert label in (*spec.exposed_labels, *C.TARGET_LABELS), (var["name"], label)
+            # engine: on an engine family only when one agent reads several rings (catalogue.identity)
+            engine = (ENGINE_LABEL,) if engine_labelled(spec) else ()
+            assert label in (*spec.exposed_labels, *C.TARGET_LABELS, *engine), (var["name"], label)
     for expr in exprs:
         bare = re.sub(r'"[^"]*"|\[[^\]]*\]|\{[^}]*\}|\$\w+|\b(?:by|ignoring|on|group_left|group_right) ?\([^)]*\)', " ", expr)  # strings, ranges, matchers
         words = set(re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", bare)) - PROMQL_WORDS

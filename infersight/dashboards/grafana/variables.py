@@ -53,8 +53,11 @@ FILTERS = (
     FilterVariable("pod", "pod", "Pod"),
     FilterVariable("model", C.MODEL_LABEL, "Model", model_only=True),
     FilterVariable("instance", "instance", "Engine instance (agent target)"),
+    # One agent reading several rings labels each engine's series (agent/engine_scope.py); with one
+    # ring there is no such label, and All (.*) matches its absence.
+    FilterVariable("engine", "engine", "Engine (one agent, several rings)", model_only=True),
 )
-#: The target labels are read off target_info; the model and instance off the engine's steps.
+#: The target labels are read off target_info; the model, instance and engine off the engine's steps.
 _TARGET_SOURCE, _ENGINE_SOURCE = C.TARGET_INFO, C.STEPS
 
 
@@ -98,7 +101,7 @@ def filter_variables(datasource: DataSourceRef) -> list[QueryVariable]:
     """The filter variables, each listing its label's values under the variables before it."""
     out = []
     for i, f in enumerate(FILTERS):
-        source = _ENGINE_SOURCE if f.name in ("model", "instance") else _TARGET_SOURCE
+        source = _ENGINE_SOURCE if f.name in ("model", "instance", "engine") else _TARGET_SOURCE
         query = f"label_values({filtered(source.sample, FILTERS[:i])}, {f.label})"
         out.append(QueryVariable(f.name).label(f.title).datasource(datasource).query(query)
                    .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED).sort(VariableSort.ALPHABETICAL_ASC)
