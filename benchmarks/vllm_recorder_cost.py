@@ -25,7 +25,7 @@ import httpx
 
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture.config import CaptureConfig
-from infersight.sources.vllm_http_config import VllmHttpConfig
+from infersight.sources.vllm.http_config import VllmHttpConfig
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.service import Agent
 from infersight.vllm.launch import VllmServer

@@ -26,7 +26,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from infersight.sources.vllm_profiler import trace_files
+from infersight.sources.vllm.profiler import trace_files
 from infersight.vllm.launch import VllmServer, VllmServerConfig, build_tiny_model
 
 

@@ -15,8 +15,8 @@ from infersight.agent.slow.config import SlowRequestConfig
 from infersight.config_error import ConfigError
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.gpu_config import GpuConfig
-from infersight.sources.vllm_kv_config import VllmKvConfig
-from infersight.sources.vllm_http_config import VllmHttpConfig
+from infersight.sources.vllm.kv_config import VllmKvConfig
+from infersight.sources.vllm.http_config import VllmHttpConfig
 from infersight.tracing.config import TracingConfig  # light: no OpenTelemetry
 from infersight.tracing.identity import IdentityConfig  # light: OpenTelemetry only when the resource is built
 
@@ -55,8 +55,8 @@ class AgentConfig:
     identity: IdentityConfig = field(default_factory=IdentityConfig)
     captures: CaptureConfig = field(default_factory=CaptureConfig)  # agent.capture
     gpu: GpuConfig = field(default_factory=GpuConfig)  # gpu.sampler, agent.folds.energy_account
-    vllm_kv: VllmKvConfig = field(default_factory=VllmKvConfig)  # sources.vllm_kv_events (off by default)
-    vllm_server: VllmHttpConfig = field(default_factory=VllmHttpConfig)  # sources.vllm_scraper (off by default)
+    vllm_kv: VllmKvConfig = field(default_factory=VllmKvConfig)  # sources.vllm.kv_events (off by default)
+    vllm_server: VllmHttpConfig = field(default_factory=VllmHttpConfig)  # sources.vllm.scraper (off by default)
     # The flight recorder (agent.recorder.flight_recorder): sampled kernel windows inside an overhead budget, and
     # full captures on a latency-objective breach or an anomaly. None: off. Its own config validates.
     flight_recorder: "RecorderConfig | None" = None

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from infersight.agent.ingest import RingSet
     from infersight.agent.recorder.flight_recorder import FlightRecorder
     from infersight.exporters.parquet import FrameSink, ParquetSink
-    from infersight.sources.vllm_kv_events import VllmKVSubscriber
+    from infersight.sources.vllm.kv_events import VllmKVSubscriber
     from infersight.tracing.hook import TracingHook
 
 log = logging.getLogger("infersight.agent")

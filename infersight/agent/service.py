@@ -112,7 +112,7 @@ class Agent:
             from prometheus_client import CollectorRegistry
 
             from infersight.exporters.scraped_view import MergedCollector
-            from infersight.sources.vllm_scraper import VllmMetricsScraper
+            from infersight.sources.vllm.scraper import VllmMetricsScraper
 
             self.vllm_metrics = VllmMetricsScraper(config.vllm_server.url, config.vllm_server.metrics_interval_s,
                                                    timeout_s=min(2.0, config.vllm_server.metrics_interval_s))
@@ -122,7 +122,7 @@ class Agent:
             add(CollectorOnly("vllm_metrics", self.vllm_metrics.collector()))
         target = None
         if self.vllm_metrics is not None and config.vllm_server.profiler_dir:  # captures through vLLM's profiler
-            from infersight.sources.vllm_profiler import VllmProfilerConfig, VllmProfilerTarget
+            from infersight.sources.vllm.profiler import VllmProfilerConfig, VllmProfilerTarget
 
             target = VllmProfilerTarget(VllmProfilerConfig(config.vllm_server.url, config.vllm_server.profiler_dir,
                                                            config.vllm_server.capture_wait_s,
@@ -181,8 +181,8 @@ class Agent:
         # -- vLLM's KV cache events (opt-in): translated into the kv_events frame each poll ----------
         self.vllm_kv = None
         if config.vllm_kv.enabled:
-            from infersight.sources.vllm_kv_events import VllmKVSubscriber  # zmq when asked
-            from infersight.sources.vllm_kv_metrics import VllmKVCollector
+            from infersight.sources.vllm.kv_events import VllmKVSubscriber  # zmq when asked
+            from infersight.sources.vllm.kv_metrics import VllmKVCollector
 
             try:
                 self.vllm_kv = VllmKVSubscriber(config.vllm_kv.subscriber(),

@@ -11,8 +11,8 @@ from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.retention_config import RetentionConfig
 from infersight.agent.slow.config import SlowRequestConfig
 from infersight.exporters.exposition_config import ExpositionConfig
-from infersight.sources.vllm_kv_config import VllmKvConfig
-from infersight.sources.vllm_http_config import VllmHttpConfig
+from infersight.sources.vllm.kv_config import VllmKvConfig
+from infersight.sources.vllm.http_config import VllmHttpConfig
 from infersight.tracing.config import TracingConfig
 
 

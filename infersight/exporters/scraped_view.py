@@ -1,7 +1,7 @@
 """Catalogue metrics read from an engine's own exposition, and their merge into the agent's /metrics.
 
 Some engines can be watched without anything installed in them, only by scraping their
-/metrics (infersight.sources.vllm_metrics). Such a source cannot produce probe records (it sees
+/metrics (infersight.sources.vllm.metrics). Such a source cannot produce probe records (it sees
 totals, not events), so it produces a ScrapedView instead: samples keyed by catalogue name, with
 the catalogue's labels. This module knows nothing about which engine wrote them.
 

@@ -2,7 +2,7 @@
 what the two say to each other: a capture's outcome, and a refusal with its HTTP status.
 
 Below both: the agent's capture controller (agent.capture) drives a target; a source that is one
-(sources.vllm_profiler, vLLM's profiler endpoints) implements it, without importing the agent.
+(sources.vllm.profiler, vLLM's profiler endpoints) implements it, without importing the agent.
 """
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ from testkit import free_port
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
-from infersight.sources.vllm_kv_config import VllmKvConfig
+from infersight.sources.vllm.kv_config import VllmKvConfig
 from infersight.agent.service import Agent
-from infersight.sources import vllm_kv_events
+from infersight.sources.vllm import kv_events as vllm_kv_events
 
 POLLS = 3
 PAYLOAD = msgspec.msgpack.encode([1000.0, [{"type": "BlockStored", "block_hashes": [1]}], 0])

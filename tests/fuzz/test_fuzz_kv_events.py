@@ -22,8 +22,8 @@ import pytest
 from fuzzkit import case_count, describe, fuzz, mutations
 from testkit import free_port
 
-from infersight.sources import vllm_kv_wire as wire
-from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber
+from infersight.sources.vllm import kv_wire as wire
+from infersight.sources.vllm.kv_events import VllmKVEventsConfig, VllmKVSubscriber
 
 SEED = 1706
 VLLM_STRUCTS = Path(__file__).resolve().parents[1] / "vllm" / "kv_fake_vllm.py"

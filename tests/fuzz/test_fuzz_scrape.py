@@ -11,7 +11,7 @@ from real_inputs import FIXTURES, OUR_DCGM
 from infersight.exporters.exposition_parse import MAX_MESSAGE_CHARS, UNEXPLAINED
 from infersight.gpu.analyze import analyze_exposition, format_exposition_table
 from infersight.gpu.exporter_text import parse_exposition
-from infersight.sources.vllm_metrics import parse_vllm_text
+from infersight.sources.vllm.metrics import parse_vllm_text
 
 SEED = 1705
 

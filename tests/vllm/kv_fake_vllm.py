@@ -13,7 +13,7 @@ import msgspec
 import pandas as pd
 import zmq
 
-from infersight.sources.vllm_kv_events import VllmKVSubscriber
+from infersight.sources.vllm.kv_events import VllmKVSubscriber
 
 
 # -- vLLM's event structs (copied field for field; the agent must not import vLLM) -------------------

@@ -26,9 +26,9 @@ from vllm_exposition_reader import assert_view_matches, read_samples, total
 from infersight.agent.capture.controller import CaptureController, CaptureOutcome, CaptureRefused
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture.config import CaptureConfig
-from infersight.sources.vllm_http_config import VllmHttpConfig
+from infersight.sources.vllm.http_config import VllmHttpConfig
 from infersight.agent.service import Agent
-from infersight.sources.vllm_profiler import analyze_vllm_trace, pick_worker_trace, step_phase, with_step_ranges
+from infersight.sources.vllm.profiler import analyze_vllm_trace, pick_worker_trace, step_phase, with_step_ranges
 from infersight.vllm.client_workload import send_completion
 from infersight.vllm.launch import REPO_ROOT, VllmServer
 

@@ -1,4 +1,4 @@
-"""The vLLM KV ledger (sources.vllm_kv_blocks) under repeats and floods: a BlockStored for a hash
+"""The vLLM KV ledger (sources.vllm.kv_blocks) under repeats and floods: a BlockStored for a hash
 already cached is another copy (vLLM does not de-duplicate its cache), each BlockRemoved drops one;
 copies of a hash and ids of all hashes stay within their bounds, whatever a producer repeats, and
 what the bounds let go is counted (issue 33 item 3). Expected rows and counts are written from
@@ -15,11 +15,11 @@ from infersight.agent.config import AgentConfig
 from infersight.agent.state import AgentState
 from infersight.correlate.frames import EventFrames
 from infersight.runtime.observer import KVBlockEvent
-from infersight.sources.vllm_kv_blocks import DEFAULT_MAX_COPIES, KVBlockLedger, KVRows
-from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber
-from infersight.sources.vllm_kv_metrics import VllmKVCollector
-from infersight.sources.vllm_kv_remembered import EMPTY
-from infersight.sources.vllm_kv_wire import BlockRemoved, BlockStored, KVBatch
+from infersight.sources.vllm.kv_blocks import DEFAULT_MAX_COPIES, KVBlockLedger, KVRows
+from infersight.sources.vllm.kv_events import VllmKVEventsConfig, VllmKVSubscriber
+from infersight.sources.vllm.kv_metrics import VllmKVCollector
+from infersight.sources.vllm.kv_remembered import EMPTY
+from infersight.sources.vllm.kv_wire import BlockRemoved, BlockStored, KVBatch
 
 
 def _batch(seq: int, *events: BlockStored | BlockRemoved) -> KVBatch:

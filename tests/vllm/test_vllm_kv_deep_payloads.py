@@ -14,8 +14,8 @@ import pytest
 from kv_fake_vllm import KVEventBatch, pump, stored
 from testkit import free_port
 
-from infersight.sources import vllm_kv_wire as wire
-from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber
+from infersight.sources.vllm import kv_wire as wire
+from infersight.sources.vllm.kv_events import VllmKVEventsConfig, VllmKVSubscriber
 
 DEPTH = 5000  # the attack's depth; far beyond the interpreter's recursion limit (1,000 by default)
 

@@ -22,10 +22,10 @@ from testkit import free_port
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig
-from infersight.sources.vllm_kv_config import VllmKvConfig
+from infersight.sources.vllm.kv_config import VllmKvConfig
 from infersight.agent.service import Agent
-from infersight.sources import vllm_kv_wire as wire
-from infersight.sources.vllm_kv_events import VllmKVEventsConfig, VllmKVSubscriber, subscriber_plan
+from infersight.sources.vllm import kv_wire as wire
+from infersight.sources.vllm.kv_events import VllmKVEventsConfig, VllmKVSubscriber, subscriber_plan
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ import zmq
 from prometheus_client.parser import text_string_to_metric_families
 from testkit import free_port
 
-from infersight.sources.vllm_kv_sequence import MAX_REPLAY_TIMEOUTS
+from infersight.sources.vllm.kv_sequence import MAX_REPLAY_TIMEOUTS
 from infersight.vllm.launch import REPO_ROOT, VllmServer, VllmServerConfig
 
 MODEL = "tiny-llama"

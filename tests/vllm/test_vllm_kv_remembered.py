@@ -1,4 +1,4 @@
-"""The KV ledger's compact memory (sources.vllm_kv_remembered, issue 33 items 3 and 8): a table of
+"""The KV ledger's compact memory (sources.vllm.kv_remembered, issue 33 items 3 and 8): a table of
 32-byte slots allocated once at a byte budget. Exact state on a tiny case worked by hand; the table
 against a dict under random inserts and deletes (wrap-around included); the ledger against a model of
 its rules in plain Python objects; and tracemalloc's count of the table against its stated budget.
@@ -13,9 +13,9 @@ from collections import OrderedDict
 import pytest
 
 from infersight.runtime.observer import KVBlockEvent
-from infersight.sources.vllm_kv_blocks import KVBlockLedger, KVRows
-from infersight.sources.vllm_kv_remembered import NONE, SLOT_BYTES, RememberedBlocks, capacity_for
-from infersight.sources.vllm_kv_wire import AllBlocksCleared, BlockRemoved, BlockStored, KVBatch
+from infersight.sources.vllm.kv_blocks import KVBlockLedger, KVRows
+from infersight.sources.vllm.kv_remembered import NONE, SLOT_BYTES, RememberedBlocks, capacity_for
+from infersight.sources.vllm.kv_wire import AllBlocksCleared, BlockRemoved, BlockStored, KVBatch
 
 A, B, C = 0xA, 0xB, 0xC
 

@@ -1,11 +1,11 @@
-"""The KV batch sequencer's rules without sockets (infersight.sources.vllm_kv_sequence): gaps, replays
+"""The KV batch sequencer's rules without sockets (infersight.sources.vllm.kv_sequence): gaps, replays
 that answer short of newer gaps, restarts and garbage sequence numbers."""
 from __future__ import annotations
 
 import time
 
-from infersight.sources import vllm_kv_wire as wire
-from infersight.sources.vllm_kv_sequence import BatchSequencer
+from infersight.sources.vllm import kv_wire as wire
+from infersight.sources.vllm.kv_sequence import BatchSequencer
 
 
 def test_a_garbage_sequence_number_is_counted_not_walked() -> None:

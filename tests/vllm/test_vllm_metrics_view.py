@@ -16,11 +16,11 @@ from prometheus_client.registry import Collector
 from vllm_exposition_reader import TextServer, assert_view_matches, read_samples, total, values
 
 from infersight.agent.config import AgentConfig
-from infersight.sources.vllm_http_config import VllmHttpConfig
+from infersight.sources.vllm.http_config import VllmHttpConfig
 from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
 from infersight.exporters.scraped_view import MergedCollector, ScrapedView
-from infersight.sources.vllm_metrics import parse_vllm_text
+from infersight.sources.vllm.metrics import parse_vllm_text
 
 FIXTURE = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "vllm_metrics_sample.prom"
 

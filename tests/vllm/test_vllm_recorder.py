@@ -33,14 +33,14 @@ from infersight.agent.capture.controller import CaptureController, CaptureOutcom
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.slow.config import SlowRequestConfig
-from infersight.sources.vllm_http_config import VllmHttpConfig
+from infersight.sources.vllm.http_config import VllmHttpConfig
 from infersight.agent.recorder.flight_recorder import FlightRecorder
 from infersight.agent.recorder.budget import WindowBudget
 from infersight.agent.recorder.config import RecorderConfig
 from infersight.agent.recorder.vllm_windows import EXTRA_STEPS, MAX_LATE_STEPS, VllmWindows
 from infersight.agent.service import Agent
 from infersight.agent.state import AgentState
-from infersight.sources.vllm_profiler import trace_files
+from infersight.sources.vllm.profiler import trace_files
 
 BUDGET, INITIAL_COST_S, WINDOW_STEPS, WINDOWS = 0.1, 0.01, 4, 4
 SMOOTHING = WindowBudget.smoothing  # the budget's documented default: a new cost's weight in the estimate

@@ -1,10 +1,10 @@
 """One KV-event batch, as values: encoded with each vLLM release's own structs (rebuilt from its
-source, or imported), then decoded with our decoder (infersight.sources.vllm_kv_wire)."""
+source, or imported), then decoded with our decoder (infersight.sources.vllm.kv_wire)."""
 from __future__ import annotations
 
 from typing import Any
 
-from infersight.sources.vllm_kv_wire import AllBlocksCleared, BlockRemoved, BlockStored, KVBatch
+from infersight.sources.vllm.kv_wire import AllBlocksCleared, BlockRemoved, BlockStored, KVBatch
 
 SHA_HASH = bytes.fromhex("ab" * 32)  # vLLM's default sha256 block hash
 INT_HASH = 12345  # VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES

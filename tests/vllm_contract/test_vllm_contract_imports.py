@@ -24,7 +24,7 @@ import vllm_interfaces as vi
 from kv_sample import SAMPLE, mismatches
 from vllm_versions import CHECKED, is_fetched, source_root
 
-from infersight.sources.vllm_kv_wire import decode_payload
+from infersight.sources.vllm.kv_wire import decode_payload
 from infersight.vllm.launch import VllmUnavailable, vllm_python
 
 PROBE = Path(__file__).with_name("vllm_probe.py")

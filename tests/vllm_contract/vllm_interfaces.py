@@ -35,8 +35,8 @@ from pathlib import Path
 import msgspec
 
 from infersight.exporters import catalogue as C
-from infersight.sources import vllm_kv_wire as wire
-from infersight.sources.vllm_metrics import FAMILIES
+from infersight.sources.vllm import kv_wire as wire
+from infersight.sources.vllm.metrics import FAMILIES
 from infersight.vllm import translate as t
 from infersight.vllm.launch import VllmServerConfig
 from infersight.vllm.middleware import OPERATIONS, REQUEST_ID_HEADER
@@ -176,14 +176,14 @@ def interfaces() -> list[Interface]:
         # the compile cache key must include additional_config, or a cached graph ignores our callback
         Interface("vllm.config.vllm", "VllmConfig.compute_hash|VllmConfig.compile_factors", "reads",
                   ("additional_config",), "vllm/experts.py (_mark_compile_cache)"),
-        # the KV-event decoder (infersight/sources/vllm_kv_wire.py, vllm_kv_events.py)
-        Interface(kv, "BlockStored", "tagged_struct", struct_fields(wire.BlockStored), "sources/vllm_kv_wire.py"),
-        Interface(kv, "BlockRemoved", "tagged_struct", struct_fields(wire.BlockRemoved), "sources/vllm_kv_wire.py"),
-        Interface(kv, "AllBlocksCleared", "tagged_struct", struct_fields(wire.AllBlocksCleared), "sources/vllm_kv_wire.py"),
-        Interface(kv, "KVEventBatch", "array_struct", struct_fields(wire._Batch), "sources/vllm_kv_wire.py"),
+        # the KV-event decoder (infersight/sources/vllm/kv_wire.py, vllm_kv_events.py)
+        Interface(kv, "BlockStored", "tagged_struct", struct_fields(wire.BlockStored), "sources/vllm/kv_wire.py"),
+        Interface(kv, "BlockRemoved", "tagged_struct", struct_fields(wire.BlockRemoved), "sources/vllm/kv_wire.py"),
+        Interface(kv, "AllBlocksCleared", "tagged_struct", struct_fields(wire.AllBlocksCleared), "sources/vllm/kv_wire.py"),
+        Interface(kv, "KVEventBatch", "array_struct", struct_fields(wire._Batch), "sources/vllm/kv_wire.py"),
         Interface(kv, "ZmqEventPublisher", "class", ("_is_bind_endpoint", "END_SEQ"),
-                  "sources/vllm_kv_events.py (subscriber_plan), vllm_kv_wire.py (is_replay_end)"),
-        Interface(kv, "ZmqEventPublisher.END_SEQ", "constant", (repr(wire.END_SEQ),), "sources/vllm_kv_wire.py"),
+                  "sources/vllm/kv_events.py (subscriber_plan), vllm_kv_wire.py (is_replay_end)"),
+        Interface(kv, "ZmqEventPublisher.END_SEQ", "constant", (repr(wire.END_SEQ),), "sources/vllm/kv_wire.py"),
         # the launch command (infersight/vllm/launch.py): every flag is a field of these dataclasses
         Interface("vllm.entrypoints.common.cli_args|vllm.entrypoints.launchers.cli_args", "FrontendArgs", "class",
                   flags["frontend"], "vllm/launch.py"),
@@ -192,7 +192,7 @@ def interfaces() -> list[Interface]:
                   "vllm/launch.py (VllmServerConfig.environment)"),
         Interface("vllm.config", "KVEventsConfig", "class", json_keys["kv_events_config"], "vllm/launch.py"),
         Interface("vllm.config", "ProfilerConfig", "class", json_keys["profiler_config"],
-                  "vllm/launch.py, sources/vllm_profiler.py"),
+                  "vllm/launch.py, sources/vllm/profiler.py"),
         Interface("vllm.config", "SpeculativeConfig", "class", json_keys["speculative_config"], "vllm/launch.py"),
         # the middleware (infersight/vllm/middleware.py, ids.py): the routes it observes, vLLM's request id
         # taken from the X-Request-Id header, and the engine ids built from it (ids._ENGINE_ID)
@@ -202,16 +202,16 @@ def interfaces() -> list[Interface]:
                   (f"{REQUEST_ID_HEADER.title()}|{REQUEST_ID_HEADER}",), "vllm/middleware.py (REQUEST_ID_HEADER)"),
         Interface("vllm.entrypoints.scale_out.render.serving", "request ids", "literal", ("cmpl-", "chatcmpl-"),
                   "vllm/ids.py (_ENGINE_ID)"),
-        # the scraper (infersight/sources/vllm_metrics.py) and the profiler client (vllm_profiler.py, vllm_trace.py)
-        Interface(prom, "PrometheusStatLogger", "metrics", metric_types(), "sources/vllm_metrics.py"),
+        # the scraper (infersight/sources/vllm/metrics.py) and the profiler client (vllm_profiler.py, vllm_trace.py)
+        Interface(prom, "PrometheusStatLogger", "metrics", metric_types(), "sources/vllm/metrics.py"),
         Interface(prom, "PrometheusStatLogger labels", "literal", ("finished_reason", "position"),
-                  "sources/vllm_metrics.py (_finish, _position)"),
+                  "sources/vllm/metrics.py (_finish, _position)"),
         Interface("vllm.entrypoints.serve.profile.api_router", "/start_profile", "literal",
-                  ("/start_profile", "/stop_profile"), "sources/vllm_profiler.py"),
+                  ("/start_profile", "/stop_profile"), "sources/vllm/profiler.py"),
         Interface("vllm.entrypoints.serve.profile.api_router", "StartProfileRequest", "class",
-                  ("profile_prefix", "max_iterations"), "sources/vllm_profiler.py (_post /start_profile)"),
+                  ("profile_prefix", "max_iterations"), "sources/vllm/profiler.py (_post /start_profile)"),
         Interface("vllm.v1.worker.gpu_worker", "Worker.annotate_profile", "literal",
-                  ("execute_context_", "_generation_"), "sources/vllm_trace.py (_STEP_RANGE)"),
+                  ("execute_context_", "_generation_"), "sources/vllm/trace.py (_STEP_RANGE)"),
     ]
     return rows
 

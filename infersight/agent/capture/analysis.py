@@ -1,6 +1,6 @@
 """What the agent reads from a finished capture of its own engine: the kernel breakdown and findings
 of its trace (the same report `infersight analyze` builds) and each captured request's kernel
-summary. Captures through another engine's profiler (sources.vllm_profiler) are analysed there.
+summary. Captures through another engine's profiler (sources.vllm.profiler) are analysed there.
 
 The kernel analysis is imported when a capture is analysed, not with the agent: most agents never
 take one.

@@ -1,7 +1,7 @@
 """Captures on demand (POST /api/v1/capture, bearer token) or by rule (slow TTFT, KV nearly full,
 a burst of preemptions), one at a time, rate-limited; the engine is asked through its control
 block and the agent picks the trace up when the engine says it is written. An engine reached
-another way (vLLM's profiler endpoints: infersight.sources.vllm_profiler) is a CaptureTarget
+another way (vLLM's profiler endpoints: infersight.sources.vllm.profiler) is a CaptureTarget
 (sources.capture_target, re-exported here with its outcome and refusal); the same token, rate
 limit and one-at-a-time rules apply to it.
 """

@@ -10,6 +10,6 @@ store.py            the kept window summaries
 view.py             what the recorder shows: counters, gauges, the summary block
 
 May import: infersight.agent (capture, state), correlate, kernels, exporters.catalogue and
-exporters.aggregates, sources.vllm_trace. Outside the agent only the CLI (commands.agent, through
+exporters.aggregates, sources.vllm.trace. Outside the agent only the CLI (commands.agent, through
 RecorderConfig's flag group) imports it.
 """

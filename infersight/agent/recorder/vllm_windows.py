@@ -3,7 +3,7 @@
 infersight's stat-logger plugin writes for every vLLM engine step (the ring
 `infersight-vllm-<api-server pid>`), exactly as on our engine.
 
-A window (sources.vllm_profiler.VllmProfilerTarget.start_window): POST /start_profile
+A window (sources.vllm.profiler.VllmProfilerTarget.start_window): POST /start_profile
 {"max_iterations": N}. vLLM's worker profiler (vllm/profiler/wrapper.py, 0.32) counts its own
 steps and stops itself at the step() call after the N-th: it then writes the trace (and, on a
 CPU-only worker, builds and prints a key_averages table) inside that engine step. The agent
@@ -52,7 +52,7 @@ from infersight.kernels.readers.kineto import read_json_document
 from infersight.kernels.ceilings.ceiling_lookup import CeilingLookup, CeilingQuery
 from infersight.kernels.analysis.roofline import ROOFLINE_COLUMNS
 from infersight.kernels.readers.shapes import engine_step_ids
-from infersight.sources.vllm_trace import with_step_ranges
+from infersight.sources.vllm.trace import with_step_ranges
 
 #: Steps charged beyond the window's N (module docstring).
 EXTRA_STEPS = 1

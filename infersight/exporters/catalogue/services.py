@@ -96,7 +96,7 @@ OTLP_RECEIVER_METRICS: tuple[MetricSpec, ...] = (OTLP_RECEIVER_SPANS, OTLP_RECEI
                                                  OTLP_RECEIVER_BODIES_REJECTED, OTLP_REQUEST_SPANS_JOINED,
                                                  OTLP_REQUEST_SPANS_UNJOINED)
 
-# -- vLLM's KV cache events (infersight.sources.vllm_kv_events), served by the agent when it runs with
+# -- vLLM's KV cache events (infersight.sources.vllm.kv_events), served by the agent when it runs with
 # --vllm-kv-events. The translated block transitions land in kv_block_events like our engine's; these
 # count the stream itself. Batches are vLLM's sequence numbers (one per engine step that changed the
 # cache). Not in CATALOGUE: the subscriber's collector renders them (as TRACING_METRICS).
@@ -130,8 +130,8 @@ VLLM_KV_METRICS: tuple[MetricSpec, ...] = (VLLM_KV_EVENTS, VLLM_KV_BATCHES, VLLM
                                            VLLM_KV_LOST, VLLM_KV_MALFORMED, VLLM_KV_RESTARTS, VLLM_KV_CACHED,
                                            VLLM_KV_LEDGER_DROPPED)
 
-# -- An engine's own /metrics scraped by the agent (infersight.sources.vllm_metrics, --vllm-url) and its
-# profiler endpoints driven for captures (infersight.sources.vllm_profiler). The scraped values are served
+# -- An engine's own /metrics scraped by the agent (infersight.sources.vllm.metrics, --vllm-url) and its
+# profiler endpoints driven for captures (infersight.sources.vllm.profiler). The scraped values are served
 # under the catalogue's names above (exporters.scraped_view); these count the source itself. Not in
 # CATALOGUE: the source's collectors render them (as TRACING_METRICS).
 SOURCE_SCRAPES = MetricSpec(P + "source_scrapes", "counter", "Scrapes of an engine's metrics endpoint, by source.",

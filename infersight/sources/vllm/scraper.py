@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from infersight.exporters import catalogue as C
 from infersight.exporters.scraped_view import ScrapedView
-from infersight.sources.vllm_metrics import parse_vllm_text
+from infersight.sources.vllm.metrics import parse_vllm_text
 
 log = logging.getLogger("infersight.agent")
 SOURCE = "vllm"

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from infersight.sources.vllm_kv_wire import KVBatch
+from infersight.sources.vllm.kv_wire import KVBatch
 
 LOST_REASONS = ("late_join", "not_buffered", "timeout", "overflow", "restart", "no_replay")
 #: A replay that keeps answering may run this many replay timeouts in all, no longer.

@@ -34,7 +34,7 @@ vLLM does not have them: per-position proposed drafts (so the acceptance-by-posi
 empty), swapped requests, preemption stall and network phases, KV block states and transitions
 (the KV events source gives those), expert load. vLLM's decode phase includes any preemption stall.
 Histograms keep vLLM's bucket bounds (see exporters.scraped_view for why that keeps PromQL right).
-The scraping itself (HTTP, failures, the thread) is in vllm_scraper.py.
+The scraping itself (HTTP, failures, the thread) is in scraper.py.
 """
 from __future__ import annotations
 

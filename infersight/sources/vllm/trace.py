@@ -1,5 +1,5 @@
 """vLLM's worker traces: which file in the profiler directory is ours, vLLM's step ranges given the
-ranges our kernel analysis reads, and the trace's analysis (sources.vllm_profiler drives the
+ranges our kernel analysis reads, and the trace's analysis (sources.vllm.profiler drives the
 profiler endpoints that write them; agent.recorder.vllm_windows reads flight-recorder windows with them).
 
 The worker traces are the `*.pt.trace.json[.gz]` files in vLLM's torch_profiler_dir, not the API

@@ -27,7 +27,7 @@ Bounds, in bytes and in entries of every kind (a broken or hostile producer can 
 without end):
 
     ids      every id of every copy of every remembered hash lives in one table allocated once at
-             `remember_bytes` (vllm_kv_remembered: 32-byte slots filled to 3/4 at most, 42.7 bytes an
+             `remember_bytes` (kv_remembered: 32-byte slots filled to 3/4 at most, 42.7 bytes an
              id; the default 8 MiB holds 196,608 ids). Past it the least recently touched hash is
              forgotten with all its copies (dropped["forgotten"] counts the hashes); its copies still
              cached are counted too (dropped["forgotten_cached"]), and a later BlockRemoved of it is an
@@ -50,15 +50,15 @@ import pandas as pd
 
 from infersight.correlate.frames import KV_COLUMNS, KV_EVENT_NAMES
 from infersight.runtime.observer import KVBlockEvent
-from infersight.sources.vllm_kv_remembered import MAX_COPIES, NONE, RememberedBlocks, capacity_for
-from infersight.sources.vllm_kv_wire import AllBlocksCleared, BlockRemoved, BlockStored, KVBatch, hash64
+from infersight.sources.vllm.kv_remembered import MAX_COPIES, NONE, RememberedBlocks, capacity_for
+from infersight.sources.vllm.kv_wire import AllBlocksCleared, BlockRemoved, BlockStored, KVBatch, hash64
 from infersight.vllm.ids import join_key
 
 #: Mediums that are the device cache; other tiers (an offloading connector's CPU copies) are not
 #: blocks of the device pool, and are counted as skipped rather than translated.
 DEVICE_MEDIUMS = (None, "GPU")
 #: Bytes of the table of remembered block ids (every copy of every hash, live or removed) for stable
-#: ids and recompute detection: 8 MiB, 196,608 ids (vllm_kv_remembered), above the blocks of one
+#: ids and recompute detection: 8 MiB, 196,608 ids (kv_remembered), above the blocks of one
 #: H200's cache (~50,000 blocks of 16 tokens for an 8B model) with room for what it evicted.
 DEFAULT_REMEMBER_BYTES = 8 << 20
 #: Live copies of one hash. vLLM copies a hash only for blocks computed in the same steps (see the

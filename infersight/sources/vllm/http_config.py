@@ -1,5 +1,5 @@
 """VllmHttpConfig: the agent beside an unmodified vLLM server, through its HTTP endpoints
-(sources.vllm_scraper, vllm_profiler), and its CLI flag group. AgentConfig.vllm_server holds one.
+(sources.vllm.scraper, sources.vllm.profiler), and its CLI flag group. AgentConfig.vllm_server holds one.
 Not infersight.vllm.launch.VllmServerConfig, which starts a vLLM server."""
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from infersight.exporters import catalogue as C
 from infersight.exporters.catalogue import MetricSpec
 
 if TYPE_CHECKING:
-    from infersight.sources.vllm_kv_events import VllmKVSubscriber
+    from infersight.sources.vllm.kv_events import VllmKVSubscriber
 
 
 def _counter(spec: MetricSpec, values: dict[str, int] | int) -> CounterMetricFamily:

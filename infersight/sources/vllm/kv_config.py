@@ -1,4 +1,4 @@
-"""VllmKvConfig: the agent's subscription to vLLM's KV cache events (sources.vllm_kv_events), and its
+"""VllmKvConfig: the agent's subscription to vLLM's KV cache events (sources.vllm.kv_events), and its
 CLI flag group. Light: zmq is imported only to validate an endpoint that is given."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from infersight.commands.numeric_flags import bounded_float
 from infersight.config_error import ConfigError
 
 if TYPE_CHECKING:
-    from infersight.sources.vllm_kv_events import VllmKVEventsConfig
+    from infersight.sources.vllm.kv_events import VllmKVEventsConfig
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class VllmKvConfig:
     (tcp://HOST:PORT), and its topic; events None: off. A replay without an answer for
     replay_timeout_s is given up (its holes counted lost): vLLM answers from its engine process,
     which a loaded host can keep off the CPU for seconds. remember_bytes: the KV ledger's table of
-    remembered block ids, allocated whole at start (sources.vllm_kv_remembered)."""
+    remembered block ids, allocated whole at start (sources.vllm.kv_remembered)."""
 
     events: str | None = None
     replay: str | None = None
@@ -44,7 +44,7 @@ class VllmKvConfig:
 
     def subscriber(self) -> "VllmKVEventsConfig":
         """The KV event subscriber's config (ValueError when a bound is wrong); needs `events`."""
-        from infersight.sources.vllm_kv_events import VllmKVEventsConfig  # zmq only when asked
+        from infersight.sources.vllm.kv_events import VllmKVEventsConfig  # zmq only when asked
 
         assert self.events is not None
         return VllmKVEventsConfig(self.events, self.replay, self.topic, replay_timeout_s=self.replay_timeout_s,

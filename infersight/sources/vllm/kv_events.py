@@ -27,9 +27,9 @@ from typing import Any, Callable
 import pandas as pd
 import zmq
 
-from infersight.sources.vllm_kv_blocks import DEFAULT_MAX_COPIES, DEFAULT_REMEMBER_BYTES, KVBlockLedger, KVRows
-from infersight.sources.vllm_kv_sequence import BatchSequencer, Restart
-from infersight.sources.vllm_kv_wire import (
+from infersight.sources.vllm.kv_blocks import DEFAULT_MAX_COPIES, DEFAULT_REMEMBER_BYTES, KVBlockLedger, KVRows
+from infersight.sources.vllm.kv_sequence import BatchSequencer, Restart
+from infersight.sources.vllm.kv_wire import (
     EVENT_TYPES, MALFORMED_REASONS, KVBatch, Malformed, check_frames, decode_message, decode_payload, is_replay_end,
 )
 
@@ -68,7 +68,7 @@ class VllmKVEventsConfig:
     """endpoint / replay_endpoint: as given to vLLM's --kv-events-config (endpoint, replay_endpoint);
     topic: its `topic`. Bounds: messages read per socket per poll, the replay wait, batches held
     while a replay is open, payload bytes, the bytes of block ids remembered (every copy of every
-    hash) and live copies of one hash (vllm_kv_blocks: the ledger's bounds)."""
+    hash) and live copies of one hash (kv_blocks: the ledger's bounds)."""
 
     endpoint: str
     replay_endpoint: str | None = None

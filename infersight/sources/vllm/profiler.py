@@ -22,7 +22,7 @@ which this module does not read.) One capture, on its own thread (the agent's lo
      kernels or, on a CPU build, the CPU ops (kernels.analysis.cpu_trace), with vLLM's step ranges given
      our phases
 
-Reading the traces (which one is ours, its step ranges, its analysis) is sources.vllm_trace's; its
+Reading the traces (which one is ours, its step ranges, its analysis) is sources.vllm.trace's; its
 names are re-exported here, where callers have imported them from.
 
 Failures (vLLM refused or did not answer, no trace in time, a trace that does not parse) end the
@@ -48,7 +48,7 @@ from prometheus_client.registry import Collector
 from infersight.sources.capture_target import CaptureOutcome, CaptureRefused
 from infersight.exporters import catalogue as C
 from infersight.kernels.frames import TraceError
-from infersight.sources.vllm_trace import (TRACE_SUFFIXES, analyze_vllm_trace, complete_trace, pick_worker_trace,
+from infersight.sources.vllm.trace import (TRACE_SUFFIXES, analyze_vllm_trace, complete_trace, pick_worker_trace,
                                            step_phase, trace_files, with_step_ranges)
 
 __all__ = ["VllmProfilerConfig", "VllmProfilerTarget", "LARGE_TRACE_BYTES", "WINDOW_STEP_WAIT_S", "WINDOW_POLL_S",
