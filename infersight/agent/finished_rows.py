@@ -1,9 +1,11 @@
 """FinishedRows: the last finished requests' rows, oldest first, bounded in rows and in bytes.
 
-The ledger builds one frame of rows per poll. They are kept as frames (agent.row_window: joined
-into chunks, so that a poll's one-row frame does not cost 20x its data) and read as frames by the
-summary, the slow-request API and the flight recorder; dicts are built only for what is asked
-(iteration, indexing), never kept: a dict a row cost ~2 KB, several times the row's data.
+The ledger builds one frame of rows per poll. They are kept as column blocks (agent.row_window: one
+owned array a column, blocks joined up to CHUNK_ROWS rows; a frame a poll, or frames joined, cost
+5-20x their data) and read as frames by the summary, the slow-request API and the flight recorder,
+built when read; dicts are built only for what is asked (iteration, indexing), never kept: a dict a
+row cost ~2 KB, several times the row's data. The byte budget counts what the blocks hold
+(row_window.block_bytes), not an estimate of the data.
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ class FinishedRows:
         self._window = RowWindow(pd.DataFrame(), self.maxlen, max_bytes)
 
     def extend_frame(self, rows: pd.DataFrame) -> None:
-        """Append the rows of `rows` (kept as a snapshot); the oldest beyond the bounds fall out."""
-        self._window.append(rows.copy(deep=False))
+        """Append the rows of `rows` (copied: a later change to `rows` is not seen); the oldest beyond
+        the bounds fall out."""
+        self._window.append(rows)
 
     def frames(self) -> Iterator[pd.DataFrame]:
         """The kept rows as frames, oldest first."""
@@ -41,8 +44,7 @@ class FinishedRows:
     def frame(self) -> pd.DataFrame:
         """The kept rows as one new frame (index 0 .. len - 1; no columns when none are kept). Not
         cached: a cached copy would double what retention keeps."""
-        parts = list(self._window.frames())
-        return concat_frames(parts) if parts else pd.DataFrame()
+        return self._window.join()
 
     def tail(self, n: int) -> pd.DataFrame:
         """The last n kept rows as one new frame (joining only the frames that hold them)."""
@@ -57,7 +59,7 @@ class FinishedRows:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes of row data held (row_window.frame_bytes of every frame kept): <= max_bytes."""
+        """Bytes held for the kept rows (row_window.block_bytes of every block): <= max_bytes."""
         return self._window.held_bytes
 
     @property
