@@ -177,7 +177,7 @@ def test_inputs_are_not_changed() -> None:
 
 def test_steps_are_compared_with_probes_of_their_own_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """The machine halves its speed for plain steps halfway: each task is judged on its own span."""
-    monkeypatch.setattr("infersight.correlate.spec_speedup.LOCAL_PROBES", 2)
+    monkeypatch.setattr("infersight.correlate.spec_step_costs.LOCAL_PROBES", 2)
     rows, spec = [], []
     for i in range(8):  # a probe, then 500 ns later a speculative step; the probes slow down after 4
         rows += [(2 * i + 1, 2000 * i, 100 if i < 4 else 200, 0, 90, 2, 0, True),

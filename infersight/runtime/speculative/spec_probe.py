@@ -42,7 +42,7 @@ class SpecProbe:
         if not self.every or not any(s.num_spec_tokens for s in scheduled):
             return False
         counts = self.mixed_steps_at if prefilling else self.decode_steps_at
-        b = sum(1 for s in scheduled if s.req.request_id not in prefilling)
+        b = len(scheduled) - len(prefilling)  # prefilling: those of `scheduled` in prefill
         seen = counts.get(b, 0)
         counts[b] = seen + 1
         plain = seen % self.every == 0
