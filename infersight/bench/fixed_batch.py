@@ -65,6 +65,11 @@ class StepKinds:
         self.engine_ns[kind].append(engine_ns)
         self.client_ns[kind].append(client_ns)
 
+    def extend(self, other: StepKinds) -> None:
+        for kind, ns in other.engine_ns.items():
+            self.engine_ns[kind].extend(ns)
+            self.client_ns[kind].extend(other.client_ns[kind])
+
     def summary(self) -> dict[str, dict[str, float]]:
         """Per kind: steps, median engine ms, median client ms (measured)."""
         return {kind: {"steps": len(ns), "engine_ms": round(statistics.median(ns) / 1e6, 4),

@@ -121,10 +121,7 @@ def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks:
                 turn += 1
                 after_turn()
             for name, run in runs.items():
-                kinds = m.step_kinds.setdefault(name, {}).setdefault(task, StepKinds())
-                for kind, ns in run.kinds.engine_ns.items():
-                    kinds.engine_ns[kind].extend(ns)
-                    kinds.client_ns[kind].extend(run.kinds.client_ns[kind])
+                m.step_kinds.setdefault(name, {}).setdefault(task, StepKinds()).extend(run.kinds)
                 m.client_rates[name][task].append(run.tally[task].client_tokens_per_s)
                 m.wall_s[name][task].append(run.wall_ns / 1e9)
                 m.engine_rates[name][task].append(run.tally[task].tokens_per_s)
