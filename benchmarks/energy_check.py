@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     import pynvml
     from prometheus_client.exposition import generate_latest
 
-    from infersight.agent import report
+    from infersight.agent.api import report
     from infersight.agent.config import AgentConfig
     from infersight.agent.gpu_config import GpuConfig
     from infersight.agent.service import Agent

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from infersight.agent.autoapply.config import AutoApplyConfig
 from infersight.agent.capture.config import CaptureConfig
-from infersight.agent.engine_label_config import EngineLabelConfig
-from infersight.agent.limits_config import RecordLimits
-from infersight.agent.retention_config import RetentionConfig
+from infersight.agent.rings.engine_label_config import EngineLabelConfig
+from infersight.agent.rings.limits_config import RecordLimits
+from infersight.agent.rows.retention_config import RetentionConfig
 from infersight.agent.slow.config import SlowRequestConfig
 from infersight.config_error import ConfigError
 from infersight.exporters.exposition_config import ExpositionConfig
@@ -46,7 +46,7 @@ class AgentConfig:
     exposition: ExpositionConfig = field(default_factory=ExpositionConfig)  # exporters.prometheus
     slow: SlowRequestConfig = field(default_factory=SlowRequestConfig)  # agent.slow_judge
     retention: RetentionConfig = field(default_factory=RetentionConfig)  # agent.state's folds
-    limits: RecordLimits = field(default_factory=RecordLimits)  # agent.record_limits
+    limits: RecordLimits = field(default_factory=RecordLimits)  # agent.rings.record_limits
     # Tracing (opt-in; infersight.tracing): spans built from the probe events, exported over OTLP, and
     # the receiver of an engine's own spans.
     tracing: TracingConfig = field(default_factory=TracingConfig)
@@ -61,7 +61,7 @@ class AgentConfig:
     # full captures on a latency-objective breach or an anomaly. None: off. Its own config validates.
     flight_recorder: "RecorderConfig | None" = None
     auto_apply: AutoApplyConfig = field(default_factory=AutoApplyConfig)  # agent.autoapply (off by default)
-    engine_label: EngineLabelConfig = field(default_factory=EngineLabelConfig)  # agent.engine_scope
+    engine_label: EngineLabelConfig = field(default_factory=EngineLabelConfig)  # agent.rings.engine_scope
 
     def __post_init__(self) -> None:
         if not self.rings and not self.discover and not self.vllm_kv.enabled and not self.vllm_server.enabled:

@@ -23,7 +23,7 @@ from infersight.gpu.selection import GpuSelection
 if TYPE_CHECKING:
     import pandas as pd
 
-    from infersight.agent.ingest import RingSet
+    from infersight.agent.rings.ingest import RingSet
     from infersight.agent.recorder.flight_recorder import FlightRecorder
     from infersight.exporters.parquet import FrameSink, ParquetSink
     from infersight.sources.vllm.kv_events import VllmKVSubscriber

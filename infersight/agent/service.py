@@ -3,7 +3,7 @@
 The engine never waits on any of this: it only writes to its ring, which drops (and counts)
 when the agent falls behind.
 
-A finished capture's analysis is agent.capture_analysis's, the listener socket agent.listen_socket's
+A finished capture's analysis is agent.capture_analysis's, the listener socket agent.api.listen_socket's
 (both names re-exported here).
 """
 from __future__ import annotations
@@ -24,16 +24,16 @@ from infersight.agent.capture.controller import (
 from infersight.agent.capture.analysis import analyze_capture
 from infersight.agent.component import AgentComponent
 from infersight.agent.config import AgentConfig, ConfigError
-from infersight.agent.engine_scope import RingEngine
+from infersight.agent.rings.engine_scope import RingEngine
 from infersight.agent.eviction_log import EvictionLog
-from infersight.agent.ingest import AttachedRing, RingSet
-from infersight.agent.listen_socket import PortInUseError, bind_listener
+from infersight.agent.rings.ingest import AttachedRing, RingSet
+from infersight.agent.api.listen_socket import PortInUseError, bind_listener
 from infersight.agent.parts import (
     CapturesPart, CollectorOnly, GpuPart, ParquetPart, RecorderPart, RingStatsPart, TracingPart, VllmKvPart,
 )
 from infersight.agent.poll_guard import PollGuard
 from infersight.agent.poll_timer import PollTimer
-from infersight.agent.server import build_app, listener_options
+from infersight.agent.api.server import build_app, listener_options
 from infersight.agent.state import AgentState
 from infersight.probes.ring_lease import lease_refusal
 from infersight.correlate.frames import EventFrames

@@ -11,7 +11,7 @@ verifications (folds.spec), served requests' network timing (folds.network_hold)
 (folds.energy_account), and the requests themselves (folds.request_ledger, which judges the slow
 ones with agent.slow_judge). AgentState runs them in order under its lock and is what the rest of the agent reads.
 
-With the engine label on (several rings: agent.engine_scope) the folds count through views that add
+With the engine label on (several rings: agent.rings.engine_scope) the folds count through views that add
 each batch's engine to the engine families' labels, and the state keeps each engine's last step and
 expert matrix for the gauges (engine_views).
 """
@@ -26,11 +26,11 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.engine_scope import EngineScope, EngineView, RingEngine
+from infersight.agent.rings.engine_scope import EngineScope, EngineView, RingEngine
 from infersight.agent.folds.energy_account import EnergyAccount
 from infersight.agent.energy_meter import EnergyMeter
 from infersight.agent.folds.expert import EP_WINDOW, ExpertFold
-from infersight.agent.finished_rows import FinishedRows, row_dicts
+from infersight.agent.rows.finished_rows import FinishedRows, row_dicts
 from infersight.agent.folds.kv import KvFold
 from infersight.agent.folds.network_hold import MAX_OPEN_REQUESTS, NetworkHold
 from infersight.agent.folds.prefix import PrefixFold
@@ -96,7 +96,7 @@ class AgentState:
     # -- what the rest of the agent reads (each fold owns its part) ---------------------------------
     @property
     def engine_label(self) -> bool:
-        """Whether the engine families' label tuples end with the engine (agent.engine_scope)."""
+        """Whether the engine families' label tuples end with the engine (agent.rings.engine_scope)."""
         return self.scope.on
 
     @property
@@ -224,7 +224,7 @@ class AgentState:
         self.source_stats[source] = stats
 
     def count_rejected(self, rejected: dict[tuple[str, str], int]) -> None:
-        """Probe records the agent refused since the last call, {(ring, reason): n} (agent.record_limits)."""
+        """Probe records the agent refused since the last call, {(ring, reason): n} (agent.rings.record_limits)."""
         if rejected:
             with self.lock:
                 for labels, n in rejected.items():

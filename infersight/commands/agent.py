@@ -4,11 +4,11 @@ from __future__ import annotations
 import argparse
 
 from infersight.agent.autoapply.config import AutoApplyConfig
-from infersight.agent.engine_label_config import EngineLabelConfig
+from infersight.agent.rings.engine_label_config import EngineLabelConfig
 from infersight.agent.gpu_config import GpuConfig
-from infersight.agent.limits_config import RecordLimits
+from infersight.agent.rings.limits_config import RecordLimits
 from infersight.agent.recorder.config import RecorderConfig
-from infersight.agent.retention_config import RetentionConfig
+from infersight.agent.rows.retention_config import RetentionConfig
 from infersight.agent.slow.config import SlowRequestConfig
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.sources.vllm.kv_config import VllmKvConfig

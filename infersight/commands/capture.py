@@ -12,7 +12,7 @@ from pathlib import Path
 
 def run(args: argparse.Namespace) -> int:
     from infersight.agent.capture.controller import default_token_file
-    from infersight.agent.token_file import read_token
+    from infersight.agent.api.token_file import read_token
     from infersight.commands.agent import parse_listen
 
     host, port = parse_listen(args.agent)

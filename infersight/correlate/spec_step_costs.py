@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-#: Request and step ids carry their engine (ring) index above this bit (agent.ingest.RING_ID_SHIFT).
+#: Request and step ids carry their engine (ring) index above this bit (agent.rings.ingest.RING_ID_SHIFT).
 ENGINE_ID_SHIFT = 48
 #: Probe steps a speculative step is compared with: the nearest in time at its batch size.
 LOCAL_PROBES = 4

@@ -1,5 +1,5 @@
 """The agent's ring discovery on /metrics: rings held by another agent now, how often one was
-passed over (probes.ring_discovery.RingDiscovery), and rings whose writer died (agent.ingest)."""
+passed over (probes.ring_discovery.RingDiscovery), and rings whose writer died (agent.rings.ingest)."""
 from __future__ import annotations
 
 from typing import Iterator

@@ -61,7 +61,7 @@ class MetricSource(Protocol):
     spec_events: pd.DataFrame
     spec_step_timing: pd.DataFrame
     ring_stats: dict[str, dict[str, int]]
-    #: With it on, the engine families' label tuples end with the engine (agent.engine_scope).
+    #: With it on, the engine families' label tuples end with the engine (agent.rings.engine_scope).
     engine_label: bool
     ring_engines: dict[str, str]  # ring name -> its engine
 

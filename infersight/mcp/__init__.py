@@ -10,6 +10,6 @@ resources.py     the metric catalogue and the Grafana dashboards as resources
 bearer_guard.py  the HTTP transport's door: 401 without the agent's bearer token
 server.py        build_server (the tools and resources on one MCPServer) and serve (stdio or HTTP)
 
-May import: agent.token_file and http (the token and its check), exporters.catalogue,
+May import: agent.api.token_file and http (the token and its check), exporters.catalogue,
 dashboards; never the agent's state or service (it runs beside the agent, as a separate process).
 """

@@ -39,6 +39,6 @@ class McpConfig:
         return parts.port or (443 if parts.scheme == "https" else 80)
 
     def resolved_token_file(self) -> Path:
-        from infersight.agent.token_file import default_token_file
+        from infersight.agent.api.token_file import default_token_file
 
         return self.token_file if self.token_file is not None else default_token_file(self.agent_port)

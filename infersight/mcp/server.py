@@ -31,7 +31,7 @@ def serve(config: McpConfig) -> None:
         return
     import uvicorn
 
-    from infersight.agent.token_file import read_token
+    from infersight.agent.api.token_file import read_token
     from infersight.mcp.bearer_guard import BearerGuard
 
     token = read_token(config.resolved_token_file())  # a one-line refusal (ValueError) when it cannot be trusted

@@ -154,7 +154,7 @@ def register_tools(server: MCPServer, agent: AgentClient, config: McpConfig) -> 
                              "read it with `captures`.")
     async def start_capture(steps: Annotated[int, Field(ge=1, le=1000)] = 20,
                             tool: Literal["torch", "cuda-profiler"] = "torch") -> R.Capture:
-        from infersight.agent.token_file import TokenFileError, read_token
+        from infersight.agent.api.token_file import TokenFileError, read_token
 
         path = config.resolved_token_file()
         try:

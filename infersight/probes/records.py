@@ -48,7 +48,7 @@ class RecordKind(enum.IntEnum):
     GPU = 21
     # The name of the engine the producing process belongs to (probes.records.engine_name_bytes), one
     # record: written when the ring is created and again with the GPU records, every GPU_RECORD_EVERY_S.
-    # An agent that reads several rings labels each engine's series with it (agent.engine_scope); the
+    # An agent that reads several rings labels each engine's series with it (agent.rings.engine_scope); the
     # rings of one engine (vLLM's API server and its workers) announce the same name.
     ENGINE = 22
 

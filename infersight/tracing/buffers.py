@@ -22,7 +22,7 @@ from infersight.tracing.spans import ServedInfo
 MAX_STEPS = 20_000
 MAX_REQUESTS = 50_000
 DEFAULT_MAX_BYTES = 32 << 20
-#: Request ids carry their ring's index above this bit (agent.ingest.RING_ID_SHIFT).
+#: Request ids carry their ring's index above this bit (agent.rings.ingest.RING_ID_SHIFT).
 RING_SHIFT = 48
 #: Each table's share of the byte limit (steps and memberships are the big ones at steady load).
 SHARES = {"steps": 0.2, "members": 0.2, "spec": 0.04, "reloads": 0.04, "served": 0.12, "network": 0.05,

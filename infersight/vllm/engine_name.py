@@ -1,5 +1,5 @@
 """The engine name a vLLM process announces on its ring (an ENGINE record, probes.records), so that an
-agent reading several rings labels each engine's series with it (agent.engine_scope).
+agent reading several rings labels each engine's series with it (agent.rings.engine_scope).
 
 One vLLM engine writes several rings: the API server's (writer.py) and one per worker for the MoE
 expert counts (experts.py). They all announce the same name, so that a tensor-parallel engine is one

@@ -8,7 +8,7 @@ sets when the caller did not) behind an API prefix, and for completions a choice
 
 The middleware sees only the base; the stat logger and vLLM's spans see the engine id. Both map
 to the same key: a 47-bit hash of (base, index). 47 bits, because the agent shifts each ring's ids
-into its own range above bit 48 (agent.ingest.RING_ID_SHIFT); key 0 is never produced (it means
+into its own range above bit 48 (agent.rings.ingest.RING_ID_SHIFT); key 0 is never produced (it means
 "no request" in the probe records).
 """
 from __future__ import annotations

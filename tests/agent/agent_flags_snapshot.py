@@ -81,7 +81,7 @@ def _plain(value: Any) -> Any:
 
 def flat_config(config: Any) -> dict[str, Any]:
     """The config's values under the old flat names (a pre-split config is flat already)."""
-    from infersight.agent.record_limits import RecordLimits  # before the split and after
+    from infersight.agent.rings.record_limits import RecordLimits  # before the split and after
 
     out = {f.name: _plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
     if "limits" not in out:  # before the split: the agent's RecordLimits took its default here

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
 
-from infersight.agent import report  # noqa: E402
+from infersight.agent.api import report  # noqa: E402
 from infersight.agent.config import AgentConfig  # noqa: E402
 from infersight.agent.service import Agent  # noqa: E402
 from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402

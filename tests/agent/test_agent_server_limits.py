@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from infersight.agent.capture.controller import CaptureRecord
 from infersight.agent.config import AgentConfig
-from infersight.agent.server import AGENT_LIMITS, bearer_matches, build_app
+from infersight.agent.api.server import AGENT_LIMITS, bearer_matches, build_app
 from infersight.agent.state import AgentState
 
 TOKEN = "s3cret-token"

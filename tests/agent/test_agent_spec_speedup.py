@@ -8,7 +8,7 @@ from agent_workload import make_engine, run_workload, unique_ring
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from infersight.agent import report
+from infersight.agent.api import report
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
@@ -58,7 +58,7 @@ def test_summary_gauge_and_advice_agree(run) -> None:
 
 
 def test_engines_are_told_apart_as_the_agent_offsets_them() -> None:
-    from infersight.agent.ingest import RING_ID_SHIFT
+    from infersight.agent.rings.ingest import RING_ID_SHIFT
     from infersight.correlate.spec_speedup import ENGINE_ID_SHIFT
 
     assert ENGINE_ID_SHIFT == RING_ID_SHIFT

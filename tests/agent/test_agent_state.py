@@ -16,10 +16,10 @@ from agent_workload import MAX_TOKENS, make_engine, run_workload, unique_ring
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from infersight.agent import report
+from infersight.agent.api import report
 from infersight.agent.config import AgentConfig
-from infersight.agent.retention_config import RetentionConfig
-from infersight.agent.server import build_app
+from infersight.agent.rows.retention_config import RetentionConfig
+from infersight.agent.api.server import build_app
 from infersight.agent.service import Agent
 from infersight.correlate.requests import PARTS
 from infersight.exporters import catalogue as C
@@ -285,7 +285,7 @@ def test_idle_steps_are_counted_too() -> None:
 
 
 def test_discovery_attaches_rings_not_their_control_blocks() -> None:
-    from infersight.agent.ingest import RingSet
+    from infersight.agent.rings.ingest import RingSet
 
     ring = unique_ring("disc")
     engine, probe = make_engine(ring)  # creates the ring and its "-ctl" control block

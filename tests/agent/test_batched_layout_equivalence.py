@@ -20,7 +20,7 @@ from prometheus_client.openmetrics.exposition import generate_latest
 
 import infersight.probes.observer as observer_module
 import infersight.probes.ring as ring_module
-from infersight.agent import report
+from infersight.agent.api import report
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
 from infersight.probes.config import ProbeConfig

@@ -1,4 +1,4 @@
-"""The detail routes (agent.detail_routes) on a live agent beside the tiny engine: one request
+"""The detail routes (agent.api.detail_routes) on a live agent beside the tiny engine: one request
 explained, two windows compared, who evicted whom; each checked against the engine's own record
 (its step stats, outputs, and the probe calls teed in this process: probe_tee)."""
 from __future__ import annotations

@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from testkit import unique_ring
 
 import infersight.agent.state as state_module
-from infersight.agent import report
+from infersight.agent.api import report
 from infersight.agent.config import AgentConfig
-from infersight.agent.engine_label_config import EngineLabelConfig
-from infersight.agent.engine_scope import RingEngine
-from infersight.agent.ingest import RingSet
+from infersight.agent.rings.engine_label_config import EngineLabelConfig
+from infersight.agent.rings.engine_scope import RingEngine
+from infersight.agent.rings.ingest import RingSet
 from infersight.agent.state import AgentState
 from infersight.commands import agent as agent_command
 from infersight.config_error import ConfigError

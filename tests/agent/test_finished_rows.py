@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infersight.agent.finished_rows import FinishedRows, row_dicts
-from infersight.agent.row_window import BLOCKS_PER_BUDGET, COMPACT_FRAMES
+from infersight.agent.rows.finished_rows import FinishedRows, row_dicts
+from infersight.agent.rows.row_window import BLOCKS_PER_BUDGET, COMPACT_FRAMES
 
 
 def _frame(rng: np.random.Generator, first: int, n: int) -> pd.DataFrame:
@@ -160,9 +160,9 @@ def test_the_agents_retention_stays_within_its_budget_on_a_small_workload() -> N
     and the summary says so."""
     from testkit import unique_ring
 
-    from infersight.agent import report
+    from infersight.agent.api import report
     from infersight.agent.config import AgentConfig
-    from infersight.agent.retention_config import RetentionConfig
+    from infersight.agent.rows.retention_config import RetentionConfig
     from infersight.agent.service import Agent
     from infersight.bench.agent import synthetic_workload
     from infersight.probes.config import ProbeConfig

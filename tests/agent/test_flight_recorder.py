@@ -11,7 +11,7 @@ import pytest
 import torch
 from prometheus_client import generate_latest
 
-from infersight.agent import report
+from infersight.agent.api import report
 from infersight.agent.config import AgentConfig
 from infersight.agent.capture.config import CaptureConfig
 from infersight.agent.gpu_config import GpuConfig

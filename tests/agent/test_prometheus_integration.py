@@ -10,7 +10,7 @@ import pytest
 from agent_workload import MAX_TOKENS
 from prometheus_server import DEMO_RECORDER, measured_cpu_ceilings, requires_prometheus, scraped_workload
 
-from infersight.agent import report
+from infersight.agent.api import report
 from infersight.exporters import catalogue as C
 
 pytestmark = requires_prometheus

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from testkit import unique_ring
 
 from infersight.agent.config import AgentConfig, ConfigError
-from infersight.agent.limits_config import RecordLimits
+from infersight.agent.rings.limits_config import RecordLimits
 from infersight.agent.service import Agent
 from infersight.exporters import catalogue as C
 from infersight.probes.config import ProbeConfig

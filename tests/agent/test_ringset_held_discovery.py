@@ -1,5 +1,5 @@
 """RingSet with discovery and a ring another agent reads (after H's wiring of probes.ring_discovery
-into agent/ingest.py): the agent does not try to attach it, says so once however many polls pass,
+into agent/rings/ingest.py): the agent does not try to attach it, says so once however many polls pass,
 counts it, and attaches as soon as the other reader has gone. Drop into tests/agent/."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from infersight.agent.ingest import RingSet
+from infersight.agent.rings.ingest import RingSet
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.probes.records import record_registry

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from infersight.agent.token_file import (
+from infersight.agent.api.token_file import (
     TokenFileError, default_token_dir, default_token_file, load_or_create_token, read_token,
 )
 from infersight.probes.capture import StepCapture

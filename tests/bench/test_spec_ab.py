@@ -21,7 +21,7 @@ from dataclasses import replace
 import pytest
 from testkit import one_torch_thread, unique_ring
 
-from infersight.agent import report
+from infersight.agent.api import report
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
 from infersight.bench.switch import SwitchObserver

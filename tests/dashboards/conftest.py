@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from agent_workload import make_engine, run_workload, unique_ring  # noqa: E402
 
-from infersight.agent import report  # noqa: E402
+from infersight.agent.api import report  # noqa: E402
 from infersight.agent.config import AgentConfig  # noqa: E402
 from infersight.agent.slow.config import SlowRequestConfig
 from infersight.agent.service import Agent  # noqa: E402

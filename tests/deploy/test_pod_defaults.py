@@ -49,7 +49,7 @@ def test_only_dev_shm_is_shared_and_it_is_memory(workload: Manifest) -> None:
 @pytest.mark.parametrize("workload", WORKLOADS, ids=lambda w: w.name)
 def test_writable_paths_are_volumes(workload: Manifest) -> None:
     """With a read-only root, what each process writes must be a mount: the agent's token lives in
-    $XDG_STATE_HOME/infersight (infersight/agent/token_file.py), Python and torch use /tmp and $HOME."""
+    $XDG_STATE_HOME/infersight (infersight/agent/api/token_file.py), Python and torch use /tmp and $HOME."""
     for c in containers(workload):
         mounted = {m["mountPath"] for m in c.spec["volumeMounts"]}
         env = {e["name"]: e["value"] for e in c.spec["env"] if "value" in e}

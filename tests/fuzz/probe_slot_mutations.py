@@ -94,6 +94,6 @@ def field_mutations(seeds: list[bytes], slot_size: int, count: int, seed: int) -
     return out
 
 
-#: The most tokens one TOKENS event may claim (agent.record_limits refuses more: the ITL fold makes a row
+#: The most tokens one TOKENS event may claim (agent.rings.record_limits refuses more: the ITL fold makes a row
 #: per token, so 2^63 - 1 ended in numpy's "negative dimensions" and 4e9 would ask for 96 GB).
 MAX_TOKENS_PER_EVENT = 4096

@@ -4,7 +4,7 @@ Seeds are the slot bytes (slot header + record) of rings written by the real eng
 (a tiny MoE engine with speculation, prefix sharing and preemptions) and by the vLLM writer's
 encoding (infersight.vllm.writer: task label, request/step records, text chunks, network timing).
 Each case puts mutated slot bytes into a ring and runs what the agent runs on every poll: the ring
-read, the RecordScreen (agent.record_limits), EventFrames.from_records and AgentState.ingest; every
+read, the RecordScreen (agent.rings.record_limits), EventFrames.from_records and AgentState.ingest; every
 RENDER_EVERY cases /metrics renders the state those cases built and a fresh state starts (a render
 of a fresh state costs ~0.7 s, which would make 10,000 cases take hours; a render failure is then
 reported at the case that closed the batch). Nothing may raise, hang or allocate beyond the fuzz
@@ -26,8 +26,8 @@ from testkit import one_torch_thread, unique_ring
 from fuzzkit import case_count, check, mutations, run_fuzz
 from probe_slot_mutations import MAX_TOKENS_PER_EVENT, field_mutations, rebased
 from infersight.agent.config import AgentConfig
-from infersight.agent.record_limits import RecordLimits, RecordScreen
-from infersight.agent.ingest import RingSet
+from infersight.agent.rings.record_limits import RecordLimits, RecordScreen
+from infersight.agent.rings.ingest import RingSet
 from infersight.agent.state import AgentState
 from infersight.exporters.prometheus import build_registry
 from infersight.probes.config import ProbeConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpu_fakes import FakeGpuState, FakeNvml
 
-from infersight.agent.ingest import MAX_GPUS_PER_RING, RingSet
+from infersight.agent.rings.ingest import MAX_GPUS_PER_RING, RingSet
 from infersight.probes.config import ProbeConfig
 from infersight.probes.gpu_uuids import visible_gpu_uuids
 from infersight.probes.observer import ProbeObserver
@@ -92,7 +92,7 @@ def test_a_reader_that_attaches_later_learns_them_at_the_next_due_step(monkeypat
 def test_a_ring_keeps_at_most_max_gpus() -> None:
     import numpy as np
 
-    from infersight.agent.ingest import AttachedRing
+    from infersight.agent.rings.ingest import AttachedRing
     from infersight.probes.records import record_dtype
 
     many = np.zeros(MAX_GPUS_PER_RING + 5, dtype=record_dtype(RecordKind.GPU))

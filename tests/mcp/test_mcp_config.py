@@ -13,7 +13,7 @@ from mcp import Client
 from mcp_session import mcp_command
 
 from mcp_live_agent import ENV, REPO
-from infersight.agent.token_file import TokenFileError
+from infersight.agent.api.token_file import TokenFileError
 from infersight.cli import main
 from infersight.mcp.config import McpConfig
 from infersight.mcp.server import build_server, serve

@@ -116,7 +116,7 @@ RULES: dict[str, tuple[tuple[str, ...], str]] = {
     "agent": (("correlate", "exporters", "gpu", "http", "kernels", "probes", "runtime.observer", "sources",
                "tracing"), "the top of the data path: it wires its parts and reads the engine side"),
     "training": (("runtime", "workload"), "trains the reference model on the runtime"),
-    "mcp": (("agent.token_file", "http", "exporters.catalogue", "dashboards"),
+    "mcp": (("agent.api.token_file", "http", "exporters.catalogue", "dashboards"),
             "a client of the agent's JSON API: the token and its check, the catalogue and dashboards as resources"),
     "bench": (("agent", "correlate", "kernels", "probes", "runtime", "workload"),
               "measuring tools: run an engine with probes and an agent, above both"),

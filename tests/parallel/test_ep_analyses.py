@@ -9,7 +9,7 @@ import os
 import pandas as pd
 import pytest
 
-from infersight.agent.ingest import RingSet
+from infersight.agent.rings.ingest import RingSet
 from infersight.correlate import expert_parallel as epa
 from infersight.correlate.frames import EP_COLUMNS, EventFrames
 from infersight.exporters.parquet import FrameSink

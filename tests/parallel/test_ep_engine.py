@@ -141,7 +141,7 @@ def test_replicated_placement_splits_tokens_and_keeps_totals(replicated_ranks):
 def test_agent_summary_reports_ep_share_ranks_and_plan(ranks):
     """The sidecar folds every rank's EP records into its summary (as it would from two rings)."""
     from infersight.agent.config import AgentConfig
-    from infersight.agent.report import expert_parallel
+    from infersight.agent.api.report import expert_parallel
     from infersight.agent.state import AgentState
 
     state = AgentState(AgentConfig(rings=["unused"]))

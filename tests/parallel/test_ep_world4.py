@@ -21,8 +21,8 @@ import pytest
 from ep_workers import ENGINE_KWARGS, PROMPTS, generate_runs_keeping_rings, generate_single
 from gloo_spawn import spawn_local
 from infersight.agent.config import AgentConfig
-from infersight.agent.ingest import RING_ID_SHIFT, RingSet
-from infersight.agent.report import EP_SUMMARY_STEPS, expert_parallel
+from infersight.agent.rings.ingest import RING_ID_SHIFT, RingSet
+from infersight.agent.api.report import EP_SUMMARY_STEPS, expert_parallel
 from infersight.agent.state import AgentState
 from infersight.correlate.expert_parallel import plan_replication
 from infersight.correlate.frames import EventFrames

@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from infersight.agent.ingest import RingSet
+from infersight.agent.rings.ingest import RingSet
 from infersight.probes.control import control_name
 from infersight.probes.records import RecordKind, record_dtype, record_registry, record_struct
 from infersight.probes.ring import RingConsumer, RingProducer, RingWriterGone

@@ -122,7 +122,7 @@ def test_otlp_receiver_refuses_and_counts_connections_over_its_bound() -> None:
 
 
 def test_agent_listener_counts_its_refusals_on_its_registry() -> None:
-    from infersight.agent.server import listener_options
+    from infersight.agent.api.server import listener_options
 
     reg = CollectorRegistry()
     options = listener_options(5, reg)

@@ -27,7 +27,7 @@ from serve_fixtures import MODEL, Harness
 from testkit import free_port
 
 from infersight.agent.config import AgentConfig
-from infersight.agent.server import AGENT_LIMITS, build_app as build_agent_app
+from infersight.agent.api.server import AGENT_LIMITS, build_app as build_agent_app
 from infersight.agent.state import AgentState
 from infersight.http.limits import LimitedApp
 from infersight.serve.api_error import openai_error_body

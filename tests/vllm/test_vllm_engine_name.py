@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from testkit import unique_ring
 
-from infersight.agent.ingest import RingSet
+from infersight.agent.rings.ingest import RingSet
 from infersight.probes.config import ProbeConfig
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingProducer

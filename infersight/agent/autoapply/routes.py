@@ -75,5 +75,5 @@ def decision_routes(document: Callable[[int], dict[str, Any]]) -> list[Route]:
 
 
 def loop_off_document(limit: int) -> dict[str, Any]:
-    """GET /api/v1/decisions of an app built without the loop (agent.server.build_app's default)."""
+    """GET /api/v1/decisions of an app built without the loop (agent.api.server.build_app's default)."""
     return {"auto_apply": "off", "knobs": [], "decisions": [], "counts": {}, "in_force": {}, "in_flight": {}}

@@ -1,6 +1,6 @@
 """CaptureConfig: the capture endpoint's token, its rate limit and the auto-capture rules.
 
-No CLI flags: the token is read or created in a 0600 file (agent.token_file); python users set the rest."""
+No CLI flags: the token is read or created in a 0600 file (agent.api.token_file); python users set the rest."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from infersight.agent.token_file import default_token_file, load_or_create_token  # noqa: F401  (re-exported)
+from infersight.agent.api.token_file import default_token_file, load_or_create_token  # noqa: F401  (re-exported)
 from infersight.probes.control import CaptureDecode, CaptureState, CaptureTool, ControlBlock, control_name, default_decode
 from infersight.sources.capture_target import CaptureOutcome, CaptureRefused, CaptureTarget  # noqa: F401  (re-exported)
 

@@ -1,6 +1,6 @@
 """ExpertFold: MoE expert load (a layers x experts token matrix) and expert-parallel records.
 
-The matrix grows to the largest layer and expert seen; the record screen (agent.record_limits)
+The matrix grows to the largest layer and expert seen; the record screen (agent.rings.record_limits)
 has already refused records beyond the agent's limits, so it stays bounded.
 """
 from __future__ import annotations

@@ -45,7 +45,7 @@ class KvLimits:
 class KvFold:
     def __init__(self, counters: dict[str, LabelledCounter], histograms: dict[str, LabelledHistogram],
                  limits: KvLimits = KvLimits(), seed_zero_series: bool = True) -> None:
-        """seed_zero_series: False where the series are seeded per engine (agent.engine_scope)."""
+        """seed_zero_series: False where the series are seeded per engine (agent.rings.engine_scope)."""
         self.counters, self.histograms, self.limits = counters, histograms, limits
         self.carry = EventFrames().kv_events  # each block's open events
         self.reload_events = EventFrames().kv_events  # KV reloads of requests still in flight

@@ -15,9 +15,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from infersight.agent.engine_scope import EngineScope
+from infersight.agent.rings.engine_scope import EngineScope
 from infersight.agent.folds.energy_account import EnergyAccount
-from infersight.agent.finished_rows import FinishedRows
+from infersight.agent.rows.finished_rows import FinishedRows
 from infersight.agent.folds.kv import KvFold
 from infersight.agent.folds.network_hold import MAX_OPEN_REQUESTS, NetworkHold
 from infersight.agent.slow.judge import SlowJudge
@@ -34,7 +34,7 @@ class RequestLedger:
                  retention_bytes: int, steps: StepFold, energy: EnergyAccount, network: NetworkHold, kv: KvFold,
                  spec: SpecFold, judge: SlowJudge, kernel_seconds: Callable[[np.ndarray], list[float]],
                  emit: Callable[[pd.DataFrame, pd.DataFrame], None], scope: EngineScope | None = None) -> None:
-        """scope: the engine label's (agent.engine_scope; None: off), to count released rows by engine."""
+        """scope: the engine label's (agent.rings.engine_scope; None: off), to count released rows by engine."""
         self.counters, self.histograms = counters, histograms
         self.scope = scope if scope is not None else EngineScope(False)
         self.steps, self.energy, self.network, self.kv, self.spec, self.judge = steps, energy, network, kv, spec, judge
@@ -68,7 +68,7 @@ class RequestLedger:
         if len(done_ids) == 0:
             return
         for engine, ids in self.scope.split(done_ids):  # one group, the ids as they are, with the label off
-            with self.scope.within(engine):  # each row counted under its own engine (agent.engine_scope)
+            with self.scope.within(engine):  # each row counted under its own engine (agent.rings.engine_scope)
                 self._release(ids)
 
     def _release(self, done_ids: np.ndarray) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from infersight.agent.row_window import RowWindow
+from infersight.agent.rows.row_window import RowWindow
 from infersight.correlate import speculation
 from infersight.correlate.frames import EventFrames
 from infersight.exporters import catalogue as C

@@ -53,7 +53,7 @@ FILTERS = (
     FilterVariable("pod", "pod", "Pod"),
     FilterVariable("model", C.MODEL_LABEL, "Model", model_only=True),
     FilterVariable("instance", "instance", "Engine instance (agent target)"),
-    # One agent reading several rings labels each engine's series (agent/engine_scope.py); with one
+    # One agent reading several rings labels each engine's series (agent/rings/engine_scope.py); with one
     # ring there is no such label, and All (.*) matches its absence.
     FilterVariable("engine", "engine", "Engine (one agent, several rings)", model_only=True),
 )

@@ -16,7 +16,7 @@ from infersight.exporters.catalogue.spec import MetricSpec
 MODEL_LABEL = "model_name"
 
 #: The engine a series of an engine family came from, when one agent reads several engines' rings
-#: (agent.engine_scope: after the family's own labels, before model_name; off with a single ring). Its
+#: (agent.rings.engine_scope: after the family's own labels, before model_name; off with a single ring). Its
 #: values are the names the engines announce (bounded by the rings the agent reads).
 ENGINE_LABEL = "engine"
 #: Engine families that are the agent's as a whole, never an engine's: the GPU energy no step used

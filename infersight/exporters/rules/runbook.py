@@ -34,7 +34,7 @@ GPU_TEMPERATURE_PANEL = Panel(*GPU, "GPU temperature")
 GPU_POWER_PANEL = Panel(*GPU, "GPU power")
 GPU_CLOCKS_PANEL = Panel(*GPU, "GPU clocks")
 
-#: The agent's JSON API (infersight.agent.server), as a path on the agent's HTTP port, which is the
+#: The agent's JSON API (infersight.agent.api.server), as a path on the agent's HTTP port, which is the
 #: port Prometheus scrapes: the `instance` label of a target is where these answer.
 SUMMARY = "/api/v1/summary"
 SLOWEST = "/api/v1/requests?slowest=20"

@@ -1,7 +1,7 @@
 """Attach to probe rings (by name or discovered), read them, decode batches into EventFrames.
 
 A ring that is missing or unreadable is logged once per retry interval and retried; it never
-stops the agent. Each batch goes through the agent's RecordScreen (agent.record_limits) before it
+stops the agent. Each batch goes through the agent's RecordScreen (agent.rings.record_limits) before it
 is decoded: records out of range or over the agent's limits are counted, never decoded. Request
 ids are per engine process, so with several rings each ring's ids are shifted into their own range
 (ring index << 48); a ring index is a segment's, so an engine that restarts under its
@@ -9,7 +9,7 @@ predecessor's ring name (its pid, in a new pid namespace) gets a new one. A ring
 died (stopped beating, or its pid exited) is drained, detached and counted (`dead`). A ring's
 GPU records (the GPUs its engine uses, by UUID) are kept on the ring,
 at most MAX_GPUS_PER_RING, for the selection of the node's GPU series (gpu.selection). A ring's
-ENGINE record names the engine it belongs to (the `engine` label, agent.engine_scope): the first name
+ENGINE record names the engine it belongs to (the `engine` label, agent.rings.engine_scope): the first name
 it announces is kept (a producer cannot grow the label's values); until one comes (an old ring, or the
 seconds before a ring another agent read announces it again) the ring's own name stands for it.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infersight.agent.record_limits import RecordLimits, RecordScreen
+from infersight.agent.rings.record_limits import RecordLimits, RecordScreen
 from infersight.correlate.frames import EventFrames
 from infersight.probes.records import RecordKind, engine_name_of, record_registry
 from infersight.probes.ring import RingConsumer, RingFormatError, RingWriterGone

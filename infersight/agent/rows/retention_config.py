@@ -11,7 +11,7 @@ from infersight.config_error import ConfigError
 @dataclass(frozen=True)
 class RetentionConfig:
     """rows_bytes: finished requests' rows kept for the summary, /api/v1/requests and the flight
-    recorder, at most this many bytes of row data (agent.row_window.frame_bytes), the oldest going
+    recorder, at most this many bytes of row data (agent.rows.row_window.frame_bytes), the oldest going
     first; ~0.5 KB a row: the default keeps ~16,000 requests. requests: prefix-cache groups and
     capture kernel times kept (counts)."""
 

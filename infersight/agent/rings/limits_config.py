@@ -1,4 +1,4 @@
-"""RecordLimits: the agent's own caps on what a producer sends (agent.record_limits screens by them),
+"""RecordLimits: the agent's own caps on what a producer sends (agent.rings.record_limits screens by them),
 and their CLI flags."""
 from __future__ import annotations
 

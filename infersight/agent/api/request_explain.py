@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.energy_meter import BASIS as ENERGY_BASIS
-from infersight.agent.finished_rows import row_dicts
-from infersight.agent.report import _clean
+from infersight.agent.rows.finished_rows import row_dicts
+from infersight.agent.api.report import _clean
 from infersight.agent.state import AgentState
 from infersight.correlate.requests import REQUEST_FIELDS
 

@@ -1,4 +1,4 @@
-"""EngineLabelConfig: whether the engine families carry an `engine` label (agent.engine_scope), and its flag."""
+"""EngineLabelConfig: whether the engine families carry an `engine` label (agent.rings.engine_scope), and its flag."""
 from __future__ import annotations
 
 import argparse

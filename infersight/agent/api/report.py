@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.energy_meter import BASIS as ENERGY_BASIS
-from infersight.agent.engine_scope import by_engine, merged
-from infersight.agent.finished_rows import row_dicts
+from infersight.agent.rings.engine_scope import by_engine, merged
+from infersight.agent.rows.finished_rows import row_dicts
 from infersight.agent.state import AgentState
 from infersight.correlate import expert_parallel as ep_analysis
 from infersight.correlate import moe, spec_advice, spec_speedup

@@ -10,7 +10,7 @@ engine family's view appends the engine in scope to every label tuple, after the
 
 AgentState sets the scope per ring batch (the ring's engine: the name its ENGINE record announced,
 else the ring's name). Rows released later, by a batch of another ring or by GPU readings, are
-counted under THEIR engine: a request id carries its ring's index above RING_ID_SHIFT (agent.ingest),
+counted under THEIR engine: a request id carries its ring's index above RING_ID_SHIFT (agent.rings.ingest),
 and `split` groups ids by the engine of that ring. Readers that want the old totals sum over the
 engine with `merged`.
 """
@@ -23,7 +23,7 @@ from typing import Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from infersight.agent.ingest import RING_ID_SHIFT
+from infersight.agent.rings.ingest import RING_ID_SHIFT
 from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import Labels, LabelledCounter, LabelledHistogram
 from infersight.exporters.catalogue.identity import engine_labelled
@@ -37,7 +37,7 @@ ENGINE_FAMILIES = frozenset(spec.name for spec in C.CATALOGUE if engine_labelled
 @dataclass(frozen=True)
 class RingEngine:
     """A batch's source: the ring's index (its ids are shifted by index << RING_ID_SHIFT), its name, and
-    the engine it belongs to (agent.ingest.AttachedRing.engine)."""
+    the engine it belongs to (agent.rings.ingest.AttachedRing.engine)."""
 
     index: int
     ring: str

@@ -1,6 +1,6 @@
 """FinishedRows: the last finished requests' rows, oldest first, bounded in rows and in bytes.
 
-The ledger builds one frame of rows per poll. They are kept as column blocks (agent.row_window: one
+The ledger builds one frame of rows per poll. They are kept as column blocks (agent.rows.row_window: one
 owned array a column, blocks joined up to CHUNK_ROWS rows; a frame a poll, or frames joined, cost
 5-20x their data) and read as frames by the summary, the slow-request API and the flight recorder,
 built when read; dicts are built only for what is asked (iteration, indexing), never kept: a dict a
@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pandas as pd
 
-from infersight.agent.row_window import RowWindow
+from infersight.agent.rows.row_window import RowWindow
 from infersight.correlate.frames import concat_frames
 
 

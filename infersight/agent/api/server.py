@@ -7,7 +7,7 @@ GET /api/v1/diagnosis             findings and speculation recommendations
 POST /api/v1/capture              {"steps": N, "tool": "torch" | "cuda-profiler"}; bearer token required
 GET /api/v1/captures              captures so far, with their kernel analysis once written
 GET /api/v1/requests/{id}, /api/v1/compare, /api/v1/kv/evictions   one request, two windows, who evicted whom
-                                  (agent.detail_routes)
+                                  (agent.api.detail_routes)
 GET /api/v1/decisions             the closed loop's decisions and what is in force (agent.autoapply.routes)
 GET /health
 
@@ -29,10 +29,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from infersight.agent import report
+from infersight.agent.api import report
 from infersight.agent.capture.controller import CaptureRecord, CaptureRefused
 from infersight.agent.autoapply.routes import decision_routes, loop_off_document
-from infersight.agent.detail_routes import detail_routes
+from infersight.agent.api.detail_routes import detail_routes
 from infersight.agent.eviction_log import EvictionLog
 from infersight.agent.state import AgentState
 from infersight.http.bearer import bearer_matches  # noqa: F401  (re-exported: the agent's token check)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infersight.agent.report import _clean
+from infersight.agent.api.report import _clean
 from infersight.agent.state import AgentState
 from infersight.correlate.bootstrap import BOOTSTRAP_RESAMPLES, quantile_difference
 from infersight.correlate.requests import PARTS

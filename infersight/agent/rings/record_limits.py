@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from infersight.agent.limits_config import RecordLimits  # noqa: F401  (re-exported: its old home)
+from infersight.agent.rings.limits_config import RecordLimits  # noqa: F401  (re-exported: its old home)
 from infersight.probes.records import (
     EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD, TEXT_CHUNK_BYTES, RecordKind, RequestEvent, TextField,
 )

@@ -1,7 +1,7 @@
-"""The JSON API's detail routes (added to agent.server's table; same limits and JSON errors):
+"""The JSON API's detail routes (added to agent.api.server's table; same limits and JSON errors):
 
-GET /api/v1/requests/{id}                 one finished request explained (agent.request_explain); 404 if not kept
-GET /api/v1/compare?a=START,END&b=START,END   two time windows compared (agent.window_compare)
+GET /api/v1/requests/{id}                 one finished request explained (agent.api.request_explain); 404 if not kept
+GET /api/v1/compare?a=START,END&b=START,END   two time windows compared (agent.api.window_compare)
 GET /api/v1/kv/evictions?limit=N          who evicted whom (agent.eviction_log); 404 without the log
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from infersight.agent.eviction_log import EvictionLog
-from infersight.agent.request_explain import explain_request
+from infersight.agent.api.request_explain import explain_request
 from infersight.agent.state import AgentState
-from infersight.agent.window_compare import compare_windows, parse_window
+from infersight.agent.api.window_compare import compare_windows, parse_window
 
 
 def _bad(message: str) -> Response:
