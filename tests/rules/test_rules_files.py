@@ -120,7 +120,7 @@ def test_runbook_panels_are_the_dashboards_panels() -> None:
 
 
 def test_runbook_endpoints_are_agent_routes() -> None:
-    source = (REPO / "infersight" / "agent" / "server.py").read_text()
+    source = (REPO / "infersight" / "agent" / "api" / "server.py").read_text()
     for endpoint in runbook.ENDPOINTS:
         assert f'Route("{endpoint.split("?")[0]}"' in source, endpoint
 
