@@ -122,6 +122,20 @@ class AgentCollector(Collector):
             return replace(spec, labels=(*spec.labels, ENGINE_LABEL))
         return spec
 
+    def _with_zeros(self, spec: MetricSpec, data: LabelledCounter) -> LabelledCounter:
+        """data with spec.zero_series at 0 where not counted yet (for each engine with the label on)."""
+        if not spec.zero_series:
+            return data
+        engines = [engine for engine, _ in self._slices()] if self.state.engine_label and engine_labelled(spec) else [[]]
+        missing = [key for values in spec.zero_series for engine in engines
+                   if (key := (*values, *engine)) not in data.values]
+        if not missing:
+            return data
+        filled = LabelledCounter()
+        filled.values.update(data.values)
+        filled.values.update(dict.fromkeys(missing, 0.0))
+        return filled
+
     def _slices(self) -> list[tuple[list[str], EngineSlice]]:
         """(engine label values, what the gauges read): the state itself with the label off, each
         engine's slice with it on."""
@@ -138,7 +152,8 @@ class AgentCollector(Collector):
                 if spec.kind == "counter" and spec.name not in (C.EXPERT_TOKENS.name, C.PROBE_EVENTS.name,
                                                                C.PROBE_DROPPED.name, C.PROBE_CORRUPT.name,
                                                                C.PROBE_LOST.name):
-                    yield _counter(self._shown(spec), state.counters[spec.name], extra=self._id(spec))
+                    yield _counter(self._shown(spec), self._with_zeros(spec, state.counters[spec.name]),
+                                   extra=self._id(spec))
                 elif spec.kind == "histogram":
                     yield _histogram(self._shown(spec), state.histograms[spec.name], extra=self._id(spec))
             slices = self._slices()

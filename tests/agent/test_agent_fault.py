@@ -33,7 +33,7 @@ from infersight.runtime import Engine, EngineConfig, SamplingParams
 REPO = Path(__file__).resolve().parents[2]
 CAPACITY = 1024  # ~1 s of this load (a step is ~4 slots: TOKENS and members batched): a restart overflows it
 CONCURRENT = 6  # requests in flight at all times
-MAX_TOKENS = 110  # with 10 prompt tokens, within TINY's 128; a request lives > 1 s: in flight across the kill
+MAX_TOKENS = 110  # the longest (60..110 tokens); with 10 prompt tokens, within TINY's 128; in flight across the kill
 
 
 class EngineEvents:
@@ -81,7 +81,10 @@ class LoadedEngine(threading.Thread):
             while not self.halt.is_set() and not (self.finish.is_set() and not self.engine.has_unfinished()):
                 while not self.finish.is_set() and sum(r.times.finish_ns is None
                                                        for r in self.engine.requests.values()) < CONCURRENT:
-                    self.engine.add_request([1 + n % 50] * 10, SamplingParams(temperature=0, max_tokens=MAX_TOKENS,
+                    # Lengths differ so requests end at different steps: equal ones would start and end
+                    # in lockstep cohorts, and a kill just after a cohort's end spans no request.
+                    tokens = MAX_TOKENS - 10 * (n % CONCURRENT)
+                    self.engine.add_request([1 + n % 50] * 10, SamplingParams(temperature=0, max_tokens=tokens,
                                                                                ignore_eos=True))
                     n += 1
                 self.engine.step()

@@ -89,6 +89,15 @@ def test_two_named_engines_one_agent() -> None:
         if s.name.endswith("_total"):
             got[s.labels["engine"]] = got.get(s.labels["engine"], 0.0) + s.value
     assert got == {name: float(n) for name, n in SENT.items()}
+    # Preemptions per engine and reason from each engine's own request records; the reasons it did not
+    # use are served at 0 (MetricSpec.zero_series), for each engine.
+    want = {(name, reason): 0.0 for name in SENT for reason in ("recompute", "swap")}
+    for (engine, _), name in zip(pairs, SENT):
+        for req in engine.requests.values():
+            for _, reason in req.times.preemptions:
+                want[name, reason] += 1
+    assert {(s.labels["engine"], s.labels["reason"]): s.value for s in fams[C.PREEMPTIONS.name]
+            if s.name.endswith("_total")} == want
     # Gauges per engine (each engine's own last step); the probe counters' engine is their ring's.
     assert {s.labels["engine"] for s in fams[C.KV_USAGE.name]} == set(SENT)
     probe_events = {s.labels["ring"]: s.labels["engine"] for s in fams[C.PROBE_EVENTS.name]

@@ -29,18 +29,21 @@ PHASE = _engine_metric(P + "request_phase_seconds", "histogram",
                    ("phase", "task"), "seconds", LATENCY_BUCKETS,
                    {"share": f"sum by (phase) (rate({P}request_phase_seconds_sum[$__rate_interval]))"})
 PHASES = ("queue", "prefill", "preemption_stall", "decode", "network")
-SLOW = _engine_metric(P + "slow_requests", "counter",
-                  "Requests flagged slow (above the rolling e2e quantile, p99 by default, or over a latency SLO), "
-                  "by attributed cause.", ("cause",))
 #: correlate.slow_causes.CAUSES and unattributed.
 SLOW_CAUSES = ("queue_wait", "long_prompt", "preemption", "kv_reload", "batch_interference", "speculation_rejections",
                "long_output", "network", "unattributed")
+SLOW = _engine_metric(P + "slow_requests", "counter",
+                  "Requests flagged slow (above the rolling e2e quantile, p99 by default, or over a latency SLO), "
+                  "by attributed cause.", ("cause",), zero_series=tuple((cause,) for cause in SLOW_CAUSES))
 PROMPT_TOKENS = _engine_metric(P + "prompt_tokens", "counter", "Prompt tokens of finished requests.", ("task",),
                            vllm_name="vllm:prompt_tokens")
 GENERATION_TOKENS = _engine_metric(P + "generation_tokens", "counter", "Output tokens of finished requests.", ("task",),
                                vllm_name="vllm:generation_tokens")
+#: runtime.engine.scheduler's preemption modes (vLLM v1 only recomputes).
+PREEMPT_REASONS = ("recompute", "swap")
 PREEMPTIONS = _engine_metric(P + "preemptions", "counter", "Requests preempted, by how their KV was handled.",
-                         ("reason",), vllm_name="vllm:num_preemptions")
+                         ("reason",), vllm_name="vllm:num_preemptions",
+                         zero_series=tuple((reason,) for reason in PREEMPT_REASONS))
 REQUESTS_RUNNING = _engine_metric(P + "requests_running", "gauge", "Requests in the running batch at the last step.",
                               vllm_name="vllm:num_requests_running")
 REQUESTS_WAITING = _engine_metric(P + "requests_waiting", "gauge", "Requests waiting to be scheduled at the last step.",

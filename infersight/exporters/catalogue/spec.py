@@ -24,6 +24,10 @@ class MetricSpec:
     #: Labels the exporter appends from the agent's identity, one value per agent (catalogue.identity:
     #: model_name on the engine's families). The folds never set them; queries and dashboards see them.
     identity_labels: tuple[str, ...] = ()
+    #: Counters: the values of the spec's own labels served at 0 before anything is counted (for each
+    #: engine where the engine label is on). A series that appears at 1 hides its first event from
+    #: increase() and rate(), so an alert on "any preemption" would miss the first one.
+    zero_series: tuple[tuple[str, ...], ...] = ()
 
     @property
     def exposed_labels(self) -> tuple[str, ...]:
