@@ -12,6 +12,12 @@ model by a robust statistic, the modified z-score (Iglewicz and Hoaglin):
 - direction: +1 where higher is worse (latency, queueing, preemptions), -1 where lower is (hit and
   acceptance rates). A node is flagged on a column when z > 3.5 (Iglewicz and Hoaglin's cut).
 
+- A share of requests (slow_share: k of the node's n requests in the window) is also judged against
+  its own sampling noise: the scale is at least the binomial standard error sqrt(p (1 - p) / n) at
+  the peers' median p, and p at least 1/n (one request's worth). Each agent flags requests above its
+  own rolling p99, so every node flags a few by chance: without this floor, one flagged request on a
+  node whose peers flagged none in the window would stand out infinitely (a median and MAD of 0).
+
 A (node, model) is an outlier when it is flagged on a symptom (a latency quantile or its share of
 slow requests). Its cause is the flagged cause column with the largest z (a preemption rate that
 stands out names "preemption"); without one, the largest share of its slow-cause mix (the agent's
@@ -45,6 +51,11 @@ CAUSES: dict[str, tuple[int, str]] = {
 }
 
 
+#: Shares of the node's finished requests (the `requests` column counts them): judged against their
+#: binomial sampling noise too (module docstring).
+REQUEST_SHARES = ("slow_share",)
+
+
 def direction(column: str) -> int:
     return SYMPTOMS.get(column) or CAUSES[column][0]
 
@@ -58,6 +69,7 @@ def scores(table: pd.DataFrame) -> pd.DataFrame:
         sign = direction(column)
         for _model, group in table.groupby("model"):
             values = group[["node", "model", column]].dropna()
+            counted = group["requests"] if column in REQUEST_SHARES and "requests" in group else None
             for i, row in values.iterrows():
                 peers = values.loc[values.index != i, column]
                 if peers.empty:
@@ -65,6 +77,9 @@ def scores(table: pd.DataFrame) -> pd.DataFrame:
                 med = float(peers.median())
                 mad = float((peers - med).abs().median())
                 scale = max(MAD_TO_SIGMA * mad, RELATIVE_FLOOR * abs(med), 1e-12)
+                if counted is not None and counted[i] >= 1:
+                    p = min(max(med, 1.0 / counted[i]), 1.0)
+                    scale = max(scale, math.sqrt(p * (1.0 - p) / counted[i]))
                 z = sign * (float(row[column]) - med) / scale
                 rows.append({"node": row["node"], "model": row["model"], "column": column,
                              "value": float(row[column]), "peers": len(peers), "peer_median": med, "peer_mad": mad,

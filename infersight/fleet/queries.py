@@ -78,7 +78,9 @@ class FleetQueries:
 
     def columns(self) -> list[ColumnQuery]:
         """The table's columns in display order (table.COLUMNS documents the same names)."""
-        cols = [ColumnQuery("request_rate", self.rate(C.REQUESTS), "1/s", MEASURED, "finished requests per second")]
+        cols = [ColumnQuery("request_rate", self.rate(C.REQUESTS), "1/s", MEASURED, "finished requests per second"),
+                ColumnQuery("requests", self.increase(C.REQUESTS), "count", MEASURED,
+                            "finished requests in the window (what a share of requests is counted on)")]
         for spec, short in ((C.TTFT, "ttft"), (C.ITL, "itl"), (C.E2E, "e2e")):
             for q, tag in ((0.5, "p50"), (0.99, "p99")):
                 cols.append(ColumnQuery(f"{short}_{tag}_s", self.quantile(spec, q), "s", ESTIMATED,

@@ -43,6 +43,21 @@ def test_the_floor_keeps_near_identical_nodes_quiet_and_lower_is_worse_for_hit_r
     assert s.loc[("c", "prefix_hit_rate"), "z"] == pytest.approx(7.5)
 
 
+def test_a_share_of_requests_is_judged_against_its_sampling_noise() -> None:
+    # Twelve requests a node; a and b flagged none slow. c flagged one: its peers' median is 0, so
+    # p = max(0, 1/12) and the scale sqrt((1/12)(11/12)/12) = 0.079786; z = (1/12) / 0.079786 = 1.0445
+    t = _table([{"node": n, "model": "m", "requests": 12.0, "slow_share": k / 12} for n, k in (("a", 0), ("b", 0),
+                                                                                                 ("c", 1))])
+    s = scores(t).set_index("node")
+    assert s.loc["c", "scale"] == pytest.approx(0.079786, rel=1e-4)
+    assert s.loc["c", "z"] == pytest.approx(1.0445, rel=1e-4) and not s.loc["c", "flagged"]
+    # Six of twelve: z = 0.5 / 0.079786 = 6.267, flagged
+    t.loc[2, "slow_share"] = 6 / 12
+    assert scores(t).set_index("node").loc["c", "z"] == pytest.approx(6.267, rel=1e-3)
+    # Without the request count the share is judged as any column: peers' median and MAD 0, z huge
+    assert scores(t.drop(columns="requests")).set_index("node").loc["c", "z"] > 1e9
+
+
 def test_an_outlier_needs_a_symptom_and_its_cause_is_the_worst_cause_column() -> None:
     t = _table([
         {"node": "a", "model": "m", "e2e_p99_s": 1.0, "preemptions_per_request": 0.0, "queue_share": 0.10},
