@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, TYPE_CHECKING
 
@@ -37,6 +36,7 @@ from infersight.tracing.exporter import ExportCounts, SpanEmitter, SpanPipeline,
 from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
 from infersight.tracing.span_join import DEFAULT_MAX_BYTES, DEFAULT_WAIT_S, EngineRequestSpan, SpanJoin, adopt, enrich
 from infersight.tracing.spans import RequestInputs, kernel_attributes, request_trace, step_span
+from infersight.tracing.step_links import StepSpanContexts
 
 if TYPE_CHECKING:
     from infersight.exporters.aggregates import LabelledCounter
@@ -80,7 +80,7 @@ class TracingHook:
         self.kept = self.sampled_out = 0
         self._arrived: list[tuple[dict[str, Any], pd.DataFrame, float]] = []  # rows since the last process()
         self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
-        self._step_spans: OrderedDict[int, SpanContext] = OrderedDict()
+        self._step_spans = StepSpanContexts(MAX_STEP_SPANS)
         self._mirror = dict(mirror or {})
         self.kernels_for_request, self.gpu_for_step = kernels_for_request, gpu_for_step
         self.span_join = join.build(self) if join is not None else None
@@ -198,9 +198,8 @@ class TracingHook:
             if step is None:  # older than the step window, or its record was lost
                 return None
             gpu = self.gpu_for_step(int(step["start_ns"]), int(step["end_ns"])) if self.gpu_for_step else None
-            ctx = self._step_spans[step_id] = self.emitter.step(step_span(step, to_wall, gpu))
-            while len(self._step_spans) > MAX_STEP_SPANS:
-                self._step_spans.popitem(last=False)
+            ctx = self.emitter.step(step_span(step, to_wall, gpu))
+            self._step_spans.put(step_id, ctx)
         return ctx
 
     def flush(self, timeout_millis: int = 10_000) -> None:
