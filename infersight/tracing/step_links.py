@@ -4,9 +4,9 @@ A request's row comes when it finishes, seconds after its first steps; its span 
 ran in. A step span is sent once, on the first request that links it, and its context is kept for
 the next ones: 20,000 of them at steady load (tens of seconds of steps). Kept as OpenTelemetry
 SpanContext objects in an OrderedDict they cost ~365 B each (tracemalloc, issue 33: 7.3 MB for
-20,000); here each is one Python int packing trace id, span id and the sampled flag, in a dict
-with a deque for the order (126 B each, tracemalloc, 20,000 entries). Trace state is not kept: a step span is the root of its
-own trace and has none.
+20,000); here each is one Python int packing trace id, span id and the sampled flag, in a dict with
+a deque for the order (126 B each, tracemalloc, 20,000 entries). Trace state is not kept: a step
+span is the root of its own trace and has none.
 """
 from __future__ import annotations
 
