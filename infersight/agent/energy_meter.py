@@ -18,7 +18,8 @@ steps is idle energy:
     |<-- requests_uj (in steps) + idle_uj (gaps) == counter(cursor) - counter(first) -->|
 
 The SM-active integral (GPM or DCGM SM activity x time, summed over GPUs) is split the same way
-where its readings cover a step; without them a request's figure is NaN. Finished requests wait
+where its readings cover a step; without them a request's figure is NaN. The readings the account
+still needs are kept by gpu_readings.GpuReadings, the energy model's fit by energy_fit.EnergyFit. Finished requests wait
 (AgentState asks `ready`) until the account has passed their finish, at most `wait_s`.
 """
 from __future__ import annotations
@@ -29,15 +30,14 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from infersight.agent.energy_fit import EnergyFit
+from infersight.agent.gpu_readings import ENERGY_FIELD, SM_FIELD, GpuReadings
 from infersight.correlate import cost
 from infersight.correlate import energy as E
 from infersight.correlate import sampling_bound as B
 from infersight.correlate import token_cost as T
 from infersight.gpu.samples import GpuSample
 
-ENERGY_FIELD = "energy_joules"
-SM_FIELD = "sm_active_ratio"
-POWER_FIELD = "power_watts"
 #: What every per-request joule figure is, in the summary, the API and the docs.
 BASIS = "modelled split of measured energy"
 #: What `EnergyMeter.take` gives each finished request (columns of its row): energy_j = energy_dynamic_j
@@ -59,34 +59,14 @@ def _int_frame(*columns: str) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
 
 
-def _frame(rows: list[tuple[int, int, float]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["ts_ns", "gpu", "value"])
-
-
-def _last_at_or_before(counter: pd.DataFrame, ts_ns: int) -> pd.DataFrame:
-    """The readings still needed once time before ts_ns is accounted: per GPU, from its last reading
-    at or before ts_ns on."""
-    if counter.empty:
-        return counter
-    floor = counter[counter["ts_ns"] <= ts_ns].groupby("gpu")["ts_ns"].max()
-    keep = counter["ts_ns"] >= counter["gpu"].map(floor).fillna(np.iinfo(np.int64).min)
-    return counter[keep].reset_index(drop=True)
-
-
 class EnergyMeter:
     """gpus: the GPUs whose energy is the engine's (() = every GPU with an energy counter)."""
 
     def __init__(self, gpus: tuple[int, ...] = (), wait_s: float = 5.0,
                  clock: Callable[[], int] = time.monotonic_ns) -> None:
-        self.wanted = set(gpus)
         self.wait_ns = int(wait_s * 1e9)
         self._clock = clock
-        self.gpus: tuple[int, ...] = ()  # fixed by the first energy readings
-        self.energy = pd.DataFrame(columns=list(E.COUNTER_COLUMNS)).astype(E.COUNTER_COLUMNS)  # uJ
-        self.sm = self.energy.copy()  # ns of SM activity
-        self._newest: dict[tuple[str, int], int] = {}  # (field, gpu) -> newest reading taken in
-        self._sm_last: dict[int, tuple[int, int]] = {}  # gpu -> (ts_ns, value) the SM integral stands at
-        self.power_hi: dict[int, float] = {}  # gpu -> the most power seen (uJ per ns): interval means, gauge
+        self.readings = GpuReadings(gpus)  # energy and SM activity as read, until accounted
         self.from_ns: int | None = None
         self.from_uj = 0  # the counter, summed over the GPUs, at from_ns
         self.cursor_ns: int | None = None
@@ -101,12 +81,7 @@ class EnergyMeter:
                                         *T.STEP_KIND_COLUMNS.values())
         self.pending_batch = _int_frame("step_id", "request_id", "num_tokens")
         self.chunks = _int_frame("request_id", "ts_ns")  # PREFILL_CHUNK events of steps not yet measured
-        # The energy model's running normal equations over complete counter intervals, the intervals
-        # some of whose steps are still to come, and the fit the last steps were split by.
-        k = len(T.REGRESSORS)
-        self._xtx, self._xty, self._fit_intervals = np.zeros((k, k)), np.zeros(k), 0
-        self.open_rows = T.interval_rows(pd.DataFrame(), np.empty(0, np.int64))
-        self.costs = T.TokenCosts()
+        self.fit = EnergyFit()  # the energy model, refitted on each complete counter interval
         self.steps_by_model = 0  # steps split by modelled cost
         self.steps_by_tokens = 0  # steps split by token share (no usable fit yet, or members not told apart)
         # requests_uj cut by the model into dynamic and static (steps split with a usable fit); the
@@ -129,53 +104,18 @@ class EnergyMeter:
     # -- readings ---------------------------------------------------------------------------------
     def add_samples(self, samples: Iterable[GpuSample]) -> None:
         """Take in the readings not seen before (whole-GPU energy and SM activity only)."""
-        new: dict[str, list[tuple[int, int, float]]] = {ENERGY_FIELD: [], SM_FIELD: []}
-        for s in samples:
-            if s.instance or (self.wanted and s.gpu not in self.wanted):
-                continue
-            if s.field == POWER_FIELD:  # the gauge widens the power range of the sampling bound
-                self.power_hi[s.gpu] = max(self.power_hi.get(s.gpu, 0.0), s.value * 1e-3)
-                continue
-            if s.field not in new:
-                continue
-            key = (s.field, s.gpu)
-            if s.ts_ns > self._newest.get(key, -1):
-                new[s.field].append((s.ts_ns, s.gpu, s.value))
-        for field, rows in new.items():
-            for ts, gpu, _ in rows:
-                self._newest[(field, gpu)] = max(ts, self._newest.get((field, gpu), -1))
-        if new[ENERGY_FIELD]:
-            rows = _frame(new[ENERGY_FIELD])
-            rows = rows.assign(value=np.rint(rows["value"].to_numpy(np.float64) * 1e6)).astype(E.COUNTER_COLUMNS)
-            if not self.gpus:
-                self.gpus = tuple(sorted(rows["gpu"].unique().tolist()))
-            rows = rows[rows["gpu"].isin(self.gpus)]
-            self.energy = pd.concat([self.energy, rows], ignore_index=True)
-            self._note_power()
-            if self.cursor_ns is None and set(self.energy["gpu"]) >= set(self.gpus):
-                # Every GPU has a reading from here on: the account starts.
-                self.from_ns = self.cursor_ns = int(self.energy.groupby("gpu")["ts_ns"].min().max())
-                self.from_uj = int(E.counter_at(self.energy, np.array([self.from_ns]))[0])
-        if new[SM_FIELD] and self.active:
-            gauge = _frame(new[SM_FIELD])
-            gauge = gauge[gauge["gpu"].isin(self.gpus)]
-            integral = E.integrate_gauge(gauge, 1.0, self._sm_last)
-            for gpu, ts, value in integral.groupby("gpu").tail(1)[["gpu", "ts_ns", "value"]].itertuples(index=False):
-                self._sm_last[int(gpu)] = (int(ts), int(value))
-            self.sm = pd.concat([self.sm, integral], ignore_index=True)
+        sm = self.readings.add(samples)
+        if self.cursor_ns is None and self.readings.every_gpu_read():
+            # Every GPU has a reading from here on: the account starts.
+            energy = self.readings.energy
+            self.from_ns = self.cursor_ns = int(energy.groupby("gpu")["ts_ns"].min().max())
+            self.from_uj = int(E.counter_at(energy, np.array([self.from_ns]))[0])
+        if self.active:
+            self.readings.integrate_sm(sm)
 
-    def _note_power(self) -> None:
-        """The highest mean power of any interval between two energy readings, per GPU (uJ per ns)."""
-        for gpu, g in self.energy.groupby("gpu", sort=False):
-            g = g.sort_values("ts_ns", kind="stable")
-            dt = np.diff(g["ts_ns"].to_numpy(np.int64))
-            dv = np.diff(np.maximum.accumulate(g["value"].to_numpy(np.int64)))
-            if (dt > 0).any():
-                self.power_hi[int(gpu)] = max(self.power_hi.get(int(gpu), 0.0), float((dv[dt > 0] / dt[dt > 0]).max()))
-
-    def _covered_ns(self, field: str) -> int:
-        """Up to when every GPU has a reading of the field (-1: some GPU has none)."""
-        return min((self._newest.get((field, g), -1) for g in self.gpus), default=-1)
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return self.readings.gpus
 
     # -- steps --------------------------------------------------------------------------------------
     def add_steps(self, steps: pd.DataFrame, batch: pd.DataFrame) -> None:
@@ -204,7 +144,7 @@ class EnergyMeter:
     def attribute(self) -> int:
         """Measure the queued steps that a reading now covers; returns the idle uJ newly accounted
         (gaps between them, and steps that ran no request)."""
-        covered = self._covered_ns(ENERGY_FIELD)
+        covered = self.readings.covered_ns(ENERGY_FIELD)
         steps = self.pending_steps
         if self.cursor_ns is None or covered < 0:
             return 0
@@ -214,12 +154,12 @@ class EnergyMeter:
         if ready.empty:
             return 0
         start, to_ns = self.cursor_ns, max(self.cursor_ns, int(ready["end_ns"].max()))
-        windows, idle = E.step_values(ready, self.energy, start, to_ns)
+        windows, idle = E.step_values(ready, self.readings.energy, start, to_ns)
         measured = windows[["step_id"]].assign(energy_uj=windows["value"].astype(np.float64),
                                                gpu_sm_active_ns=np.nan)
-        sm_covered = self._covered_ns(SM_FIELD)
-        if sm_covered >= 0 and self.sm["ts_ns"].min() <= start:
-            sm_windows, _ = E.step_values(ready, self.sm, start, to_ns)
+        sm_covered = self.readings.covered_ns(SM_FIELD)
+        if sm_covered >= 0 and self.readings.sm["ts_ns"].min() <= start:
+            sm_windows, _ = E.step_values(ready, self.readings.sm, start, to_ns)
             measured["gpu_sm_active_ns"] = np.where(sm_windows["end_ns"] <= sm_covered,
                                                     sm_windows["value"].astype(np.float64), np.nan)
         done = self.pending_batch["step_id"].isin(ready["step_id"])
@@ -245,7 +185,7 @@ class EnergyMeter:
         self.pending_batch = self.pending_batch[~done].reset_index(drop=True)
         oldest = min(to_ns, int(self.pending_steps["start_ns"].min()) if not self.pending_steps.empty else to_ns)
         self.chunks = self.chunks[self.chunks["ts_ns"].to_numpy(np.int64) >= oldest].reset_index(drop=True)
-        self.energy, self.sm = _last_at_or_before(self.energy, to_ns), _last_at_or_before(self.sm, to_ns)
+        self.readings.trim(to_ns)
         while len(self.open) > MAX_OPEN_REQUESTS:  # requests that never finish
             self.forget([next(iter(self.open))])
         return idle
@@ -284,20 +224,17 @@ class EnergyMeter:
         return energy_uj, dynamic_uj
 
     def _refit(self, ready: pd.DataFrame, windows: pd.DataFrame, to_ns: int) -> None:
-        """Add the measured steps that ran a batch to their counter intervals (those of the first GPU's
-        readings); an interval is complete, and enters the fit, once the account has passed its end."""
+        """The measured steps that ran a batch into the fit, over the first GPU's reading intervals."""
         ran = ready[ready["batch_size"].to_numpy(np.int64) > 0]
         measured = ran[["step_id", *T.STEP_KIND_COLUMNS.values()]].merge(
             windows[["step_id", "start_ns", "end_ns", "value"]], on="step_id").rename(columns={"value": "energy_uj"})
-        first = self.energy[self.energy["gpu"].to_numpy(np.int64) == self.gpus[0]]
-        rows = T.interval_rows(measured, np.sort(first["ts_ns"].to_numpy(np.int64)))
-        if not self.open_rows.empty:
-            rows = pd.concat([self.open_rows, rows], ignore_index=True).groupby("end_ns", as_index=False).sum()
-        complete = rows["end_ns"].to_numpy(np.int64) <= to_ns
-        xtx, xty, n = T.normal_equations(rows[complete])
-        self._xtx, self._xty, self._fit_intervals = self._xtx + xtx, self._xty + xty, self._fit_intervals + n
-        self.open_rows = rows[~complete].reset_index(drop=True)
-        self.costs = T.fit_token_costs(self._xtx, self._xty, self._fit_intervals)
+        first = self.readings.energy[self.readings.energy["gpu"].to_numpy(np.int64) == self.gpus[0]]
+        self.fit.add(measured, np.sort(first["ts_ns"].to_numpy(np.int64)), to_ns)
+
+    @property
+    def costs(self) -> T.TokenCosts:
+        """The fit the last steps were split by."""
+        return self.fit.costs
 
     def _add_bounds(self, windows: pd.DataFrame, batch: pd.DataFrame, weight: np.ndarray, to_ns: int) -> None:
         """Each member's share of its step's window, into the sampling-bound shares; intervals that
@@ -306,7 +243,7 @@ class EnergyMeter:
         w = batch[["step_id", "request_id"]].assign(share=np.divide(weight, total, out=np.zeros(len(total)),
                                                                     where=total > 0))
         w = w.merge(windows[["step_id", "start_ns", "end_ns"]], on="step_id")
-        shares = B.merge_shares(pd.concat([self.bound_open, B.interval_shares(w, self.energy)], ignore_index=True))
+        shares = B.merge_shares(pd.concat([self.bound_open, B.interval_shares(w, self.readings.energy)], ignore_index=True))
         complete = (shares["t0_ns"] + shares["dt_ns"]).to_numpy(np.int64) <= to_ns
         for rid, bound in zip(shares.loc[complete, "request_id"].tolist(), self._bounds(shares[complete]).tolist()):
             if rid in self.open:
@@ -315,17 +252,17 @@ class EnergyMeter:
 
     def _bounds(self, shares: pd.DataFrame) -> np.ndarray:
         """sampling_bound.interval_bounds with the GPU's power between 0 W and the most seen so far."""
-        hi = shares["gpu"].map(self.power_hi).fillna(0.0).to_numpy(np.float64)
+        hi = shares["gpu"].map(self.readings.power_hi).fillna(0.0).to_numpy(np.float64)
         return B.interval_bounds(shares, 0.0, hi)
 
     def _idle_until(self, ts_ns: int) -> int:
         """Count [cursor, ts_ns] as idle (no step ran in it); returns the uJ added."""
         if self.cursor_ns is None or ts_ns <= self.cursor_ns:
             return 0
-        ends = E.counter_at(self.energy, np.array([self.cursor_ns, ts_ns]))
+        ends = E.counter_at(self.readings.energy, np.array([self.cursor_ns, ts_ns]))
         self.idle_uj += int(ends[1] - ends[0])
         self.cursor_ns = ts_ns
-        self.energy, self.sm = _last_at_or_before(self.energy, ts_ns), _last_at_or_before(self.sm, ts_ns)
+        self.readings.trim(ts_ns)
         return int(ends[1] - ends[0])
 
     # -- requests -----------------------------------------------------------------------------------
@@ -333,7 +270,7 @@ class EnergyMeter:
         """The finished requests whose energy is complete: the account has passed their finish, or
         it cannot (no energy counter, readings stale for wait_s, the meter closed), or they waited
         wait_s. The others are held; ask again later."""
-        newest = max((ts for (f, _), ts in self._newest.items() if f == ENERGY_FIELD), default=-1)
+        newest = max((ts for (f, _), ts in self.readings.newest.items() if f == ENERGY_FIELD), default=-1)
         now = self._clock()
         if self.cursor_ns is None or self.closed or now - newest > self.wait_ns:
             for rid in request_ids:
@@ -379,7 +316,7 @@ class EnergyMeter:
         """No more readings: measure what is covered, count the tail up to the newest reading as
         idle, and hold no more rows. Returns the idle uJ added."""
         idle = self.attribute()
-        idle += self._idle_until(self._covered_ns(ENERGY_FIELD))
+        idle += self._idle_until(self.readings.covered_ns(ENERGY_FIELD))
         self.closed = True
         return idle
 
@@ -391,9 +328,9 @@ class EnergyMeter:
                     "status": "energy not measured: no GPU energy counter was read"
                     + (f" ({gpu_status})" if gpu_status else "") + "; energy_j is null for every request"}
         # Read off the counter itself, not summed from the parts: the two agree exactly (conservation).
-        delta_uj = int(E.counter_at(self.energy, np.array([self.cursor_ns]))[0]) - self.from_uj
+        delta_uj = int(E.counter_at(self.readings.energy, np.array([self.cursor_ns]))[0]) - self.from_uj
         gpus = ", ".join(map(str, self.gpus))
-        watts = ", ".join(f"{self.power_hi.get(g, 0.0) * 1e3:.0f} W" for g in self.gpus)
+        watts = ", ".join(f"{self.readings.power_hi.get(g, 0.0) * 1e3:.0f} W" for g in self.gpus)
         split = self.steps_by_model + self.steps_by_tokens
         status = (f"energy_j is a {BASIS}. Measured: the total-energy counter of GPU(s) {gpus}, read at the "
                   "sampler's interval and interpolated linearly at each step's start and end; the steps' energy "
@@ -423,6 +360,6 @@ class EnergyMeter:
                 "split_model": self.costs.describe(), "steps_split_by_model": self.steps_by_model,
                 "steps_split_by_token_share": self.steps_by_tokens,
                 "sampling_bound_j_of_requests_taken": self.bound_taken_uj / 1e6,
-                "power_hi_w": {int(g): self.power_hi.get(g, 0.0) * 1e3 for g in self.gpus},
+                "power_hi_w": {int(g): self.readings.power_hi.get(g, 0.0) * 1e3 for g in self.gpus},
                 "steps_measured": self.steps_measured, "steps_unmeasured": self.steps_dropped,
                 "rows_released_before_measured": self.rows_timed_out}

@@ -1,0 +1,36 @@
+"""EnergyFit: the energy model the agent splits steps' energy by, refitted as readings come.
+
+correlate.token_cost fits the GPU's static power and dynamic joules per prefill, decode and draft
+token on the measured energy of the counter's intervals (the time between two readings of the
+first GPU's energy counter). An interval enters the fit once complete: once the account has passed
+its end, so that no later step can still fall in it. The fit is least squares kept as running
+normal equations (X'X, X'y), so each interval is added once and nothing of it is kept after.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from infersight.correlate import token_cost as T
+
+
+class EnergyFit:
+    def __init__(self) -> None:
+        k = len(T.REGRESSORS)
+        self.xtx, self.xty, self.intervals = np.zeros((k, k)), np.zeros(k), 0
+        self.open_rows = T.interval_rows(pd.DataFrame(), np.empty(0, np.int64))  # intervals not complete yet
+        self.costs = T.TokenCosts()  # the last fit (not usable until the intervals can tell the kinds apart)
+
+    def add(self, measured: pd.DataFrame, reading_ns: np.ndarray, to_ns: int) -> T.TokenCosts:
+        """Add measured steps that ran a batch (step_id, the step-kind token columns, start_ns, end_ns,
+        energy_uj) to the intervals between the sorted reading times `reading_ns`; those ending by to_ns
+        are complete and enter the fit. Returns the fit after them."""
+        rows = T.interval_rows(measured, reading_ns)
+        if not self.open_rows.empty:
+            rows = pd.concat([self.open_rows, rows], ignore_index=True).groupby("end_ns", as_index=False).sum()
+        complete = rows["end_ns"].to_numpy(np.int64) <= to_ns
+        xtx, xty, n = T.normal_equations(rows[complete])
+        self.xtx, self.xty, self.intervals = self.xtx + xtx, self.xty + xty, self.intervals + n
+        self.open_rows = rows[~complete].reset_index(drop=True)
+        self.costs = T.fit_token_costs(self.xtx, self.xty, self.intervals)
+        return self.costs

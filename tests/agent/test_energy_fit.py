@@ -1,0 +1,30 @@
+"""EnergyFit on a tiny case: an interval enters the fit once the account has passed its end, its
+steps summed across the polls that brought them; the open ones wait."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from infersight.agent.energy_fit import EnergyFit
+
+MS = 1_000_000
+READINGS = np.array([1000, 2000, 3000]) * MS
+
+
+def _steps(*rows: tuple[int, int, int, int]) -> pd.DataFrame:
+    """(start ms, end ms, decode tokens, energy uJ) each."""
+    return pd.DataFrame([{"step_id": i, "prefill_tokens": 0, "decode_tokens": d, "spec_tokens": 0,
+                          "start_ns": s * MS, "end_ns": e * MS, "energy_uj": uj} for i, (s, e, d, uj) in enumerate(rows)])
+
+
+def test_an_interval_enters_once_complete_with_the_steps_of_every_poll() -> None:
+    fit = EnergyFit()
+    # Interval (1 s, 2 s] gets a step in this poll, interval (2 s, 3 s] one too; the account stands at 2 s.
+    fit.add(_steps((1100, 1300, 4, 500), (2100, 2300, 2, 300)), READINGS, 2000 * MS)
+    assert fit.intervals == 1
+    assert fit.open_rows[["end_ns", "decode_tokens", "energy_uj"]].values.tolist() == [[3000 * MS, 2.0, 300.0]]
+    # The next poll brings another step of the open interval and passes its end: it enters whole.
+    fit.add(_steps((2500, 2700, 3, 450)), READINGS, 3000 * MS)
+    assert fit.intervals == 2 and fit.open_rows.empty
+    # X'y for the decode column: 4 x 500 + (2 + 3) x (300 + 450)
+    assert fit.xty[2] == 4 * 500 + 5 * 750
