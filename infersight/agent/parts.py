@@ -193,7 +193,8 @@ class GpuPart(Component):
 
 
 class RingStatsPart(Component):
-    """The rings' counts (produced, delivered, dropped, lost) and the wall-clock anchor, for the summary."""
+    """The rings' counts (produced, delivered, dropped, lost) and the wall-clock anchor, for the summary;
+    whether the engines reported GPUs."""
 
     name = "rings"
 
@@ -203,6 +204,8 @@ class RingStatsPart(Component):
     def end_poll(self, had_batches: bool) -> None:
         anchor = next((r.consumer.anchor for r in self.rings.attached.values()), None)
         self.state.set_ring_stats(self.rings.stats(), anchor)
+        # An engine that reported GPUs (its GPU records) runs on them: the speculation interval's CUDA term.
+        self.state.engine_on_gpu = bool(self.rings.gpu_uuids())
 
 
 class ParquetPart(Component):

@@ -83,6 +83,7 @@ class AgentState:
         self.ring_engines: dict[str, str] = {}  # ring name -> its engine (the probe counters' engine label)
         self._no_request_events = EventFrames().request_events  # releases held rows without new events
         self.ring_stats: dict[str, dict[str, int]] = {}
+        self.engine_on_gpu = False  # an engine reported the GPUs it uses (GPU records): spec_speedup.model_error
         self.source_stats: dict[str, dict[str, object]] = {}  # non-ring sources (e.g. vLLM KV events): their health
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
         if not self.scope.on:  # with the label on, each engine's zero series come with its first batch

@@ -175,7 +175,8 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
             frames.step_timing.to_parquet(Path(frames_out) / "step_timing.parquet")
         dropped = consumer.stats()["dropped"]
         probes = probed.spec_probe
-        by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing)
+        by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing,
+                                                 spec_speedup.model_error(device.startswith("cuda")))
         advice = {str(a["task"]): a for a in spec_advice.recommendations(by_task)}
     finally:
         consumer.close()
@@ -183,7 +184,7 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         torch.set_num_threads(old_threads)
     result: dict[str, Any] = {
         "model": model, "draft": draft, "gamma": gamma, "device": device, "dtype": dtype, "seed": seed,
-        "threads": threads or old_threads,
+        "threads": threads or old_threads, "model_error": spec_speedup.model_error(device.startswith("cuda")),
         "requests": requests, "batch": batch, "rounds": rounds, "max_tokens": max_tokens, "probe_every": probe_every, "probe_steps": probes.num_probes,
         "mixed_probe_steps": probes.num_mixed_probes,
         "probe_share": round(probes.num_probes / max(1, sum(probes.decode_steps_at.values())

@@ -10,7 +10,8 @@ import pytest
 
 from infersight.correlate.frames import SPEC_COLUMNS, STEP_TIMING_COLUMNS
 from infersight.correlate.spec_speedup import (
-    ENGINE_ID_SHIFT, MODEL_ERROR, NO_PROBES, NO_TIMING, PREDICTED, join_steps, speedup_by_task, step_costs, summary_by_task,
+    ENGINE_ID_SHIFT, MODEL_ERROR, MODEL_ERROR_CUDA, NO_PROBES, NO_TIMING, PREDICTED, join_steps, model_error,
+    speedup_by_task, step_costs, summary_by_task,
 )
 
 E1 = 1 << ENGINE_ID_SHIFT  # ids of a second engine, as the agent offsets them
@@ -73,6 +74,18 @@ def test_pure_decode_speedup_is_tau_times_plain_over_spec_step() -> None:
     assert [code.speedup_low, code.speedup_high] == pytest.approx(
         [330 / 310 * math.exp(-2 * sigma), 330 / 310 * math.exp(2 * sigma)])
     assert (code.probe_steps, code.spec_steps, code.mean_batch) == (3, 2, 2.0)  # verified in steps 2 and 4
+    assert code.model_error == MODEL_ERROR
+
+
+def test_an_engine_on_a_gpu_gets_the_cuda_model_error_in_its_interval() -> None:
+    cpu = speedup_by_task(SPEC, STEPS).set_index("task").loc["code"]
+    cuda = speedup_by_task(SPEC, STEPS, model_error(on_gpu=True)).set_index("task").loc["code"]
+    assert cuda.predicted_speedup == cpu.predicted_speedup and cuda.model_error == MODEL_ERROR_CUDA
+    # The same sampling terms, the model term swapped: sigma^2 grows by MODEL_ERROR_CUDA^2 - MODEL_ERROR^2.
+    sigma = math.log(cpu.speedup_high / cpu.predicted_speedup) / 2
+    wider = math.sqrt(sigma ** 2 - MODEL_ERROR ** 2 + MODEL_ERROR_CUDA ** 2)
+    assert cuda.speedup_high == pytest.approx(cuda.predicted_speedup * math.exp(2 * wider))
+    assert summary_by_task(speedup_by_task(SPEC, STEPS, MODEL_ERROR_CUDA))["code"]["how"].count("(CUDA runs)") == 1
 
 
 def test_a_mixed_step_counts_once_on_both_sides() -> None:

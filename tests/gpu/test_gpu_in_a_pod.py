@@ -107,6 +107,22 @@ def test_the_engine_reports_the_gpu_it_was_given(pod) -> None:
     _, agent, probe, _, _ = pod
     assert probe.gpu_uuids == (OURS,)
     assert agent.gpu_selection.uuids == frozenset({OURS})
+    assert agent.state.engine_on_gpu  # the speculation interval takes the CUDA model-error term
+
+
+def test_an_engine_without_gpus_keeps_the_cpu_term() -> None:
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CUDA_VISIBLE_DEVICES", "")  # a CPU engine: no GPU records on its ring
+        ring = unique_ring("nogpu")
+        engine, probe = make_engine(ring)
+        agent = Agent(AgentConfig(rings=[ring], port=0))
+        try:
+            run_workload(engine, agent.poll_once)
+            agent.poll_once()
+            assert probe.gpu_uuids == () and agent.state.ring_stats and not agent.state.engine_on_gpu
+        finally:
+            agent.close()
+            probe.close()
 
 
 def test_gpu_families_hold_the_engines_gpu_only(pod) -> None:

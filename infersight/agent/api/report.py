@@ -36,7 +36,8 @@ def _clean(value: Any) -> Any:
 
 
 def _spec_by_task(state: AgentState) -> pd.DataFrame:
-    return spec_speedup.speedup_by_task(state.spec_events, state.spec_step_timing)
+    return spec_speedup.speedup_by_task(state.spec_events, state.spec_step_timing,
+                                        spec_speedup.model_error(state.engine_on_gpu))
 
 
 def expert_frame(state: AgentState) -> pd.DataFrame:

@@ -157,7 +157,8 @@ def attach_autoapply(config: AutoApplyConfig, state: Any, rings: Callable[[], li
         since = dict(part.speculation.changed_at) if part.speculation is not None else {}
         if now - cache["at"] >= min(ADVICE_EVERY_S, config.min_window_s) or since != cache["since"]:
             by_task = spec_speedup.speedup_by_task(verifications_since(state.spec_events, since),
-                                                   state.spec_step_timing)
+                                                   state.spec_step_timing,
+                                                   spec_speedup.model_error(state.engine_on_gpu))
             cache.update(at=now, advice=spec_advice.recommendations(by_task), since=since)
         return list(cache["advice"])
 

@@ -24,7 +24,8 @@ VLLM_RING_PREFIX = "infersight-vllm-"
 
 def vllm_document(state: AgentState, config: AutoApplyConfig) -> dict[str, Any]:
     """The vLLM flags with the measurements the agent has (its state's finished rows and steps)."""
-    by_task = spec_speedup.speedup_by_task(state.spec_events, state.spec_step_timing)
+    by_task = spec_speedup.speedup_by_task(state.spec_events, state.spec_step_timing,
+                                           spec_speedup.model_error(state.engine_on_gpu))
     rows = state.finished.frame()
     ttft = rows["ttft_s"].to_numpy(np.float64) if "ttft_s" in rows else np.empty(0)
     itl = rows["itl_mean_s"].to_numpy(np.float64) if "itl_mean_s" in rows else np.empty(0)

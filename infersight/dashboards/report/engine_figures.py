@@ -170,7 +170,10 @@ def acceptance(run: RunData) -> list[ReportFigure]:
     if spec.empty:
         return [skipped(i, t, "No speculative verifications (speculation off).") for i, t in zip(ids, titles)]
     by_pos = speculation.acceptance_by_position(spec)
-    by_task = spec_speedup.speedup_by_task(spec, run.events.step_timing)
+    # The model-error term the agent used (by its engine's device), from the run's summary; else the CPU's.
+    used = {t.get("model_error") for t in run.summary.get("spec", {}).get("by_task", {}).values()} - {None}
+    by_task = spec_speedup.speedup_by_task(spec, run.events.step_timing,
+                                           used.pop() if len(used) == 1 else spec_speedup.MODEL_ERROR)
     matrix = by_pos.pivot(index="task", columns="position", values="accept_rate")
 
     def draw_positions(fig: Figure) -> None:
