@@ -10,6 +10,8 @@ attached as well ("the ring wins for what it provides"):
 
     for each catalogue family, at each scrape of the agent:
       - the ring-fed family has samples      -> serve it, and remember: the ring owns it for good
+        (the zeros a counter is served with before anything is counted, MetricSpec.zero_series,
+        are not the ring's: they say nothing happened, not that the ring watches it)
       - the ring has never provided it       -> serve the scraped samples under the same name
       - the ring owns it                     -> drop the scraped samples (even while the ring's
                                                 family is empty again, e.g. a gauge before a step)
@@ -101,7 +103,7 @@ class MergedCollector(Collector):
         scraped = view.names() & set(self._specs) if view is not None else set()
         own = list(self.inner.collect())
         for fam in own:
-            if fam.name in self._specs and fam.samples:
+            if fam.name in self._specs and self._ring_fed(fam):
                 self.ring_owned.add(fam.name)
         served = scraped - self.ring_owned
         compat_copies = {self._specs[n].vllm_name for n in served if self._specs[n].vllm_name}
@@ -111,3 +113,10 @@ class MergedCollector(Collector):
             yield fam
         for name in sorted(served):
             yield scraped_family(self._specs[name], view, self.model_name)  # type: ignore[arg-type]  # served is empty without a view
+
+    def _ring_fed(self, fam: Metric) -> bool:
+        """Whether the family holds a sample the ring counted (not only its zero_series zeros)."""
+        spec = self._specs[fam.name]
+        zeros = set(spec.zero_series)
+        return any(s.value != 0 or tuple(s.labels.get(label, "") for label in spec.labels) not in zeros
+                   for s in fam.samples)
