@@ -30,8 +30,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dashboards"))  # query_coverage, shared
 from grafana_emulation import substitute, table_rows  # noqa: E402
 from loopback_fleet import (  # noqa: E402
-    JOB, MODEL, NODES, SCRAPE_S, SLOW_KV_BLOCKS, SLOW_NODE, KV_BLOCKS, Central, FleetRun, Node, drive_load,
-    fan_out, requires_prometheus,
+    JOB, MODEL, NODES, REQUESTS_PER_NODE, SCRAPE_S, SLOW_KV_BLOCKS, SLOW_NODE, KV_BLOCKS, Central, FleetRun, Node,
+    complete, drive_load, fan_out, requires_prometheus,
 )
 from phoenix_server import phoenix_spans  # noqa: E402  (the session's Phoenix: tests/conftest.py's `phoenix`)
 from query_coverage import query_coverage, sample_names  # noqa: E402
@@ -83,7 +83,19 @@ def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         while len(central.query(f'up{{job="{JOB}"}} == 1')) < len(nodes):  # forwarded by every agent-mode one
             assert time.monotonic() < deadline, "the agent-mode Prometheus servers did not forward `up`"
             time.sleep(0.2)
+        # One request per task on each node first, in the central store before the load: every latency
+        # series then has a sample from before it, so rate() sees the load's requests even on a node that
+        # serves all of them inside one scrape interval (a series born after them holds no increase:
+        # its p99 would be NaN). What they observed is in that first sample, not in the window's increase.
+        warm = {name: sum(1 for i in (REQUESTS_PER_NODE, REQUESTS_PER_NODE + 1)
+                          if complete(node.serve_url, i)) for name, node in nodes.items()}
+        deadline = time.monotonic() + 60
+        while not _settled(central, warm):
+            assert time.monotonic() < deadline, f"the central Prometheus did not get the warm-up requests: {warm}"
+            time.sleep(0.5)
         sent = drive_load(list(nodes.values()))
+        for name, n in warm.items():
+            sent[name] += n
         trace: dict[str, object] = {"missing": phoenix_missing}
         if phoenix_url is not None:
             trace = fan_out(phoenix_url, [nodes["node-a"], nodes[SLOW_NODE]])
