@@ -8,6 +8,8 @@ import threading
 from collections import defaultdict
 
 import httpx
+import numpy as np
+import pandas as pd
 import uvicorn
 
 import pyarrow.parquet as pq
@@ -21,6 +23,7 @@ from infersight.agent.config import AgentConfig
 from infersight.agent.rows.retention_config import RetentionConfig
 from infersight.agent.api.server import build_app
 from infersight.agent.service import Agent
+from infersight.agent.state import AgentState
 from infersight.correlate.requests import PARTS
 from infersight.exporters import catalogue as C
 from infersight.exporters.parquet import SCHEMA
@@ -297,3 +300,19 @@ def test_discovery_attaches_rings_not_their_control_blocks() -> None:
     finally:
         rings.close()
         probe.close()
+
+
+def test_recent_ttft_p99_is_over_the_last_finished_requests_only() -> None:
+    """The capture rules' TTFT p99: the last 200 finished requests (NaN TTFTs left out), from rows kept
+    in several blocks; None below 20 values."""
+    state = AgentState(AgentConfig(rings=["unused"]))
+    ttfts = [float(i % 97) / 10 if i % 7 else float("nan") for i in range(1000)]
+    assert state.recent_ttft_p99() is None
+    for start in range(0, 1000, 37):  # polls of 37 rows: the newest 200 span several blocks
+        chunk = ttfts[start:start + 37]
+        state.finished.extend_frame(pd.DataFrame({"request_id": range(start, start + len(chunk)), "ttft_s": chunk}))
+    last = [v for v in ttfts[-200:] if v == v]
+    assert state.recent_ttft_p99() == float(np.quantile(last, 0.99))
+    few = AgentState(AgentConfig(rings=["unused"]))
+    few.finished.extend_frame(pd.DataFrame({"request_id": range(19), "ttft_s": [0.1] * 19}))
+    assert few.recent_ttft_p99() is None

@@ -41,6 +41,11 @@ def test_same_rows_as_a_bounded_deque(maxlen: int) -> None:
     assert [r["task"] for r in got] == [r["task"] for r in want]
     framed = [v for f in kept.frames() for v in f["request_id"].tolist()]
     assert framed == [r["request_id"] for r in want]
+    for n in (0, 1, 5, 23, 10_000):  # the last n, from the newest blocks' arrays and frames: the deque's
+        last = [r["request_id"] for r in want][-n:] if n else []
+        assert kept.last_values("request_id", n).tolist() == last
+        assert repr(kept.last_values("ttft_s", n).tolist()) == repr([r["ttft_s"] for r in want][-n:] if n else [])
+        assert (kept.tail(n)["request_id"].tolist() if n and want else []) == last
     if want:
         assert repr(kept[0]) == repr(want[0]) and repr(kept[-1]) == repr(want[-1])
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import numpy as np
 import pandas as pd
 
 from infersight.agent.rows.row_window import RowWindow
@@ -50,12 +51,16 @@ class FinishedRows:
         """The last n kept rows as one new frame (joining only the frames that hold them)."""
         parts: list[pd.DataFrame] = []
         rows = 0
-        for frame in reversed(list(self._window.frames())):
+        for frame in self._window.newest_frames():
             if rows >= n:
                 break
             parts.append(frame)
             rows += len(frame)
         return concat_frames(parts[::-1]).iloc[-n:].reset_index(drop=True) if parts and n > 0 else pd.DataFrame()
+
+    def last_values(self, column: str, n: int) -> np.ndarray:
+        """The last n kept rows' values of one column, oldest first (no frame built)."""
+        return self._window.last_values(column, n)
 
     @property
     def held_bytes(self) -> int:

@@ -218,6 +218,27 @@ class RowWindow:
         for i, block in enumerate(list(self._blocks)):
             yield block.frame(self._skip if i == 0 else 0)
 
+    def newest_frames(self) -> Iterator[pd.DataFrame]:
+        """The window's rows as frames, newest first, each built only when reached: a reader of the last
+        rows builds the blocks that hold them, not every block (frames() builds them all, oldest first)."""
+        blocks = list(self._blocks)
+        for i in range(len(blocks) - 1, -1, -1):
+            yield blocks[i].frame(self._skip if i == 0 else 0)
+
+    def last_values(self, column: str, n: int) -> np.ndarray:
+        """The column's last n values (all when fewer are kept), oldest first, read from the blocks'
+        arrays: no frame is built. Empty when nothing is kept or the newest rows lack the column."""
+        parts: list[np.ndarray] = []
+        got = 0
+        blocks = list(self._blocks)
+        for i in range(len(blocks) - 1, -1, -1):
+            if got >= n or column not in blocks[i].columns:
+                break
+            values = blocks[i].columns[column][self._skip if i == 0 else 0:]
+            parts.append(values)
+            got += len(values)
+        return np.concatenate(parts[::-1])[-n:] if parts and n > 0 else np.empty(0)
+
     def frame(self) -> pd.DataFrame:
         """The window as one frame (index 0 .. len - 1); the same object until the next append."""
         if self._joined is None:
