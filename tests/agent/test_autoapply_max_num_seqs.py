@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from testkit import one_torch_thread, unique_ring
@@ -57,11 +58,17 @@ PROMPT = "def fibonacci(n):\n    # return the n-th Fibonacci number, iteratively
 
 
 class BatchCost(ProbeObserver):
-    """Test-only: every step costs PER_SEQ_S more per sequence that emitted a token in it."""
+    """Test-only: every step costs PER_SEQ_S more per sequence it will run (those running and waiting, up
+    to the scheduler's limit), spent as it begins, before any of its tokens is stamped, as a forward's time
+    is. Spent after the stamps, as it once was, it put the engine's token times up to ~0.1 s before the
+    client saw them: the loop's TTFTs sat below an objective taken on the client's clock, and the loop,
+    rightly, proposed nothing in about half the runs."""
 
-    def on_tokens_emitted_many(self, request_ids: list[int], t_ns: int, num_tokens: list[int]) -> None:
-        super().on_tokens_emitted_many(request_ids, t_ns, num_tokens)
-        time.sleep(PER_SEQ_S * len(request_ids))
+    batch: Callable[[], int] = staticmethod(lambda: 0)
+
+    def on_step_begin(self, step_id: int, t_ns: int) -> None:
+        time.sleep(PER_SEQ_S * self.batch())
+        super().on_step_begin(step_id, t_ns)
 
 
 @dataclass
@@ -90,6 +97,8 @@ class LoadedRun:
         self.probe = BatchCost(ProbeConfig(ring_name=self.ring))
         self.engine = Engine(EngineConfig(model="tiny-moe", max_num_seqs=MAX_NUM_SEQS, num_kv_blocks=64,
                                           block_size=16), self.probe)
+        sched = self.engine.scheduler
+        self.probe.batch = lambda: min(len(sched.running) + len(sched.waiting), sched.max_num_seqs)
         self.loop: AutoApplyConfig | None = None
         self.agent: Agent | None = None
         self.seen: dict[int, Seen] = {}
