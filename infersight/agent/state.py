@@ -86,8 +86,6 @@ class AgentState:
         self.engine_on_gpu = False  # an engine reported the GPUs it uses (GPU records): spec_speedup.model_error
         self.source_stats: dict[str, dict[str, object]] = {}  # non-ring sources (e.g. vLLM KV events): their health
         self.wall_anchor: tuple[int, int] = (time.time_ns(), time.monotonic_ns())
-        if not self.scope.on:  # with the label on, each engine's zero series come with its first batch
-            self.counters[C.REQUESTS_ORPHANED.name].inc((), 0)  # a 0 sample from the start, not a missing series
         self.kernel_by_request: OrderedDict[int, dict[str, object]] = OrderedDict()  # from captures
         self.recorder_summary: dict[str, object] | None = None  # the flight recorder's block (agent.recorder.flight_recorder)
         self.gpu_status = "GPU telemetry: not started"
@@ -201,7 +199,6 @@ class AgentState:
             self.ring_engines[source.ring] = source.engine
         if self.scope.enter(source.engine if source is not None else None,
                             source.index if source is not None else None):
-            self.counters[C.REQUESTS_ORPHANED.name].inc((self.scope.current,), 0)
             self.kv.seed_zero_series()
 
     def engine_views(self) -> dict[str, EngineView]:

@@ -149,7 +149,7 @@ PROBE_LOST = _engine_metric(P + "probe_events_lost", "counter",
 REQUESTS_ORPHANED = _engine_metric(P + "requests_orphaned", "counter",
                                "Finished requests whose ARRIVED event this agent never saw: they started before "
                                "it attached (an agent restart) or their ARRIVED was dropped. Counted here, not "
-                               "decomposed into phases or counted in requests_total.")
+                               "decomposed into phases or counted in requests_total.", zero_series=((),))
 
 ENGINE_METRICS: tuple[MetricSpec, ...] = (
     REQUESTS, TTFT, ITL, E2E, PHASE, SLOW, PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS, REQUESTS_RUNNING,
