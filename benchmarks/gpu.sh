@@ -21,7 +21,7 @@
 #   speculation_check  `bench speculation` on CUDA at another seed: the CUDA model error checked
 #   energy        benchmarks/energy_split_check.py: request classes alone, then mixed (NVML energy),
 #                 the counter read every 1 s and every 0.1 s
-#   energy_once   the same, the counter read every 1 s only
+#   energy_once   the same, the counter read every 1 s only (ENERGY_MODEL, ENERGY_INTERVAL_S, ENERGY_ARGS)
 #   serving_profile  `bench runtime` decode at batch 48 (the engine's own rate), then `bench serving`'s
 #                 no-agent arm at 48 clients with py-spy sampling the serve process mid-phase
 #                 (py-spy carried in .whl/): where the serving loop's time goes
@@ -86,8 +86,11 @@ energy() {
 }
 
 energy_once() {
-  stamp "energy split, NVML every 1 s"
-  timeout 330 python3 benchmarks/energy_split_check.py --device cuda --out "$OUT/energy_split.json"
+  # ENERGY_MODEL / ENERGY_ARGS: another model shape or phase length (e.g. llama-8b-shape, whose dynamic
+  # power dominates the GPU's static power, unlike llama-1b-shape's).
+  stamp "energy split, NVML every ${ENERGY_INTERVAL_S:-1} s, ${ENERGY_MODEL:-llama-1b-shape}"
+  timeout "${ENERGY_TIMEOUT_S:-330}" python3 benchmarks/energy_split_check.py --device cuda --model "${ENERGY_MODEL:-llama-1b-shape}" \
+    --interval-s "${ENERGY_INTERVAL_S:-1}" ${ENERGY_ARGS:-} --out "$OUT/energy_split.json"
 }
 
 serving_profile() {

@@ -90,6 +90,10 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
         # Random-weight shapes for GPU benchmarks; the byte vocabulary keeps the LM head small.
         ModelConfig("llama-1b-shape", d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8,
                     ffn_dim=8192, max_seq_len=4096, rope_theta=500000.0),
+        # Llama 3 8B's dimensions: enough work per token that a GPU's dynamic power dominates its
+        # static power (the energy split's known-answer check on the H200, BENCHMARKS.md).
+        ModelConfig("llama-8b-shape", d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8,
+                    ffn_dim=14336, max_seq_len=4096, rope_theta=500000.0),
         ModelConfig("mixtral-shape", d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8,
                     ffn_dim=14336, n_experts=8, top_k=2, max_seq_len=4096, rope_theta=1e6),
     )
