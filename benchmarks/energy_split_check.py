@@ -118,7 +118,8 @@ def _offline_splits(run_dir: Path, phase_ids: set[int]) -> tuple[dict[str, dict[
     ran = steps[steps["batch_size"] > 0]
     measured = ran.merge(windows[["step_id", "value"]], on="step_id").rename(columns={"value": "energy_uj"})
     first = np.sort(counter.loc[counter["gpu"] == counter["gpu"].min(), "ts_ns"].to_numpy("int64"))
-    fit = token_cost.fit_token_costs(*token_cost.normal_equations(token_cost.interval_rows(measured, first)))
+    merged, _, _ = token_cost.merge_short_intervals(token_cost.interval_rows(measured, first), int(first[0]))
+    fit = token_cost.fit_token_costs(*token_cost.normal_equations(merged))
     chunks = req[req["event"].astype(str) == "PREFILL_CHUNK"][["request_id", "ts_ns"]]
     members = token_cost.member_tokens(steps, batch, chunks)
     cut = steps[["step_id", *token_cost.STEP_KIND_COLUMNS.values()]].merge(

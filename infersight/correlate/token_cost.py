@@ -69,6 +69,13 @@ ROW_COLUMNS = ("end_ns", "energy_uj", *REGRESSORS)
 #: MIN_FIT_INTERVALS in all; until then token share.
 MIN_INTERVALS_PER_KIND = 2
 MIN_FIT_INTERVALS = 4
+#: The shortest interval the fit takes. Readings closer together are merged (`merge_short_intervals`)
+#: before they enter it: a GPU's energy counter lags the work that moves it (its power sensor
+#: averages), so over a short interval the energy and the tokens that drew it fall apart. On the H200
+#: (llama-8b-shape, BENCHMARKS.md) the fit over 1 s intervals split the mixed phase within 9-13% of
+#: the classes alone; over 0.1 s intervals it put 256 W into static power (idle: 125 W) and missed
+#: by 48-90%. A reading interval of the default 1 s sampler (ms of jitter) stays alone.
+MIN_FIT_SPAN_NS = 900_000_000
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,24 @@ def interval_rows(measured: pd.DataFrame, readings_ns: np.ndarray) -> pd.DataFra
         busy_s=(measured["end_ns"].to_numpy(np.int64) - measured["start_ns"].to_numpy(np.int64)) / 1e9,
         end_ns=np.asarray(readings_ns, np.int64)[at])
     return rows.groupby("end_ns", sort=True, as_index=False).sum()[list(ROW_COLUMNS)]
+
+
+def merge_short_intervals(rows: pd.DataFrame, from_ns: int,
+                          min_span_ns: int = MIN_FIT_SPAN_NS) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Consecutive rows (interval_rows, sorted by end_ns, the first interval starting at from_ns)
+    summed into intervals of at least min_span_ns. Returns (the merged intervals, each keyed by its
+    last reading; the rows after the last of them, not yet long enough; the start of those rows)."""
+    ends = rows["end_ns"].to_numpy(np.int64)
+    group = np.zeros(len(rows), np.int64)
+    start, g, cut = from_ns, 0, 0
+    for i, end in enumerate(ends):
+        group[i] = g
+        if end - start >= min_span_ns:
+            start, g, cut = int(end), g + 1, i + 1
+    done = rows.iloc[:cut]
+    sums = done.drop(columns="end_ns").groupby(group[:cut], sort=True).sum()
+    merged = sums.assign(end_ns=done.groupby(group[:cut], sort=True)["end_ns"].max()).reset_index(drop=True)
+    return merged[list(rows.columns)], rows.iloc[cut:].reset_index(drop=True), start
 
 
 def normal_equations(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:

@@ -28,3 +28,19 @@ def test_an_interval_enters_once_complete_with_the_steps_of_every_poll() -> None
     assert fit.intervals == 2 and fit.open_rows.empty
     # X'y for the decode column: 4 x 500 + (2 + 3) x (300 + 450)
     assert fit.xty[2] == 4 * 500 + 5 * 750
+
+
+def test_a_fast_samplers_intervals_enter_the_fit_merged_to_a_second() -> None:
+    fit = EnergyFit()
+    readings = np.arange(0, 2001, 100) * MS  # every 100 ms
+    # One 2-token step in each 100-ms interval up to 2 s; the account stands at 1.5 s.
+    steps = _steps(*[(t + 10, t + 60, 2, 100) for t in range(0, 2000, 100)])
+    fit.add(steps, readings, 1500 * MS)
+    # Complete: the intervals ending at 100..1500 ms. Merged from 0: 0-900 ms (nine) enters the fit;
+    # 900-1500 ms (six) is not 0.9 s long yet and waits; 1500-2000 ms is still open.
+    assert fit.intervals == 1 and fit.xty[2] == (9 * 2) * (9 * 100)
+    assert fit.short_rows["end_ns"].tolist() == [t * MS for t in range(1000, 1501, 100)]
+    fit.add(steps.iloc[:0], readings, 2000 * MS)
+    # 900-1800 ms is long enough now; 1900 and 2000 wait.
+    assert fit.intervals == 2 and fit.xty[2] == 18 * 900 + 18 * 900
+    assert fit.short_rows["end_ns"].tolist() == [1900 * MS, 2000 * MS]

@@ -127,3 +127,22 @@ def test_each_steps_dynamic_share_by_hand() -> None:
     # No static power: every step is all dynamic. A fit not usable: unknown.
     assert step_dynamic_share(steps.iloc[:2], TokenCosts(2e3, 4e4, 1e4, 0.0, 50, True)).tolist() == [1.0, 1.0]
     assert np.isnan(step_dynamic_share(steps, TokenCosts(2e3, 4e4, 1e4, 50.0, 3, False))).all()
+
+
+def test_short_intervals_are_merged_until_long_enough_and_the_rest_waits() -> None:
+    from infersight.correlate.token_cost import MIN_FIT_SPAN_NS, merge_short_intervals
+
+    ms = 1_000_000
+    # Ten 100-ms intervals from 0: each 1 decode token, 10 uJ, 0.05 s busy.
+    rows = pd.DataFrame({"end_ns": np.arange(1, 11) * 100 * ms, "energy_uj": 10.0, "busy_s": 0.05,
+                         "prefill_tokens": 0.0, "decode_tokens": 1.0, "spec_tokens": 0.0})
+    merged, rest, start = merge_short_intervals(rows, 0)
+    assert MIN_FIT_SPAN_NS == 900 * ms
+    # 0-900 ms is the first interval at least 0.9 s long: nine rows summed, keyed by 900 ms.
+    assert merged.to_dict("records") == [{"end_ns": 900 * ms, "energy_uj": 90.0, "busy_s": 0.05 * 9,
+                                          "prefill_tokens": 0.0, "decode_tokens": 9.0, "spec_tokens": 0.0}]
+    assert rest["end_ns"].tolist() == [1000 * ms] and start == 900 * ms
+    # A 1 s sampler's intervals stay alone.
+    one_s = rows.assign(end_ns=np.arange(1, 11) * 1000 * ms)
+    merged, rest, start = merge_short_intervals(one_s, 0)
+    assert merged["end_ns"].tolist() == one_s["end_ns"].tolist() and rest.empty and start == 10_000 * ms
