@@ -72,9 +72,9 @@ MIN_FIT_INTERVALS = 4
 #: The shortest interval the fit takes. Readings closer together are merged (`merge_short_intervals`)
 #: before they enter it: a GPU's energy counter lags the work that moves it (its power sensor
 #: averages), so over a short interval the energy and the tokens that drew it fall apart. On the H200
-#: (llama-8b-shape, BENCHMARKS.md) the fit over 1 s intervals split the mixed phase within 9-13% of
-#: the classes alone; over 0.1 s intervals it put 256 W into static power (idle: 125 W) and missed
-#: by 48-90%. A reading interval of the default 1 s sampler (ms of jitter) stays alone.
+#: (llama-8b-shape, BENCHMARKS.md) a 0.1 s sampler's fit put 256 W into static power (idle: 125 W);
+#: merged to 0.9 s, 134 W, as the 1 s sampler's fits (117 and 157 W). A reading interval of the
+#: default 1 s sampler (ms of jitter) stays alone.
 MIN_FIT_SPAN_NS = 900_000_000
 
 
