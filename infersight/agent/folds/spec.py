@@ -16,7 +16,8 @@ from infersight.exporters import catalogue as C
 from infersight.exporters.aggregates import LabelledCounter
 
 #: Verifications kept for per-task acceptance and speedup (recent behaviour is what advice needs).
-SPEC_WINDOW = 100_000
+#: 64 B a row: 3.2 MB at 50,000 (100,000 before: part of what put the agent over 150 MB, issue 33).
+SPEC_WINDOW = 50_000
 #: Timed steps kept for the measured speedup (those that drafted or were plain probes; steps of
 #: engines without a draft are not kept).
 SPEC_STEP_WINDOW = 50_000
