@@ -5,8 +5,8 @@ token on the measured energy of the counter's intervals (the time between two re
 first GPU's energy counter). An interval enters the fit once complete: once the account has passed
 its end, so that no later step can still fall in it. The fit is least squares kept as running
 normal equations (X'X, X'y), so each interval is added once and nothing of it is kept after.
-Complete intervals shorter than token_cost.MIN_FIT_SPAN_NS (a sampler faster than 1 s) are merged
-with the next ones until they are that long: why, in token_cost.
+Complete intervals shorter than min_span_ns are merged with the next ones until they are that long
+(the agent's default, GpuConfig.energy_fit_min_s, is token_cost.MIN_FIT_SPAN_NS: why, there).
 """
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from infersight.correlate import token_cost as T
 
 
 class EnergyFit:
-    def __init__(self) -> None:
+    def __init__(self, min_span_ns: int = 0) -> None:
         k = len(T.REGRESSORS)
+        self.min_span_ns = min_span_ns
         self.xtx, self.xty, self.intervals = np.zeros((k, k)), np.zeros(k), 0
         self.open_rows = T.interval_rows(pd.DataFrame(), np.empty(0, np.int64))  # intervals not complete yet
         self.short_rows = self.open_rows  # complete intervals waiting to be merged into a long enough one
@@ -37,7 +38,7 @@ class EnergyFit:
             self.short_from_ns = int(reading_ns[0])
         merged, self.short_rows, self.short_from_ns = T.merge_short_intervals(
             pd.concat([self.short_rows, rows[complete]], ignore_index=True) if not self.short_rows.empty
-            else rows[complete].reset_index(drop=True), self.short_from_ns or 0)
+            else rows[complete].reset_index(drop=True), self.short_from_ns or 0, self.min_span_ns)
         xtx, xty, n = T.normal_equations(merged)
         self.xtx, self.xty, self.intervals = self.xtx + xtx, self.xty + xty, self.intervals + n
         self.open_rows = rows[~complete].reset_index(drop=True)

@@ -63,7 +63,7 @@ class EnergyMeter:
     """gpus: the GPUs whose energy is the engine's (() = every GPU with an energy counter)."""
 
     def __init__(self, gpus: tuple[int, ...] = (), wait_s: float = 5.0,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns, fit_min_span_ns: int = 0) -> None:
         self.wait_ns = int(wait_s * 1e9)
         self._clock = clock
         self.readings = GpuReadings(gpus)  # energy and SM activity as read, until accounted
@@ -81,7 +81,7 @@ class EnergyMeter:
                                         *T.STEP_KIND_COLUMNS.values())
         self.pending_batch = _int_frame("step_id", "request_id", "num_tokens")
         self.chunks = _int_frame("request_id", "ts_ns")  # PREFILL_CHUNK events of steps not yet measured
-        self.fit = EnergyFit()  # the energy model, refitted on each complete counter interval
+        self.fit = EnergyFit(fit_min_span_ns)  # the energy model, refitted on each complete counter interval
         self.steps_by_model = 0  # steps split by modelled cost
         self.steps_by_tokens = 0  # steps split by token share (no usable fit yet, or members not told apart)
         # requests_uj cut by the model into dynamic and static (steps split with a usable fit); the

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 # importing infersight.gpu loads pandas, a second of the CLI's start for every command.
 SOURCES = ("auto", "dcgm", "dcgm-exporter", "nvml", "none")
 MIN_INTERVAL_S = 0.1
+#: correlate.token_cost.MIN_FIT_SPAN_NS (tests/agent/test_energy_fit.py checks they agree; importing
+#: token_cost here would load pandas for every command's start).
+MIN_FIT_SPAN_NS = 900_000_000
 
 
 @dataclass(frozen=True)
@@ -24,12 +27,15 @@ class GpuConfig:
     """source: auto tries DCGM, then `url` (a dcgm-exporter /metrics), then NVML, then none; or name one.
     interval_s: the sampling period. energy_gpus: the GPUs the engine runs on, whose energy counters
     are split over its steps (empty: every GPU with an energy counter; give them when other work
-    shares the host's GPUs)."""
+    shares the host's GPUs). energy_fit_min_s: the shortest counter interval the energy model is
+    fitted on; shorter ones are merged (why: correlate.token_cost.MIN_FIT_SPAN_NS; 0 for a counter
+    that does not lag the work, as a test's fake)."""
 
     source: str = "auto"
     url: str | None = None
     interval_s: float = 1.0
     energy_gpus: tuple[int, ...] = ()
+    energy_fit_min_s: float = MIN_FIT_SPAN_NS / 1e9
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -42,6 +48,8 @@ class GpuConfig:
                 raise ConfigError(f"--gpu-url must be an http(s) URL, got {self.url!r}")
         if self.source == "dcgm-exporter" and not self.url:
             raise ConfigError("--gpu-source dcgm-exporter needs --gpu-url")
+        if not 0 <= self.energy_fit_min_s <= 3600:
+            raise ConfigError(f"--energy-fit-min-interval must be in [0, 3600] s, got {self.energy_fit_min_s}")
         object.__setattr__(self, "energy_gpus", tuple(self.energy_gpus))
         if any(not isinstance(g, int) or g < 0 for g in self.energy_gpus):
             raise ConfigError(f"--energy-gpus takes device indices >= 0, got {self.energy_gpus}")
@@ -62,10 +70,14 @@ class GpuConfig:
                          help="GPU sampling interval (>= 0.1 s; default 1)")
         gpu.add_argument("--energy-gpus", default="", metavar="0,1",
                          help="the GPUs the engine runs on, whose energy is split over its steps (default: all)")
+        gpu.add_argument("--energy-fit-min-interval", type=float, default=MIN_FIT_SPAN_NS / 1e9, metavar="SECONDS",
+                         help="the energy model is fitted on counter intervals at least this long; shorter "
+                              "readings are merged (a GPU's counter lags its work; default 0.9)")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GpuConfig:
-        return cls(args.gpu_source, args.gpu_url, args.gpu_interval, parse_gpu_list(args.energy_gpus))
+        return cls(args.gpu_source, args.gpu_url, args.gpu_interval, parse_gpu_list(args.energy_gpus),
+                   args.energy_fit_min_interval)
 
 
 def parse_gpu_list(value: str) -> tuple[int, ...]:

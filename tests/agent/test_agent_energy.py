@@ -23,6 +23,7 @@ from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
 
 from infersight.agent.api import report  # noqa: E402
 from infersight.agent.config import AgentConfig  # noqa: E402
+from infersight.agent.gpu_config import GpuConfig  # noqa: E402
 from infersight.agent.service import Agent  # noqa: E402
 from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402
 
@@ -45,7 +46,8 @@ def run(tmp_path_factory):
         agent.gpu.poll_once()
 
     engine, probe = make_engine(ring)
-    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(out)),
+    # The fake counter moves with the work (no lag), read at each poll: its intervals are fitted as they are.
+    agent = Agent(AgentConfig(rings=[ring], port=0, parquet_dir=str(out), gpu=GpuConfig(energy_fit_min_s=0.0)),
                   gpu_collector=NvmlCollector(FakeNvml([gpu]), gpm=False))
     polls = [0]
 

@@ -6,6 +6,8 @@ import numpy as np
 import pandas as pd
 
 from infersight.agent.energy_fit import EnergyFit
+from infersight.agent.gpu_config import MIN_FIT_SPAN_NS, GpuConfig
+from infersight.correlate import token_cost
 
 MS = 1_000_000
 READINGS = np.array([1000, 2000, 3000]) * MS
@@ -31,7 +33,7 @@ def test_an_interval_enters_once_complete_with_the_steps_of_every_poll() -> None
 
 
 def test_a_fast_samplers_intervals_enter_the_fit_merged_to_a_second() -> None:
-    fit = EnergyFit()
+    fit = EnergyFit(MIN_FIT_SPAN_NS)
     readings = np.arange(0, 2001, 100) * MS  # every 100 ms
     # One 2-token step in each 100-ms interval up to 2 s; the account stands at 1.5 s.
     steps = _steps(*[(t + 10, t + 60, 2, 100) for t in range(0, 2000, 100)])
@@ -44,3 +46,8 @@ def test_a_fast_samplers_intervals_enter_the_fit_merged_to_a_second() -> None:
     # 900-1800 ms is long enough now; 1900 and 2000 wait.
     assert fit.intervals == 2 and fit.xty[2] == 18 * 900 + 18 * 900
     assert fit.short_rows["end_ns"].tolist() == [1900 * MS, 2000 * MS]
+
+
+def test_the_agents_default_is_token_costs_shortest_fit_interval() -> None:
+    assert MIN_FIT_SPAN_NS == token_cost.MIN_FIT_SPAN_NS
+    assert GpuConfig().energy_fit_min_s * 1e9 == token_cost.MIN_FIT_SPAN_NS

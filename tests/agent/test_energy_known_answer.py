@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
 
 from infersight.agent.config import AgentConfig  # noqa: E402
+from infersight.agent.gpu_config import GpuConfig  # noqa: E402
 from infersight.agent.service import Agent  # noqa: E402
 from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402
 from infersight.probes.config import ProbeConfig  # noqa: E402
@@ -158,7 +159,10 @@ def run() -> Run:
     gpu = TokenPoweredGpu()
     gpu.wrap(engine)
     state = PoweredState(gpu, uuid="GPU-fake-0", power_mw=(WATTS + STATIC_W) * 1000)
-    agent = Agent(AgentConfig(rings=[ring], port=0), gpu_collector=NvmlCollector(FakeNvml([state]), gpm=False))
+    # The fake counter moves with the work (no lag) and is read every READ_EVERY steps, ms apart: its
+    # intervals enter the fit as they are (a real GPU's shorter than 0.9 s are merged: token_cost).
+    agent = Agent(AgentConfig(rings=[ring], port=0, gpu=GpuConfig(energy_fit_min_s=0.0)),
+                  gpu_collector=NvmlCollector(FakeNvml([state]), gpm=False))
     rng, tasks, steps, phases = random.Random(0), {}, [], []
     done = threading.Event()
 

@@ -20,10 +20,11 @@ from infersight.gpu.samples import GpuSample
 
 
 class EnergyAccount:
-    def __init__(self, counters: dict[str, LabelledCounter], gpus: tuple[int, ...], wait_s: float) -> None:
+    def __init__(self, counters: dict[str, LabelledCounter], gpus: tuple[int, ...], wait_s: float,
+                 fit_min_span_ns: int) -> None:
         self.counters = counters
         # GPU energy over the steps, split by modelled cost; rows wait for it (at most a few sampler intervals).
-        self.meter = EnergyMeter(gpus, wait_s=wait_s)
+        self.meter = EnergyMeter(gpus, wait_s=wait_s, fit_min_span_ns=fit_min_span_ns)
 
     def add_prefill_chunks(self, request_events: pd.DataFrame) -> None:
         """A poll's request events, before its steps: the meter keeps the PREFILL_CHUNK ones."""
