@@ -255,6 +255,9 @@ def main() -> int:
     ap.add_argument("--otlp", action="store_true", help="also vLLM-style spans into the agent's OTLP receiver")
     ap.add_argument("--window-s", type=float, default=600.0,
                     help="the first and the last this many seconds are compared (poll time, CPU, RSS slope)")
+    ap.add_argument("--traced-agent", type=Path, metavar="FILE",
+                    help="run the agent under benchmarks/agent_traced.py (tracemalloc) and write its growth report to "
+                         "FILE (first snapshot after --window-s, then every --window-s / 2)")
     args = ap.parse_args()
 
     name = f"infersight-memsoak-{os.getpid()}"
@@ -275,7 +278,11 @@ def main() -> int:
     sink = OtlpSink() if args.otlp else None
     if sink is not None:
         extra += ["--otlp-receiver", f"127.0.0.1:{otlp_port}", "--otlp-endpoint", sink.url]
-    cmd = [sys.executable, "-m", "infersight", "agent", "--ring", name, "--listen", f"127.0.0.1:{port}",
+    launcher = ["-m", "infersight"]
+    if args.traced_agent:
+        launcher = [str(REPO / "benchmarks" / "agent_traced.py"), "--out", str(args.traced_agent.resolve()),
+                    "--first-s", str(args.window_s), "--every-s", str(args.window_s / 2), "--"]
+    cmd = [sys.executable, *launcher, "agent", "--ring", name, "--listen", f"127.0.0.1:{port}",
            "--gpu-source", "none", *extra, *args.agent_arg]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"

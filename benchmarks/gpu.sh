@@ -29,6 +29,9 @@
 #                 load, with py-spy (GIL holders only) on serve early and late
 #   serving_arms  `bench serving` on CUDA, llama-1b-shape, 48 clients: no agent (twice: the A/A floor),
 #                 agent, agent + recorder, everything on
+#   serving_delay `bench serving`'s no-agent arm at 48 clients with --scheduler-delay-factor in DELAY_FACTORS
+#                 (default "0 2 8") and --max-num-batched-tokens in BATCHED_TOKENS (default "512 2048");
+#                 then, unless SKIP_ARMS, the A/A and agent arms (ARMS, ROUNDS, PHASE_S) at the fastest pair
 #   hf_decode     a Llama Hugging Face checkpoint of llama-1b-shape's dimensions (written by transformers)
 #                 against the named config: decode steps at batch 1 and 32 (benchmarks/hf_decode_check.py)
 #   expert_parallel_x4, expert_parallel_x8   benchmarks/ep_bench.py at W = 4 / 8, one rank per GPU,
@@ -137,6 +140,37 @@ serving_arms() {
     --arms ${ARMS:-none,none_again,agent,agent_recorder,full} \
     > "$OUT/serving_arms.txt" 2>&1
   tail -n 25 "$OUT/serving_arms.txt"
+}
+
+serving_delay() {
+  local f b best="" best_tps=0
+  [[ -n ${SKIP_RUNTIME:-} ]] || {
+  stamp "engine decode rate, batch 48, async scheduling"
+  timeout 120 python3 -m infersight bench runtime --device cuda --dtype bfloat16 --json --model llama-1b-shape \
+    --prompt-len 256 --batch 48 --decode-steps 100 --async-scheduling > "$OUT/runtime_b48.json"; tail -n 1 "$OUT/runtime_b48.json" | cut -c1-300; }
+  for b in ${BATCHED_TOKENS:-512 2048}; do
+    for f in ${DELAY_FACTORS:-0 2 8}; do
+      stamp "bench serving, no agent, 48 clients, --scheduler-delay-factor $f --max-num-batched-tokens $b"
+      timeout 150 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 \
+        --phase-s ${DELAY_PHASE_S:-25} --warmup-s 5 --rounds 1 --arms none --json \
+        --serve-arg=--scheduler-delay-factor=$f --serve-arg=--max-num-batched-tokens=$b \
+        > "$OUT/serving_delay_f${f}_b$b.json" 2> "$OUT/serving_delay_f${f}_b$b.err"
+      local tps
+      tps=$(python3 -c "import json,sys; a=json.loads(open(sys.argv[1]).read().splitlines()[-1])['arms']['none']; \
+print(round(a['tokens_per_s']), round(a['ttft_p50_s']*1e3), round(a['itl_p50_s']*1e3, 1), round(a['itl_p99_s']*1e3, 1))" \
+        "$OUT/serving_delay_f${f}_b$b.json" 2>/dev/null || echo "0 failed")
+      echo "factor $f batched $b: tokens/s TTFT-p50-ms ITL-p50-ms ITL-p99-ms = $tps"
+      if (( ${tps%% *} > best_tps )); then best_tps=${tps%% *}; best="$f $b"; fi
+    done
+  done
+  echo "fastest: factor/batched ${best} at $best_tps tokens/s"
+  [[ -n ${SKIP_ARMS:-} || -z $best ]] && return 0
+  set -- $best
+  stamp "bench serving arms at factor $1, batched $2"
+  timeout ${TIMEOUT_S:-330} python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 \
+    --max-tokens 96 --phase-s ${PHASE_S:-20} --warmup-s 3 --rounds ${ROUNDS:-3} --arms ${ARMS:-none,none_again,agent} \
+    --serve-arg=--scheduler-delay-factor=$1 --serve-arg=--max-num-batched-tokens=$2 > "$OUT/serving_delay_arms.txt" 2>&1
+  tail -n 12 "$OUT/serving_delay_arms.txt" | cut -c1-400
 }
 
 hf_decode() {

@@ -61,6 +61,7 @@ class ServingBenchConfig:
     rounds: int = 5
     arms: tuple[str, ...] = ARMS
     seed: int = 0
+    serve_args: tuple[str, ...] = ()  # more `infersight serve` flags (the engine's, e.g. --scheduler-delay-factor)
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.arms if a not in ARMS]
@@ -255,7 +256,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
     serve_log = open(out_dir / "serve.log", "w")
     serve = subprocess.Popen([sys.executable, "-m", "infersight", "serve", "--listen", f"127.0.0.1:{port}",
                               "--model", config.model, "--device", config.device, "--dtype", config.dtype,
-                              "--ring", ring, "--seed", str(config.seed)], stdout=serve_log, stderr=subprocess.STDOUT)
+                              "--ring", ring, "--seed", str(config.seed), *config.serve_args], stdout=serve_log, stderr=subprocess.STDOUT)
     sink = OtlpSink()
     tokens, requests, phases = [], [], []
     try:

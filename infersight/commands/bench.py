@@ -61,7 +61,8 @@ def _serving(args: argparse.Namespace) -> int:
 
     config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
                                 max_tokens=args.max_tokens, phase_s=args.phase_s, warmup_s=args.warmup_s,
-                                rounds=args.rounds, arms=tuple(a for a in args.arms.split(",") if a), seed=args.seed)
+                                rounds=args.rounds, arms=tuple(a for a in args.arms.split(",") if a), seed=args.seed,
+                                serve_args=tuple(args.serve_arg))
     try:
         report = bench_serving(config, log=lambda line: print(line, file=sys.stderr, flush=True))
     except ProcessFailed as exc:
@@ -168,6 +169,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv.add_argument("--arms", default=",".join(SERVING_ARMS),
                     help=f"comma-separated, some of {','.join(SERVING_ARMS)} (none is required)")
     sv.add_argument("--seed", type=int, default=0)
+    sv.add_argument("--serve-arg", action="append", default=[], metavar="FLAG",
+                    help="one more `infersight serve` flag for every arm, e.g. --serve-arg=--scheduler-delay-factor=2 "
+                         "(repeatable)")
     sv.set_defaults(func=_serving)
     ce = bench_sub.add_parser("ceilings", help="measure this device's copy bandwidth and GEMM throughput, and cache "
                               "them as the roofline's ceilings")

@@ -28,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
                                  dtype=resolve_dtype(args.dtype, device, args.model), seed=args.seed, num_kv_blocks=args.num_kv_blocks,
                                  max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
                                  async_scheduling=args.async_scheduling,
+                                 scheduler_delay_factor=args.scheduler_delay_factor, max_num_seqs=args.max_num_seqs,
+                                 max_num_batched_tokens=args.max_num_batched_tokens,
                                  spec_probe_every=args.spec_probe_every if args.speculative_model else 0)
     agent = None
     if args.with_agent:
@@ -64,6 +66,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                    help="launch each steady decode step before reading the one before (vLLM's flag; "
                         "default: on for CUDA, off on the CPU)")
+    p.add_argument("--max-num-seqs", type=int, default=64, metavar="N",
+                   help="requests batched in one step at most (vLLM's flag; default 64)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=512, metavar="N",
+                   help="tokens one step feeds at most, prefill chunks and decodes together (vLLM's flag; default 512)")
+    p.add_argument("--scheduler-delay-factor", type=float, default=0.0, metavar="F",
+                   help="hold new requests until the oldest has waited F times the last prefill step, so "
+                        "prefills come in fewer steps and the steps between stay decode-only (vLLM's flag; "
+                        "default 0: admit at every step)")
     p.add_argument("--max-pending", type=int, default=256, help="requests in flight before 429 (default 256)")
     p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="request body limit (413 beyond)")
     p.add_argument("--max-header-bytes", type=int, default=16 << 10, help="request header limit")

@@ -61,6 +61,9 @@ class EngineConfig:
     torch.profiler stay synchronous; not with a speculative model. None (the default): on for CUDA without a speculative model, as vLLM
     turns it on where it is supported; off on the CPU, whose forward runs on the host anyway (nothing
     to overlap). Resolved to a bool here.
+    scheduler_delay_factor: vLLM's name; > 0 holds waiting requests back until the oldest has waited
+    that many times the last prefill step (or nothing runs), so prefills come in fewer, larger
+    steps (runtime.engine.scheduler). 0 (the default) admits at every step.
     """
 
     model: str | ModelConfig = "tiny-moe"
@@ -86,6 +89,7 @@ class EngineConfig:
     fused_forward: bool = True
     decode_gemv: bool = True
     async_scheduling: bool | None = None
+    scheduler_delay_factor: float = 0.0
     model_config: ModelConfig = field(init=False)
     draft_config: ModelConfig | None = field(init=False)
 
@@ -115,6 +119,8 @@ class EngineConfig:
             self.async_scheduling = self.device.startswith("cuda") and self.draft_config is None
         if self.async_scheduling and self.draft_config is not None:
             raise ValueError("async_scheduling does not work with a speculative model yet; drop one of them")
+        if not 0 <= self.scheduler_delay_factor <= 1000:
+            raise ValueError(f"scheduler_delay_factor must be in [0, 1000], got {self.scheduler_delay_factor}")
         if self.cpu_offload_blocks < 0:
             raise ValueError(f"cpu_offload_blocks must be >= 0, got {self.cpu_offload_blocks}")
         model_len = self.model_config.max_seq_len

@@ -5,11 +5,17 @@ Each step: running requests first (oldest first), then swapped ones coming back,
 ones being admitted. A request that cannot get blocks preempts the newest running request,
 possibly itself. A step that preempted admits nothing new, so the freed blocks go to the
 requests already in flight.
+
+With scheduler_delay_factor > 0 (vLLM's flag), waiting requests are admitted only once the oldest
+has waited that many times the last prefill step's duration, or when nothing runs: arrivals are
+gathered into fewer prefill steps, and the steps between stay pure decode (on CUDA, graph replays
+launched ahead) instead of each carrying one new prompt eagerly.
 """
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from infersight.runtime.config import EngineConfig
@@ -45,8 +51,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, kv: KVCacheManager, observer: EngineObserver) -> None:
+    def __init__(self, config: EngineConfig, kv: KVCacheManager, observer: EngineObserver,
+                 clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.config = config
+        self.clock = clock  # monotonic ns: the admission delay's and the requests' timestamps
         self.max_num_seqs = config.max_num_seqs  # lowered at run time by a policy (Engine.apply_policy)
         self.kv = kv
         self.observer = observer
@@ -54,6 +62,8 @@ class Scheduler:
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
         self.max_seq_len = config.max_model_len  # type: ignore[assignment]  # resolved in EngineConfig
+        self.last_prefill_ns = 0  # the last step that admitted a request: from its schedule() to the next one
+        self._admitted_at_ns: int | None = None
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -78,8 +88,18 @@ class Scheduler:
         spec = min(self._num_spec_tokens(req), budget - 1)
         return 1, spec
 
+    def admission_open(self, now_ns: int) -> bool:
+        """Whether waiting requests may be admitted now (see the module's note on the delay)."""
+        factor = self.config.scheduler_delay_factor
+        if factor <= 0 or not self.running or not self.waiting:
+            return True
+        return now_ns - self.waiting[0].times.arrival_ns >= factor * self.last_prefill_ns
+
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
+        now = self.clock()
+        if self._admitted_at_ns is not None:
+            self.last_prefill_ns, self._admitted_at_ns = now - self._admitted_at_ns, None
         budget = self.config.max_num_batched_tokens
         i = 0
         while i < len(self.running) and budget > 0:
@@ -118,6 +138,9 @@ class Scheduler:
             self._resume(req)
             out.scheduled.append(ScheduledRequest(req, n, spec))
             budget -= n + spec
+        if self.waiting and not self.swapped and budget > 0 and len(self.running) < self.max_num_seqs \
+                and not self.admission_open(now):
+            return out
         while self.waiting and not self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             hits = self.kv.find_prefix_hits(req)
@@ -127,9 +150,10 @@ class Scheduler:
             self.waiting.popleft()
             self.kv.admit(req, hits)
             self.kv.allocate_slots(req, n)
+            self._admitted_at_ns = now
             if req.times.first_scheduled_ns is None:
                 req.num_prefix_hit_tokens = req.num_computed
-                req.times.first_scheduled_ns = now = time.monotonic_ns()
+                req.times.first_scheduled_ns = now
                 self.observer.on_request_scheduled(req.request_id, now, len(req.prompt_token_ids),
                                                    req.num_computed, self.kv.prefix_group_hash(req))
             self._resume(req)
@@ -143,7 +167,8 @@ class Scheduler:
         before that token is known. Only where the synchronous schedule() would plan the same thing
         and nothing else: nobody swapped out, nobody waiting who could be admitted, the token budget
         and free blocks enough for all. Allocates their slots; None (changing nothing) otherwise."""
-        if self.swapped or (self.waiting and len(self.running) < self.max_num_seqs):
+        if self.swapped or (self.waiting and len(self.running) < self.max_num_seqs
+                            and self.admission_open(self.clock())):
             return None
         if len(reqs) > self.config.max_num_batched_tokens:
             return None
@@ -157,7 +182,7 @@ class Scheduler:
 
     def _resume(self, req: Request) -> None:
         if req.num_preemptions:
-            now = time.monotonic_ns()
+            now = self.clock()
             req.times.resumptions.append(now)
             self.observer.on_request_resumed(req.request_id, now)
         req.status = RequestStatus.RUNNING
@@ -174,7 +199,7 @@ class Scheduler:
             req.status, reason = RequestStatus.WAITING, "recompute"
             self.waiting.appendleft(req)
         req.num_preemptions += 1
-        now = time.monotonic_ns()
+        now = self.clock()
         req.times.preemptions.append((now, reason))
         self.observer.on_request_preempted(req.request_id, now, reason)
 
