@@ -301,7 +301,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_delay hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
