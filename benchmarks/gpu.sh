@@ -32,6 +32,8 @@
 #   serving_delay `bench serving`'s no-agent arm at 48 clients with --scheduler-delay-factor in DELAY_FACTORS
 #                 (default "0 2 8") and --max-num-batched-tokens in BATCHED_TOKENS (default "512 2048");
 #                 then, unless SKIP_ARMS, the A/A and agent arms (ARMS, ROUNDS, PHASE_S) at the fastest pair
+#   serving_ab    `bench serving`'s no-agent arm at 48 clients, the tree in .before/ against this one, AB_PAIRS
+#                 (default 2) interleaved pairs, SERVE_ARGS for both (e.g. "--max-num-batched-tokens=2048")
 #   hf_decode     a Llama Hugging Face checkpoint of llama-1b-shape's dimensions (written by transformers)
 #                 against the named config: decode steps at batch 1 and 32 (benchmarks/hf_decode_check.py)
 #   expert_parallel_x4, expert_parallel_x8   benchmarks/ep_bench.py at W = 4 / 8, one rank per GPU,
@@ -173,6 +175,26 @@ print(round(a['tokens_per_s']), round(a['ttft_p50_s']*1e3), round(a['itl_p50_s']
   tail -n 12 "$OUT/serving_delay_arms.txt" | cut -c1-400
 }
 
+serving_ab() {
+  if [[ ! -d .before ]]; then echo "serving_ab needs a before tree in .before/ (carry it)"; return 2; fi
+  local i side a
+  for i in $(seq 1 ${AB_PAIRS:-2}); do
+    for side in before after; do
+      stamp "bench serving, no agent, 48 clients, $side, pair $i (${SERVE_ARGS:-})"
+      local args=()
+      for a in ${SERVE_ARGS:-}; do args+=("--serve-arg=$a"); done
+      ( [[ $side == before ]] && cd .before && export PYTHONPATH=/tmp/site:$PWD
+        timeout 150 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 \
+          --phase-s ${AB_PHASE_S:-25} --warmup-s 5 --rounds 1 --arms none --json "${args[@]}" ) \
+        > "$OUT/serving_ab_${side}_$i.json" 2> "$OUT/serving_ab_${side}_$i.err"
+      python3 -c "import json,sys; a=json.loads(open(sys.argv[1]).read().splitlines()[-1])['arms']['none']; \
+print('$side', round(a['tokens_per_s']), 'tokens/s; TTFT p50', round(a['ttft_p50_s']*1e3), 'ms; ITL p50/p99', \
+round(a['itl_p50_s']*1e3, 1), round(a['itl_p99_s']*1e3, 1), 'ms; serve cores', round(a['serve_cores'], 2))" \
+        "$OUT/serving_ab_${side}_$i.json" 2>/dev/null || tail -n 2 "$OUT/serving_ab_${side}_$i.err"
+    done
+  done
+}
+
 hf_decode() {
   stamp "Hugging Face checkpoint against the named config, decode batch 1 and 32"
   timeout 240 python3 benchmarks/hf_decode_check.py --device cuda | tee "$OUT/hf_decode.txt" | tail -n 1
@@ -301,7 +323,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_delay hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_delay serving_ab hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
