@@ -11,9 +11,11 @@ stream /v1/completions, as a user's clients would. Phases of --phase-s alternate
 
 Every round runs each arm once, in an order rotated by the round (drift spreads over every arm), and
 each arm's figure is divided by the `none` phase of its own round (drift between rounds cancels).
-All figures are measured by the clients' clock: output tokens/s (every streamed chunk whose arrival
-lies in the phase's window, one chunk per token), requests/s (completions in the window), TTFT and
-ITL p50/p99 of the requests that started in the window. The first --warmup-s of each phase are left
+All figures are measured by the clients' clock: output tokens/s (every streamed token whose chunk's
+arrival lies in the phase's window; a chunk's tokens are the rise of its usage.completion_tokens, vLLM's
+continuous_usage_stats, as the server merges the tokens of a client it fell behind on), requests/s
+(completions in the window), TTFT and ITL p50/p99 of the requests that started in the window (ITL:
+the gaps between a request's chunks, as vLLM's serving benchmark takes them). The first --warmup-s of each phase are left
 out (an agent starting up, the clients ramping). The report gives, per arm, the median over rounds of
 each ratio, and beside it the A/A floor: the median and the largest |1 - ratio| of `none_again`.
 
@@ -145,20 +147,26 @@ class PhaseRecords:
 
 
 def _stream_one(url: str, model: str, prompt: str, max_tokens: int, rid: int, out: PhaseRecords) -> None:
-    """One streamed completion; every data chunk that carries text is one token, timed on arrival."""
+    """One streamed completion; each chunk's tokens (the rise of its usage.completion_tokens: vLLM's
+    continuous_usage_stats, since a chunk may carry several) timed on its arrival."""
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-                       "ignore_eos": True, "stream": True}).encode()
+                       "ignore_eos": True, "stream": True,
+                       "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
     req = urllib.request.Request(url + "/v1/completions", data=body, method="POST",
                                  headers={"content-type": "application/json"})
     sent, first, times, status = time.monotonic(), float("nan"), [], 0
     try:
         with urllib.request.urlopen(req, timeout=300) as resp:  # noqa: S310 (the bench's own server)
             status = resp.status
+            so_far = 0
             for line in resp:
                 if line.startswith(b"data: {"):
                     now = time.monotonic()
-                    if json.loads(line[6:])["choices"][0].get("text"):
-                        times.append(now)
+                    chunk = json.loads(line[6:])
+                    if chunk["choices"]:  # the last chunk (usage only) repeats the finish chunk's count
+                        tokens = chunk["usage"]["completion_tokens"]
+                        times.extend([now] * (tokens - so_far))
+                        so_far = tokens
     except (OSError, ValueError) as exc:
         status = getattr(exc, "code", 0) or -1
     done = time.monotonic()
@@ -214,8 +222,8 @@ def phase_figures(tokens: pd.DataFrame, requests: pd.DataFrame, t0: float, t1: f
     done = ok[(ok["done_s"] >= t0) & (ok["done_s"] < t1)]
     started = ok[(ok["sent_s"] >= t0) & (ok["sent_s"] < t1)]
     ttft = (started["first_s"] - started["sent_s"]).to_numpy(np.float64)
-    gaps = (tokens[tokens["request"].isin(started["request"])].sort_values(["request", "t_s"])
-            .groupby("request")["t_s"].diff().dropna().to_numpy(np.float64))
+    chunks = tokens[tokens["request"].isin(started["request"])].drop_duplicates()  # a chunk's tokens share its t_s
+    gaps = chunks.sort_values(["request", "t_s"]).groupby("request")["t_s"].diff().dropna().to_numpy(np.float64)
 
     def pct(a: np.ndarray, q: float) -> float:
         return float(np.percentile(a, q)) if len(a) else float("nan")

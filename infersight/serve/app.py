@@ -146,7 +146,8 @@ def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters 
             engine.network_done(sub, receive_ns, first_byte, last_byte)
 
         if req.stream:
-            return TimedResponse(StreamingResponse(_sse(engine, sub, req, response_id), media_type="text/event-stream",
+            body = _sse(engine, sub, req, response_id, first.num_prompt_tokens)
+            return TimedResponse(StreamingResponse(body, media_type="text/event-stream",
                                                    headers={**headers, "Cache-Control": "no-cache"}), done)
         events = await _collect(sub, request)
         failed = next((e for e in events if isinstance(e, Failed)), None)
@@ -214,32 +215,49 @@ async def _disconnected(receive: Callable[[], Awaitable[Message]]) -> None:
         pass
 
 
-async def _sse(engine: EngineLoop, sub: Submission, req: P.GenerationRequest, response_id: str) -> AsyncIterator[str]:
+async def _sse(engine: EngineLoop, sub: Submission, req: P.GenerationRequest, response_id: str,
+               prompt_tokens: int) -> AsyncIterator[str]:
     """The SSE body. If the client goes away the generator is closed mid-way: abort the request."""
-    finished, first = False, True
+    finished, first, completion_tokens = False, True, 0
+
+    def running() -> dict[str, Any] | None:
+        return P.running_usage(prompt_tokens, completion_tokens) if req.continuous_usage else None
 
     def data(body: dict[str, Any]) -> str:
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     try:
         while True:
-            event = await sub.events.get()
-            if isinstance(event, Delta) and event.text:
-                yield data(P.chunk_body(req, response_id, event.text, None, first))
+            event: Event | None = await sub.events.get()
+            # Deltas already queued behind this one (the event loop fell behind the engine) go out as one
+            # chunk, as vLLM's output collector merges a slow consumer's outputs: one JSON body and one
+            # send through the middleware instead of one per token. Under light load the queue holds one.
+            text = ""
+            while isinstance(event, Delta):
+                text += event.text
+                completion_tokens += event.num_tokens
+                event = sub.events.get_nowait() if not sub.events.empty() else None
+            parts = []
+            if text:
+                parts.append(data(P.chunk_body(req, response_id, text, None, first, running=running())))
                 first = False
-            elif isinstance(event, Done):
+            if isinstance(event, Done):
                 out = event.output
-                yield data(P.chunk_body(req, response_id, None, out.finish_reason or "stop", first))
+                completion_tokens = len(out.token_ids)
+                parts.append(data(P.chunk_body(req, response_id, None, out.finish_reason or "stop", first,
+                                               running=running())))
                 if req.include_usage:
                     use = P.usage(len(out.prompt_token_ids), len(out.token_ids), out.num_cached_tokens)
-                    yield data(P.chunk_body(req, response_id, None, None, False, use))
-                yield "data: [DONE]\n\n"
+                    parts.append(data(P.chunk_body(req, response_id, None, None, False, use)))
+                parts.append("data: [DONE]\n\n")
                 finished = True
-                return
             elif isinstance(event, Failed):
-                yield data(P.APIError(500, str(event.error), type="server_error").body())
-                yield "data: [DONE]\n\n"
+                parts.append(data(P.APIError(500, str(event.error), type="server_error").body()))
+                parts.append("data: [DONE]\n\n")
                 finished = True
+            if parts:
+                yield "".join(parts)
+            if finished:
                 return
     finally:
         if not finished:

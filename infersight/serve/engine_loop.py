@@ -37,6 +37,7 @@ _IDLE_WAIT_S = 0.05  # how long an idle engine thread blocks on the command queu
 @dataclass
 class Accepted:
     request_id: int
+    num_prompt_tokens: int = 0
 
 
 @dataclass
@@ -218,7 +219,7 @@ class EngineLoop:
             return
         sub.request_id = rid
         self._active[rid] = _Active(sub, self.engine.tokenizer.stream_decoder())
-        sub.post(Accepted(rid))
+        sub.post(Accepted(rid, len(self.engine.requests[rid].prompt_token_ids)))
         if self.writer is not None:  # right after ARRIVED, so the sidecar sees it before FINISHED
             self._write(self.writer.served, rid, sub.record)
             for text_field, text in sub.texts.items():

@@ -3,7 +3,8 @@
 Supported: POST /v1/completions (one prompt: a string or a list of token ids) and POST
 /v1/chat/completions (text messages), with stream, stream_options.include_usage, max_tokens
 (max_completion_tokens for chat), temperature, top_p, seed, user, n=1, and the vLLM extensions
-top_k and ignore_eos. Anything the engine cannot honour (n > 1, stop sequences, logprobs, tools,
+top_k, ignore_eos and stream_options.continuous_usage_stats (the usage so far in every chunk: a
+chunk may carry several tokens when the server's event loop fell behind the engine). Anything the engine cannot honour (n > 1, stop sequences, logprobs, tools,
 penalties other than neutral) is a 400, not silently ignored; unknown fields are ignored, as vLLM
 does. Every field is checked at the door, with vLLM's ranges and messages (runtime.engine.request's
 checked_sampling_fields): a value the sampler or the probe records could not take never reaches
@@ -43,6 +44,7 @@ class GenerationRequest:
     include_usage: bool
     user: str | None
     prompt_record: str
+    continuous_usage: bool = False  # stream_options.continuous_usage_stats (vLLM's): usage in every chunk
 
 
 def _unsupported(body: Mapping[str, Any]) -> None:
@@ -89,7 +91,7 @@ def _params(body: Mapping[str, Any], max_tokens: int | None, max_tokens_key: str
 
 
 def _common(body: Mapping[str, Any], served_model: str, max_tokens_key: str
-            ) -> tuple[str, bool, bool, str | None, int | None, str]:
+            ) -> tuple[str, bool, bool, str | None, int | None, str, bool]:
     model = F.optional(body, "model", "string", served_model)
     if model != served_model:
         raise APIError(404, f"the model {F.show(model)} does not exist; this server serves {served_model!r}",
@@ -99,12 +101,14 @@ def _common(body: Mapping[str, Any], served_model: str, max_tokens_key: str
     options = F.optional(body, "stream_options", "object", None)
     check(options is None or stream, "stream_options", "Stream options can only be defined when `stream=True`.")
     include_usage = F.optional(options or {}, "include_usage", "boolean", False)
+    # vLLM's extension: with include_usage, every chunk also carries the usage so far
+    continuous = include_usage and F.optional(options or {}, "continuous_usage_stats", "boolean", False)
     user = F.optional(body, "user", "string", None)
     key = max_tokens_key
     max_tokens = F.integer(body, key, None)
     if max_tokens is None and max_tokens_key == "max_completion_tokens":
         key, max_tokens = "max_tokens", F.integer(body, "max_tokens", None)
-    return model, stream, include_usage, user, max_tokens, key
+    return model, stream, include_usage, user, max_tokens, key, continuous
 
 
 def _token_ids(value: list[Any]) -> list[int]:
@@ -115,7 +119,7 @@ def _token_ids(value: list[Any]) -> list[int]:
 
 def parse_completion(body: Mapping[str, Any], served_model: str, default_max_tokens: int = 16,
                      max_model_len: int = _NO_MODEL_LIMIT) -> GenerationRequest:
-    model, stream, include_usage, user, max_tokens, key = _common(body, served_model, "max_tokens")
+    model, stream, include_usage, user, max_tokens, key, continuous = _common(body, served_model, "max_tokens")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
@@ -128,7 +132,7 @@ def parse_completion(body: Mapping[str, Any], served_model: str, default_max_tok
     check(len(prompt) > 0, "prompt", "prompt is empty")
     return GenerationRequest("text_completion", model, prompt,
                              _params(body, max_tokens, key, default_max_tokens, max_model_len), stream,
-                             include_usage, user, record)
+                             include_usage, user, record, continuous)
 
 
 def render_chat(messages: list[dict[str, str]]) -> str:
@@ -161,7 +165,8 @@ def chat_renderer(tokenizer: Any) -> Callable[[list[dict[str, str]]], str | list
 def parse_chat(body: Mapping[str, Any], served_model: str, default_max_tokens: int = 16,
                max_model_len: int = _NO_MODEL_LIMIT,
                render: Callable[[list[dict[str, str]]], str | list[int]] = render_chat) -> GenerationRequest:
-    model, stream, include_usage, user, max_tokens, key = _common(body, served_model, "max_completion_tokens")
+    model, stream, include_usage, user, max_tokens, key, continuous = _common(body, served_model,
+                                                                              "max_completion_tokens")
     raw = body.get("messages")
     check(isinstance(raw, list) and len(raw) > 0, "messages", "messages must be a non-empty list")
     messages = [_message(i, m) for i, m in enumerate(raw)]
@@ -171,7 +176,7 @@ def parse_chat(body: Mapping[str, Any], served_model: str, default_max_tokens: i
         raise APIError(400, str(exc), param="messages") from None
     return GenerationRequest("chat", model, prompt,
                              _params(body, max_tokens, key, default_max_tokens, max_model_len),
-                             stream, include_usage, user, json.dumps(messages, ensure_ascii=False))
+                             stream, include_usage, user, json.dumps(messages, ensure_ascii=False), continuous)
 
 
 # -- responses -----------------------------------------------------------------------------------------
@@ -198,9 +203,16 @@ def response_body(req: GenerationRequest, response_id: str, text: str, reason: s
             "choices": [choice], "usage": use}
 
 
+def running_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """continuous_usage_stats' usage in a text or finish chunk (vLLM's three counts)."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
 def chunk_body(req: GenerationRequest, response_id: str, text: str | None, reason: str | None, first: bool,
-               use: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One SSE chunk: a text delta, the finish (reason set), or the usage chunk (use set, no choices)."""
+               use: dict[str, Any] | None = None, running: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One SSE chunk: a text delta, the finish (reason set), or the usage chunk (use set, no choices);
+    running: the usage so far, on a text or finish chunk (continuous_usage_stats)."""
     created = int(time.time())
     if req.operation == "chat":
         obj = "chat.completion.chunk"
@@ -219,4 +231,6 @@ def chunk_body(req: GenerationRequest, response_id: str, text: str | None, reaso
                             "choices": choices}
     if use is not None:
         body["usage"] = use
+    elif running is not None:
+        body["usage"] = running
     return body

@@ -33,6 +33,17 @@ def test_phase_figures_by_hand() -> None:
     assert f["errors"] == 1
 
 
+def test_a_chunk_of_two_tokens_counts_two_tokens_and_one_gap() -> None:
+    # Request 1 sent at 10: chunks at 10.5 (one token), 11.0 (two tokens: the server merged them), 12.0.
+    tokens = pd.DataFrame({"request": [1, 1, 1, 1], "t_s": [10.5, 11.0, 11.0, 12.0]})
+    requests = pd.DataFrame({"request": [1], "sent_s": [10.0], "first_s": [10.5], "done_s": [12.0],
+                             "tokens": [4], "status": [200]})
+    f = phase_figures(tokens, requests, 10.0, 20.0)
+    assert f["tokens_per_s"] == pytest.approx(4 / 10)
+    # gaps between chunks: 0.5 and 1.0 (no zero gap inside the merged chunk)
+    assert f["itl_p50_s"] == pytest.approx(0.75) and f["itl_p99_s"] == pytest.approx(0.5 + 0.99 * 0.5)
+
+
 def test_summary_ratios_are_per_round_and_the_aa_floor_is_none_again() -> None:
     rows = []
     for rnd, (ref, again, agent) in enumerate([(100.0, 101.0, 99.0), (50.0, 49.0, 50.0), (80.0, 80.0, 76.0)]):

@@ -254,3 +254,22 @@ def test_engine_failure_is_500_and_the_server_keeps_serving(monkeypatch: pytest.
         assert err["type"] == "server_error" and "kernel exploded" in err["message"]
         assert post(h, "/v1/completions", json={"prompt": "fine", "max_tokens": 3}).status_code == 200
         assert h.loop.alive and h.loop.pending == 0
+
+
+def test_continuous_usage_counts_every_token_once(harness: Harness) -> None:
+    """vLLM's stream_options.continuous_usage_stats: each chunk's usage so far; the rises add up to the
+    completion tokens, which the non-streamed answer of the same greedy request reports too."""
+    body = {"prompt": "count me", "max_tokens": 7, "stream": True, "ignore_eos": True, "temperature": 0,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    chunks = sse_events(post(harness, "/v1/completions", json=body).text)
+    counts = [c["usage"]["completion_tokens"] for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 7
+    plain = post(harness, "/v1/completions", json={**body, "stream": False, "stream_options": None}).json()["usage"]
+    assert plain["completion_tokens"] == 7
+    assert all(c["usage"]["prompt_tokens"] == plain["prompt_tokens"]
+               and c["usage"]["total_tokens"] == plain["prompt_tokens"] + c["usage"]["completion_tokens"]
+               for c in chunks)
+    # without include_usage the extension is off: no usage on the text chunks
+    off = sse_events(post(harness, "/v1/completions", json={
+        **body, "stream_options": {"include_usage": False, "continuous_usage_stats": True}}).text)
+    assert all("usage" not in c for c in off)
