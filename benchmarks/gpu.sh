@@ -34,6 +34,10 @@
 #                 then, unless SKIP_ARMS, the A/A and agent arms (ARMS, ROUNDS, PHASE_S) at the fastest pair
 #   serving_ab    `bench serving`'s no-agent arm at 48 clients, the tree in .before/ against this one, AB_PAIRS
 #                 (default 2) interleaved pairs, SERVE_ARGS for both (e.g. "--max-num-batched-tokens=2048")
+#   serving_switch `bench serving`'s no-agent arm at 48 clients with the interpreter's GIL switch interval
+#                 (sys.setswitchinterval, through a sitecustomize) at each of SWITCH_INTERVALS (default
+#                 "0.005 0.0005 0.005 0.0005"; 0.005 is CPython's default): does the engine thread wait
+#                 for the GIL behind the event loop?
 #   hf_decode     a Llama Hugging Face checkpoint of llama-1b-shape's dimensions (written by transformers)
 #                 against the named config: decode steps at batch 1 and 32 (benchmarks/hf_decode_check.py)
 #   expert_parallel_x4, expert_parallel_x8   benchmarks/ep_bench.py at W = 4 / 8, one rank per GPU,
@@ -195,6 +199,22 @@ round(a['itl_p50_s']*1e3, 1), round(a['itl_p99_s']*1e3, 1), 'ms; serve cores', r
   done
 }
 
+serving_switch() {
+  local sw dir
+  dir=$(mktemp -d)
+  printf 'import os, sys\nif os.environ.get("SWITCH_S"):\n    sys.setswitchinterval(float(os.environ["SWITCH_S"]))\n' > "$dir/sitecustomize.py"
+  for sw in ${SWITCH_INTERVALS:-0.005 0.0005 0.005 0.0005}; do
+    stamp "bench serving, no agent, 48 clients, GIL switch interval $sw s"
+    SWITCH_S=$sw PYTHONPATH=$dir:$PYTHONPATH timeout 150 python3 -m infersight bench serving --model llama-1b-shape \
+      --device cuda --clients 48 --max-tokens 96 --phase-s ${AB_PHASE_S:-25} --warmup-s 5 --rounds 1 --arms none --json \
+      > "$OUT/serving_switch_$sw.json" 2> "$OUT/serving_switch_$sw.err"
+    python3 -c "import json,sys; a=json.loads(open(sys.argv[1]).read().splitlines()[-1])['arms']['none']; \
+print('switch $sw s:', round(a['tokens_per_s']), 'tokens/s; TTFT p50', round(a['ttft_p50_s']*1e3), 'ms; ITL p50/p99', \
+round(a['itl_p50_s']*1e3, 1), round(a['itl_p99_s']*1e3, 1), 'ms; serve cores', round(a['serve_cores'], 2))" \
+      "$OUT/serving_switch_$sw.json" 2>/dev/null || tail -n 2 "$OUT/serving_switch_$sw.err"
+  done
+}
+
 hf_decode() {
   stamp "Hugging Face checkpoint against the named config, decode batch 1 and 32"
   timeout 240 python3 benchmarks/hf_decode_check.py --device cuda | tee "$OUT/hf_decode.txt" | tail -n 1
@@ -323,7 +343,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_delay serving_ab hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
