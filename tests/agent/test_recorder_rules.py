@@ -79,6 +79,48 @@ def test_budget_keeps_the_amortised_cost_under_budget_plus_one_window() -> None:
         WindowBudget(budget=1.5)
 
 
+def test_the_reservation_covers_the_dearest_recent_window_and_the_cost_stays_under_budget() -> None:
+    """Costs that swing 0.02 <-> 0.08 s, never dearer than the first: reserving the dearest recent
+    window keeps cost <= budget x engine time at every window; the smoothed estimate alone does not
+    (it sits between the two, and every dear window overspends)."""
+    def run(recent: int) -> tuple[int, float, int]:
+        b = WindowBudget(budget=0.005, initial_cost_s=0.08, recent_windows=recent)
+        costs = [0.08, 0.02] * 50
+        over, worst, windows = 0, 0.0, 0
+        for _ in range(100_000):  # 1,000 s of 10-ms steps
+            b.earn(0.01)
+            if b.can_start() and windows < len(costs):
+                b.reserve()
+                b.settle(costs[windows])
+                windows += 1
+                over += b.cost_s > 0.005 * b.engine_s + 1e-12
+                worst = max(worst, b.cost_ratio)
+        return over, worst, windows
+
+    over, worst, windows = run(8)
+    # 5 s of allowance over 1,000 s pays for ~100 windows at 0.05 s on average: the refunds of the cheap
+    # ones are spent again, so the reservation costs little rate
+    assert over == 0 and worst <= 0.005 and windows >= 90
+    over_ema, worst_ema, _ = run(0)
+    assert over_ema > 0 and worst_ema > 0.005
+
+
+def test_the_reservation_is_the_dearer_of_estimate_and_recent_windows() -> None:
+    b = WindowBudget(budget=0.01, initial_cost_s=0.05, recent_windows=2)
+    assert b.reserve_s == 0.05  # nothing measured: the initial guess
+    for cost in (0.1, 0.01, 0.01):
+        b.earn(100.0)
+        b.reserve()
+        b.settle(cost)
+    # estimate: 0.1, then 0.7 x 0.1 + 0.3 x 0.01 = 0.073, then 0.7 x 0.073 + 0.003 = 0.0541; recent: 0.01, 0.01
+    assert b.estimate_s == pytest.approx(0.0541) and b.reserve_s == pytest.approx(0.0541)
+    assert b.interval_s == pytest.approx(5.41)
+    b.earn(100.0)
+    b.reserve()
+    b.settle(0.2)
+    assert b.reserve_s == pytest.approx(0.2)  # the dearest of the last two windows
+
+
 def requests(e2e: list[float], ttft: list[float] | None = None) -> pd.DataFrame:
     return pd.DataFrame({"e2e_s": e2e, "ttft_s": ttft if ttft is not None else [0.01] * len(e2e),
                          "itl_mean_s": [0.001] * len(e2e)})

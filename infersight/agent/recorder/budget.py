@@ -16,14 +16,19 @@ charged too: an over-estimate, so the rate drops, never the other way.
 
 When the next window may start (`WindowBudget`): a token bucket in engine time. Every second of
 engine step time earns `budget` seconds of allowance (capped at `burst` windows' worth); a window
-is asked for only when the allowance covers the current cost estimate, which is reserved at once
-and settled with the measured cost when it is known (the first estimate is `initial_cost_s`). So
-over any stretch, cost <= budget x engine time + one burst: the amortised cost stays under the budget.
+is asked for only when the allowance covers its reservation, which is held at once and settled
+with the measured cost when it is known. The reservation is the dearer of the smoothed estimate and
+the dearest of the last `recent_windows` measured windows (before any, `initial_cost_s`): with the
+estimate alone, every window dearer than the running average overspent, and the cost ran above the
+budget about half the time. Allowance never exceeds budget x engine time - cost, so the cost stays
+under the budget at every window whose measured cost is within its reservation; a window dearer
+than all recent ones overspends by the difference, which the windows after it wait out.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -73,12 +78,14 @@ def window_cost(steps: pd.DataFrame, first_step: int, window_steps: int, after_s
 class WindowBudget:
     """The token bucket of the module docstring. budget: allowed share of engine time (0.005 is
     0.5%); initial_cost_s: the cost assumed before any is measured; burst: allowance cap, in
-    windows at the current estimate; smoothing: weight of a new measurement in the estimate."""
+    windows at the current reservation; smoothing: weight of a new measurement in the estimate;
+    recent_windows: how many measured windows the reservation covers (0: the estimate alone)."""
 
     budget: float = 0.005
     initial_cost_s: float = 0.05
     burst: float = 2.0
     smoothing: float = 0.3
+    recent_windows: int = 8
     allowance_s: float = 0.0
     estimate_s: float = -1.0
     engine_s: float = 0.0      # engine step time seen so far
@@ -86,6 +93,7 @@ class WindowBudget:
     triggered_cost_s: float = 0.0  # measured cost of triggered captures (bounded by their cool-down)
     measured: int = 0          # windows whose cost updated the estimate
     _reserved_s: float = 0.0
+    _recent: deque[float] = field(default_factory=deque, repr=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.budget < 1.0:
@@ -94,21 +102,31 @@ class WindowBudget:
             raise ValueError(f"the initial cost estimate must be > 0 s, got {self.initial_cost_s}")
         if self.estimate_s < 0:
             self.estimate_s = self.initial_cost_s
+        if self.recent_windows < 0:
+            raise ValueError(f"recent_windows must be >= 0, got {self.recent_windows}")
+        self._recent = deque(maxlen=max(self.recent_windows, 1))
+
+    @property
+    def reserve_s(self) -> float:
+        """What the next window holds: the dearer of the estimate and the dearest recent window."""
+        if self.recent_windows and self._recent:
+            return max(self.estimate_s, max(self._recent))
+        return self.estimate_s
 
     def earn(self, engine_seconds: float) -> None:
         """Engine step time observed: it earns budget x that much allowance."""
         self.engine_s += engine_seconds
-        cap = self.burst * self.estimate_s
+        cap = self.burst * self.reserve_s
         self.allowance_s = min(cap, self.allowance_s + self.budget * engine_seconds)
 
     def can_start(self) -> bool:
-        """Whether the allowance covers one more window at the current estimate (none reserved)."""
-        return self._reserved_s == 0.0 and self.allowance_s >= self.estimate_s
+        """Whether the allowance covers one more window's reservation (none reserved)."""
+        return self._reserved_s == 0.0 and self.allowance_s >= self.reserve_s
 
     def reserve(self) -> None:
-        """A window was asked for: hold its estimated cost."""
-        self._reserved_s = self.estimate_s
-        self.allowance_s -= self.estimate_s
+        """A window was asked for: hold its reservation."""
+        self._reserved_s = self.reserve_s
+        self.allowance_s -= self._reserved_s
 
     def release(self) -> None:
         """The reserved window never ran (refused, failed before its steps): give the reservation back."""
@@ -126,6 +144,7 @@ class WindowBudget:
             prior = self.estimate_s if self.measured else max(measured_s, 0.0)
             self.estimate_s = max(self.initial_cost_s * 1e-6,
                                   (1 - self.smoothing) * prior + self.smoothing * max(measured_s, 0.0))
+            self._recent.append(max(measured_s, 0.0))
             self.measured += 1
 
     def charge(self, measured_s: float) -> None:
@@ -141,5 +160,5 @@ class WindowBudget:
 
     @property
     def interval_s(self) -> float:
-        """Engine seconds between windows at the current estimate."""
-        return self.estimate_s / self.budget
+        """Engine seconds between windows at the current reservation."""
+        return self.reserve_s / self.budget

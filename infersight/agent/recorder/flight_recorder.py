@@ -240,7 +240,7 @@ class FlightRecorder:
 
     def _settle(self, entry: dict[str, Any], cost: WindowCost | None) -> None:
         window = entry["kind"] == "window"
-        measured = cost.cost_s if cost is not None else self.budget.estimate_s
+        measured = cost.cost_s if cost is not None else self.budget.reserve_s
         if cost is None:
             held = (int(self.history["step_id"].min()), int(self.history["step_id"].max())) if len(self.history) \
                 else (-1, -1)

@@ -21,15 +21,16 @@ from infersight.runtime.errors import InvalidRequestError
 from infersight.runtime.runner.forward_timer import ForwardTimer
 from infersight.runtime.kv.kv_cache import KVCacheManager
 from infersight.runtime.model.transformer import Transformer
-from infersight.runtime.runner.model_runner import FeedItem, ModelRunner
+from infersight.runtime.runner.model_runner import ModelRunner
 from infersight.runtime.observer import EngineObserver
 from infersight.runtime.engine.outputs import RequestOutput
 from infersight.runtime.engine.request import Request, checked_params
 from infersight.runtime.engine.run_policy import RunPolicy
-from infersight.runtime.engine.sampling import SamplingParams, probs_from_logits, sample, sample_batch
+from infersight.runtime.engine.sampling import SamplingParams
 from infersight.runtime.engine.scheduler import Scheduler, ScheduledRequest
+from infersight.runtime.engine.step_rows import advance, draw_plain_tokens, forward_name, target_items
 from infersight.runtime.speculative.spec_probe import SpecProbe
-from infersight.runtime.speculative.verify import DraftFallbacks, verify
+from infersight.runtime.speculative.verify import DraftFallbacks
 from infersight.runtime.stats import StepStats
 from infersight.runtime.model.weights import build_model
 
@@ -207,7 +208,7 @@ class Engine:
                 if plan.scheduled:
                     if self.async_steps is not None and launchable(plan.scheduled):
                         pending = self.async_steps.launch(plan.scheduled, stats,
-                                                          self._target_items(plan.scheduled, {}))
+                                                          target_items(plan.scheduled, {}))
                     else:
                         self._run(plan.scheduled, start, stats)
             if pending is None:
@@ -315,12 +316,12 @@ class Engine:
             sched = self.draft_fallbacks.without_drafts(sched, drafts.__contains__)
             stats.draft_forwards = max((s.num_spec_tokens for s in sched), default=0)
             stats.draft_ns = time.monotonic_ns() - t_draft
-        forward = self._forward_name(sched, prefilling)
+        forward = forward_name(sched, prefilling)
         stats.phase = forward.removeprefix("forward.")
         captures = self.target.num_captures
         with self.ranges.range(forward):
             self.forward_timer.start()
-            logits = self.target.run(self._target_items(sched, drafts), self.expert_counts,
+            logits = self.target.run(target_items(sched, drafts), self.expert_counts,
                                      self.observer.decode_graphs_while_profiling)
             self.forward_timer.stop()
         stats.graph_captures = self.target.num_captures - captures
@@ -355,8 +356,8 @@ class Engine:
             else:
                 stats.num_decode_tokens += s.num_new_tokens
             try:
-                new_tokens = self._advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id),
-                                           stats, token)
+                new_tokens = advance(s, lg, drafts.get(req.request_id), draft_probs.get(req.request_id), stats,
+                                     self.observer, self.forward_timer, token)
                 self.kv.commit(req)
                 if new_tokens:
                     self._emit(req, new_tokens, stats, emitted)
@@ -378,87 +379,15 @@ class Engine:
                 except Exception as exc:  # noqa: BLE001 -- this request's failure ends this request only
                     self.fail_request(req, exc, stats)
 
-    @staticmethod
-    def _forward_name(sched: list[ScheduledRequest], prefilling: set[int]) -> str:
-        """forward.verify when drafts are checked, else prefill, decode or mixed by batch content."""
-        if any(s.num_spec_tokens for s in sched):
-            return "forward.verify"
-        n_prefill = sum(1 for s in sched if s.req.request_id in prefilling)
-        if n_prefill == len(sched):
-            return "forward.prefill"
-        return "forward.mixed" if n_prefill else "forward.decode"
-
-    def _target_items(self, sched: list[ScheduledRequest], drafts: dict[int, list[int]]) -> list[FeedItem]:
-        items = []
-        for s in sched:
-            req = s.req
-            if s.num_new_tokens == 1 and req.output_token_ids and req.num_computed == req.num_tokens - 1:
-                toks = req.output_token_ids[-1:]  # a decode: no copy of the whole prompt + output
-            else:
-                toks = req.token_ids[req.num_computed:req.num_computed + s.num_new_tokens]
-            if s.num_spec_tokens:
-                items.append(FeedItem(req, req.num_computed, toks + drafts[req.request_id], s.num_spec_tokens + 1))
-            else:
-                items.append(FeedItem(req, req.num_computed, toks, 1 if s.samples else 0))
-        return items
-
     def _sample_plain(self, sched: list[ScheduledRequest], logits: Sequence[torch.Tensor],
                       drafts: dict[int, list[int]]) -> dict[int, int]:
-        """The next token of every request that samples without verifying drafts: one batched draw
-        (runtime.engine.sampling.sample_batch) and one host sync for the whole step. Should the draw raise,
-        {} sends each request down its own sampling path, where a failure ends that request only."""
-        rows = [(s.req, i) for i, s in enumerate(sched)
-                if s.samples and not (s.num_spec_tokens and s.req.request_id in drafts)]
-        if not rows:
-            return {}
-        reqs = [r for r, _ in rows]
+        """step_rows.draw_plain_tokens; should the draw raise, {} sends each request down its own
+        sampling path (_advance), where a failure ends that request only."""
         try:
-            # A greedy graph step's tokens are already on the host (ModelRunner.greedy_tokens).
-            tokens = (self.target.greedy_tokens(len(rows))
-                      if len(rows) == len(sched) and all(r.params.greedy for r in reqs) else None)
-            if tokens is None:
-                full = self.target.last_logits
-                batch = (full if full is not None and len(rows) == len(sched) == full.shape[0]
-                         else torch.stack([logits[i][-1] for _, i in rows]))
-                tokens = sample_batch(batch, [r.params for r in reqs], [r.generator.initial_seed() for r in reqs],
-                                      [len(r.output_token_ids) for r in reqs]).tolist()
+            return draw_plain_tokens(self.target, sched, logits, drafts)
         except Exception:  # noqa: BLE001 -- see the docstring
             log.exception("step %d: batched sampling failed; sampling request by request", self.step_id)
             return {}
-        return {r.request_id: t for r, t in zip(reqs, tokens)}
-
-    def _advance(self, s: ScheduledRequest, logits: torch.Tensor | None, drafted: list[int] | None,
-                 q: torch.Tensor | None, stats: StepStats, sampled: int | None = None) -> list[int]:
-        """Move the request's computed counters forward and return the tokens it gained (logits:
-        the request's rows, None only when `sampled` is its token and it verifies no drafts)."""
-        req = s.req
-        if s.num_spec_tokens and drafted is not None and q is not None:
-            assert logits is not None
-            p = probs_from_logits(logits, req.params)
-            result = verify(drafted, q, p, req.generator, req.params.greedy)
-            if stats.target_ns < 0:  # verify() has read the logits: the forward is over (see ForwardTimer)
-                stats.target_ns = self.forward_timer.elapsed_ns()
-            base = req.num_computed
-            # Target KV is valid for the fed token and the accepted drafts; the draft was fed one
-            # position fewer (its last proposal was never fed back). The rest is rolled back.
-            req.num_computed = base + 1 + result.num_accepted
-            req.draft_computed = min(base + s.num_spec_tokens, req.num_computed)
-            req.num_spec_proposed += s.num_spec_tokens
-            req.num_spec_accepted += result.num_accepted
-            stats.num_spec_tokens += s.num_spec_tokens
-            stats.num_spec_accepted += result.num_accepted
-            self.observer.on_spec_verified(req.request_id, s.num_spec_tokens, result.num_accepted,
-                                           result.accept_mask, stats.draft_ns, stats.target_ns)
-            return result.tokens
-        # draft_computed is left alone: propose() moved it when the draft ran, and after a plain
-        # probe step the draft is one token behind, which the next propose() feeds.
-        req.num_computed += s.num_new_tokens
-        if not s.samples:
-            return []
-        if sampled is not None:
-            return [sampled]
-        assert logits is not None
-        return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]
 
     def _emit(self, req: Request, tokens: list[int], stats: StepStats, held: list[tuple[Request, int]]) -> None:
         """Append the request's new tokens, finish it if they end it; the observer hears of them now
