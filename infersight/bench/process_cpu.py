@@ -1,4 +1,4 @@
-"""CPU time of processes and their threads, read from /proc (Linux): where a serving benchmark's CPU
+"""CPU time (and resident memory) of processes and their threads, read from /proc (Linux): where a serving benchmark's CPU
 goes (the engine's threads, the agent, the clients), so a client-side loss can be put on a part.
 
 Times are the kernel's utime + stime in clock ticks, converted to seconds; a process that has gone or
@@ -24,6 +24,19 @@ def process_cpu_s(pid: int) -> float:
         return _stat_cpu_s(Path(f"/proc/{pid}/stat").read_bytes())
     except (OSError, ValueError, IndexError):
         return float("nan")
+
+
+def process_rss_mb(pid: int | None) -> float:
+    """A process's resident set (VmRSS), MB; NaN when unreadable or no pid."""
+    if pid is None:
+        return float("nan")
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return float("nan")
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.bench.agent import stop_agent
-from infersight.bench.process_cpu import cores_used, process_cpu_s, thread_cpu_s
+from infersight.bench.process_cpu import cores_used, process_cpu_s, process_rss_mb, thread_cpu_s
 
 ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 REFERENCE = "none"
@@ -285,6 +285,8 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     cpu_before = _cpu_reading(serve.pid, agent.pid if agent is not None else None)
                     records, t0, t1 = run_phase(url, config, seed=config.seed * 1000 + rnd)
                     cpu = _cpu_cores(cpu_before, _cpu_reading(serve.pid, agent.pid if agent is not None else None))
+                    cpu.update(serve_rss_mb=process_rss_mb(serve.pid),
+                               agent_rss_mb=process_rss_mb(agent.pid if agent is not None else None))
                     cost = _recorder_cost(agent_url) if agent is not None else float("nan")
                 finally:
                     if agent is not None:
@@ -298,7 +300,8 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                 tokens.append(tok)
                 requests.append(req)
                 log(f"round {rnd} {arm:<15} {figures['tokens_per_s']:9.1f} tok/s {figures['requests_per_s']:7.2f} req/s "
-                    f"TTFT p50 {figures['ttft_p50_s'] * 1e3:7.1f} ms ITL p50 {figures['itl_p50_s'] * 1e3:6.1f} ms")
+                    f"TTFT p50 {figures['ttft_p50_s'] * 1e3:7.1f} ms ITL p50 {figures['itl_p50_s'] * 1e3:6.1f} ms "
+                    f"serve RSS {cpu['serve_rss_mb']:.0f} MB")
     finally:
         sink.close()
         stop_agent(serve)
@@ -345,6 +348,8 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
                      "recorder_cost_ratio": float(g["recorder_cost_ratio"].median()),
                      **{f"{p}_cores": float(g[f"{p}_cores"].median()) if f"{p}_cores" in g else float("nan")
                         for p in ("serve", "agent", "client")},
+                     **{f"{p}_rss_mb_last": float(g[f"{p}_rss_mb"].iloc[-1]) if f"{p}_rss_mb" in g else float("nan")
+                        for p in ("serve", "agent")},
                      "errors": int(g["errors"].sum())}
     floor = {}
     if "none_again" in arms:
@@ -353,7 +358,8 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
                  "tokens_per_s_aa_max_dev": float(np.max(np.abs(by_round - 1)))}
     return {"measured": True, "how": "client clock: streamed chunks and completions in each phase's window, "
             "each arm over the no-agent phase of its own round, median over rounds; *_cores: CPU seconds "
-            "(utime + stime from /proc) of serve, the agent and the clients over each phase's wall time",
+            "(utime + stime from /proc) of serve, the agent and the clients over each phase's wall time; *_rss_mb: "
+            "VmRSS at each phase's end",
             "config": {k: v for k, v in config.__dict__.items()}, "arms": arms, "aa_floor": floor,
             "phases": phases.to_dict("records")}
 
