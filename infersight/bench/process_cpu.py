@@ -26,17 +26,21 @@ def process_cpu_s(pid: int) -> float:
         return float("nan")
 
 
-def process_rss_mb(pid: int | None) -> float:
-    """A process's resident set (VmRSS), MB; NaN when unreadable or no pid."""
+def process_memory_mb(pid: int | None) -> dict[str, float]:
+    """A process's resident set, MB: rss (VmRSS), anon (RssAnon: its own heap) and shmem (RssShmem:
+    shared pages it touched, e.g. a probe ring, bounded by the ring's size); NaN when unreadable."""
+    out = {"rss": float("nan"), "anon": float("nan"), "shmem": float("nan")}
     if pid is None:
-        return float("nan")
+        return out
+    keys = {"VmRSS:": "rss", "RssAnon:": "anon", "RssShmem:": "shmem"}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+            key = keys.get(line.split(maxsplit=1)[0] if line else "")
+            if key:
+                out[key] = int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         pass
-    return float("nan")
+    return out
 
 
 def thread_cpu_s(pid: int) -> dict[str, float]:

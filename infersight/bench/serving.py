@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.bench.agent import stop_agent
-from infersight.bench.process_cpu import cores_used, process_cpu_s, process_rss_mb, thread_cpu_s
+from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, thread_cpu_s
 
 ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 REFERENCE = "none"
@@ -285,8 +285,8 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     cpu_before = _cpu_reading(serve.pid, agent.pid if agent is not None else None)
                     records, t0, t1 = run_phase(url, config, seed=config.seed * 1000 + rnd)
                     cpu = _cpu_cores(cpu_before, _cpu_reading(serve.pid, agent.pid if agent is not None else None))
-                    cpu.update(serve_rss_mb=process_rss_mb(serve.pid),
-                               agent_rss_mb=process_rss_mb(agent.pid if agent is not None else None))
+                    for who, pid in (("serve", serve.pid), ("agent", agent.pid if agent is not None else None)):
+                        cpu.update({f"{who}_{k}_mb": v for k, v in process_memory_mb(pid).items()})
                     cost = _recorder_cost(agent_url) if agent is not None else float("nan")
                 finally:
                     if agent is not None:
@@ -301,7 +301,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                 requests.append(req)
                 log(f"round {rnd} {arm:<15} {figures['tokens_per_s']:9.1f} tok/s {figures['requests_per_s']:7.2f} req/s "
                     f"TTFT p50 {figures['ttft_p50_s'] * 1e3:7.1f} ms ITL p50 {figures['itl_p50_s'] * 1e3:6.1f} ms "
-                    f"serve RSS {cpu['serve_rss_mb']:.0f} MB")
+                    f"serve RSS {cpu['serve_rss_mb']:.0f} MB (anon {cpu['serve_anon_mb']:.0f}, shared {cpu['serve_shmem_mb']:.0f})")
     finally:
         sink.close()
         stop_agent(serve)
@@ -348,8 +348,8 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
                      "recorder_cost_ratio": float(g["recorder_cost_ratio"].median()),
                      **{f"{p}_cores": float(g[f"{p}_cores"].median()) if f"{p}_cores" in g else float("nan")
                         for p in ("serve", "agent", "client")},
-                     **{f"{p}_rss_mb_last": float(g[f"{p}_rss_mb"].iloc[-1]) if f"{p}_rss_mb" in g else float("nan")
-                        for p in ("serve", "agent")},
+                     **{f"{p}_{k}_mb_last": float(g[f"{p}_{k}_mb"].iloc[-1]) if f"{p}_{k}_mb" in g else float("nan")
+                        for p in ("serve", "agent") for k in ("rss", "anon", "shmem")},
                      "errors": int(g["errors"].sum())}
     floor = {}
     if "none_again" in arms:
@@ -359,7 +359,7 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
     return {"measured": True, "how": "client clock: streamed chunks and completions in each phase's window, "
             "each arm over the no-agent phase of its own round, median over rounds; *_cores: CPU seconds "
             "(utime + stime from /proc) of serve, the agent and the clients over each phase's wall time; *_rss_mb: "
-            "VmRSS at each phase's end",
+            "VmRSS, RssAnon and RssShmem (the probe ring's pages) at each phase's end",
             "config": {k: v for k, v in config.__dict__.items()}, "arms": arms, "aa_floor": floor,
             "phases": phases.to_dict("records")}
 

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from infersight.bench.process_cpu import cores_used, process_cpu_s, process_rss_mb, thread_cpu_s
+from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, thread_cpu_s
 
 
 def test_a_spinning_thread_reads_as_one_core_and_a_sleeping_one_as_none() -> None:
@@ -48,21 +48,23 @@ def test_a_process_that_is_gone_reads_nan() -> None:
 
 
 def test_rss_grows_by_what_a_child_touches_and_a_gone_process_reads_nan() -> None:
-    """A child that touches 64 MiB after its first reading shows about 64 MB more (VmRSS, by the kernel)."""
+    """A child that touches 64 MiB after its first reading shows about 64 MB more, all of it anonymous."""
     child = subprocess.Popen([sys.executable, "-c", "import sys, time\nsys.stdout.write('a\\n'); sys.stdout.flush()\n"
                               "sys.stdin.readline(); b = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
                               "sys.stdout.write('b\\n'); sys.stdout.flush(); sys.stdin.readline()"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "a\n"
-        before = process_rss_mb(child.pid)
+        before = process_memory_mb(child.pid)
         child.stdin.write("go\n")
         child.stdin.flush()
         assert child.stdout.readline() == "b\n"
-        grown = process_rss_mb(child.pid) - before
-        assert 60 <= grown <= 72, grown
+        after = process_memory_mb(child.pid)
+        grown, anon = after["rss"] - before["rss"], after["anon"] - before["anon"]
+        assert 60 <= grown <= 72 and 60 <= anon <= 72, (grown, anon)  # its own heap, not shared pages
     finally:
         child.stdin.write("end\n")
         child.stdin.flush()
         child.wait(timeout=10)
-    assert math.isnan(process_rss_mb(child.pid)) and math.isnan(process_rss_mb(None))
+    gone, none = process_memory_mb(child.pid), process_memory_mb(None)
+    assert all(math.isnan(v) for v in (*gone.values(), *none.values()))
