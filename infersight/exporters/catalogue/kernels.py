@@ -81,7 +81,7 @@ RECORDER_COST_RATIO = MetricSpec(P + "recorder_cost_ratio", "gauge",
                                  "Measured cost of the flight recorder since the agent started, over engine time.",
                                  (), "ratio")
 RECORDER_INTERVAL = MetricSpec(P + "recorder_window_interval_seconds", "gauge",
-                               "Engine seconds between windows that the budget allows at the current cost estimate.",
+                               "Engine seconds between windows that the budget allows at the current reservation (the dearer of the cost estimate and the dearest recent window).",
                                (), "seconds")
 RECORDER_TRIGGERED = MetricSpec(P + "recorder_triggered_captures", "counter",
                                 "Full captures the flight recorder took on a trigger, by reason.", ("reason",))
