@@ -14,7 +14,7 @@ from infersight.probes.records import (
 )
 from infersight.probes.ring import RingConsumer
 from infersight.runtime import LLM, Engine, EngineConfig, KVBlockEvent, ModelConfig, SamplingParams
-from infersight.runtime.engine import engine as engine_module
+from infersight.runtime.engine import step_rows as engine_module  # the rows' sample, sample_batch and verify
 from infersight.runtime.stats import StepStats
 
 _names = itertools.count()

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from serve_fixtures import MODEL, Harness, real_server
 
-from infersight.runtime.engine import engine as engine_module
+from infersight.runtime.engine import step_rows as engine_module  # the rows' sample, sample_batch and verify
 from infersight.serve.config import ServeConfig
 
 NORMAL = {"prompt": "a normal request", "max_tokens": 24, "ignore_eos": True}

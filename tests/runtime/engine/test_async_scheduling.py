@@ -171,7 +171,7 @@ def test_sampled_steps_run_ahead_with_the_synchronous_tokens() -> None:
 def test_a_failed_draw_in_a_step_run_ahead_fails_its_request_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """The batched draw raises: each row is drawn alone as the synchronous engine draws it; the
     request whose own draw raises ends with reason "error", the others get the synchronous tokens."""
-    from infersight.runtime.engine import engine as engine_module
+    from infersight.runtime.engine import step_rows as engine_module  # the rows' sample, sample_batch and verify
     from infersight.runtime.engine import async_steps
 
     params = SamplingParams(temperature=0.8, max_tokens=12, ignore_eos=True, seed=3)

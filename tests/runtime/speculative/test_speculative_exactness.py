@@ -28,7 +28,7 @@ from scipy.stats import binomtest, chi2_contingency, chisquare
 from testkit import one_torch_thread
 
 from infersight.runtime import LLM, EngineObserver, ModelConfig, SamplingParams
-from infersight.runtime.engine import engine as engine_module
+from infersight.runtime.engine import step_rows as engine_module  # the rows' sample, sample_batch and verify
 from infersight.runtime.engine.sampling import sample
 from infersight.runtime.speculative.verify import Verification, verify
 from infersight.runtime.model.weights import build_model, save_safetensors
