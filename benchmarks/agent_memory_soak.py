@@ -21,6 +21,9 @@ The last lines give the growth over the second half of the run (MB per minute): 
     python benchmarks/agent_memory_soak.py --rate 100 --duration 180 --agent-arg=--retention-mib=16
     # issue 33's soak: 30 minutes with the vLLM KV-event stream, the OTLP receiver and the recorder on
     python benchmarks/agent_memory_soak.py --rate 13 --duration 1800 --kv-events --otlp --agent-arg=--flight-recorder
+    # where the heap grows, by allocation site (tracemalloc in the agent: run it slower, e.g. --rate 8)
+    python benchmarks/agent_memory_soak.py --rate 8 --duration 1500 --kv-events --otlp --window-s 300 \
+        --traced-agent growth.txt
 
 --kv-events: a publisher written byte for byte as vLLM 0.32's (tests/vllm/kv_fake_vllm.py) connects to
 the agent's --vllm-kv-events endpoint and, per wave, stores --kv-blocks new blocks per request and
