@@ -148,8 +148,22 @@ serving_arms() {
   tail -n 25 "$OUT/serving_arms.txt"
 }
 
+# One `bench serving` phase, no agent, 48 clients (ONE_PHASE_S seconds, default 25): its JSON in
+# $OUT/NAME.json, one line printed, "TOKENS tokens/s; TTFT p50 ...; serve cores ... (LABEL)", or
+# "0 failed (LABEL): ..." with the log's last line. Further arguments go to `bench serving`.
+serving_once() {
+  local label=$1 name=$2
+  shift 2
+  timeout 150 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 \
+    --phase-s ${ONE_PHASE_S:-25} --warmup-s 5 --rounds 1 --arms none --json "$@" > "$OUT/$name.json" 2> "$OUT/$name.err"
+  python3 -c "import json,sys; a=json.loads(open(sys.argv[1]).read().splitlines()[-1])['arms']['none']; \
+print(round(a['tokens_per_s']), 'tokens/s; TTFT p50', round(a['ttft_p50_s']*1e3), 'ms; ITL p50/p99', \
+round(a['itl_p50_s']*1e3, 1), round(a['itl_p99_s']*1e3, 1), 'ms; serve cores', round(a['serve_cores'], 2), '($label)')" \
+    "$OUT/$name.json" 2>/dev/null || echo "0 failed ($label): $(tail -n 1 "$OUT/$name.err")"
+}
+
 serving_delay() {
-  local f b best="" best_tps=0
+  local f b line best="" best_tps=0
   [[ -n ${SKIP_RUNTIME:-} ]] || {
   stamp "engine decode rate, batch 48, async scheduling"
   timeout 120 python3 -m infersight bench runtime --device cuda --dtype bfloat16 --json --model llama-1b-shape \
@@ -157,16 +171,10 @@ serving_delay() {
   for b in ${BATCHED_TOKENS:-512 2048}; do
     for f in ${DELAY_FACTORS:-0 2 8}; do
       stamp "bench serving, no agent, 48 clients, --scheduler-delay-factor $f --max-num-batched-tokens $b"
-      timeout 150 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 \
-        --phase-s ${DELAY_PHASE_S:-25} --warmup-s 5 --rounds 1 --arms none --json \
-        --serve-arg=--scheduler-delay-factor=$f --serve-arg=--max-num-batched-tokens=$b \
-        > "$OUT/serving_delay_f${f}_b$b.json" 2> "$OUT/serving_delay_f${f}_b$b.err"
-      local tps
-      tps=$(python3 -c "import json,sys; a=json.loads(open(sys.argv[1]).read().splitlines()[-1])['arms']['none']; \
-print(round(a['tokens_per_s']), round(a['ttft_p50_s']*1e3), round(a['itl_p50_s']*1e3, 1), round(a['itl_p99_s']*1e3, 1))" \
-        "$OUT/serving_delay_f${f}_b$b.json" 2>/dev/null || echo "0 failed")
-      echo "factor $f batched $b: tokens/s TTFT-p50-ms ITL-p50-ms ITL-p99-ms = $tps"
-      if (( ${tps%% *} > best_tps )); then best_tps=${tps%% *}; best="$f $b"; fi
+      line=$(serving_once "factor $f, batched $b" "serving_delay_f${f}_b$b" \
+        --serve-arg=--scheduler-delay-factor=$f --serve-arg=--max-num-batched-tokens=$b)
+      echo "$line"
+      if (( ${line%% *} > best_tps )); then best_tps=${line%% *}; best="$f $b"; fi
     done
   done
   echo "fastest: factor/batched ${best} at $best_tps tokens/s"
@@ -181,37 +189,25 @@ print(round(a['tokens_per_s']), round(a['ttft_p50_s']*1e3), round(a['itl_p50_s']
 
 serving_ab() {
   if [[ ! -d .before ]]; then echo "serving_ab needs a before tree in .before/ (carry it)"; return 2; fi
-  local i side a
+  local i side a args=()
+  for a in ${SERVE_ARGS:-}; do args+=("--serve-arg=$a"); done
   for i in $(seq 1 ${AB_PAIRS:-2}); do
     for side in before after; do
       stamp "bench serving, no agent, 48 clients, $side, pair $i (${SERVE_ARGS:-})"
-      local args=()
-      for a in ${SERVE_ARGS:-}; do args+=("--serve-arg=$a"); done
-      ( [[ $side == before ]] && cd .before && export PYTHONPATH=/tmp/site:$PWD
-        timeout 150 python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 --max-tokens 96 \
-          --phase-s ${AB_PHASE_S:-25} --warmup-s 5 --rounds 1 --arms none --json "${args[@]}" ) \
-        > "$OUT/serving_ab_${side}_$i.json" 2> "$OUT/serving_ab_${side}_$i.err"
-      python3 -c "import json,sys; a=json.loads(open(sys.argv[1]).read().splitlines()[-1])['arms']['none']; \
-print('$side', round(a['tokens_per_s']), 'tokens/s; TTFT p50', round(a['ttft_p50_s']*1e3), 'ms; ITL p50/p99', \
-round(a['itl_p50_s']*1e3, 1), round(a['itl_p99_s']*1e3, 1), 'ms; serve cores', round(a['serve_cores'], 2))" \
-        "$OUT/serving_ab_${side}_$i.json" 2>/dev/null || tail -n 2 "$OUT/serving_ab_${side}_$i.err"
+      ( if [[ $side == before ]]; then cd .before && export PYTHONPATH=/tmp/site:$PWD; fi
+        serving_once "$side" "serving_ab_${side}_$i" "${args[@]}" )
     done
   done
 }
 
 serving_switch() {
-  local sw dir
+  local sw dir n=0
   dir=$(mktemp -d)
   printf 'import os, sys\nif os.environ.get("SWITCH_S"):\n    sys.setswitchinterval(float(os.environ["SWITCH_S"]))\n' > "$dir/sitecustomize.py"
   for sw in ${SWITCH_INTERVALS:-0.005 0.0005 0.005 0.0005}; do
     stamp "bench serving, no agent, 48 clients, GIL switch interval $sw s"
-    SWITCH_S=$sw PYTHONPATH=$dir:$PYTHONPATH timeout 150 python3 -m infersight bench serving --model llama-1b-shape \
-      --device cuda --clients 48 --max-tokens 96 --phase-s ${AB_PHASE_S:-25} --warmup-s 5 --rounds 1 --arms none --json \
-      > "$OUT/serving_switch_$sw.json" 2> "$OUT/serving_switch_$sw.err"
-    python3 -c "import json,sys; a=json.loads(open(sys.argv[1]).read().splitlines()[-1])['arms']['none']; \
-print('switch $sw s:', round(a['tokens_per_s']), 'tokens/s; TTFT p50', round(a['ttft_p50_s']*1e3), 'ms; ITL p50/p99', \
-round(a['itl_p50_s']*1e3, 1), round(a['itl_p99_s']*1e3, 1), 'ms; serve cores', round(a['serve_cores'], 2))" \
-      "$OUT/serving_switch_$sw.json" 2>/dev/null || tail -n 2 "$OUT/serving_switch_$sw.err"
+    n=$((n + 1))
+    SWITCH_S=$sw PYTHONPATH=$dir:${PYTHONPATH:-} serving_once "switch $sw s" "serving_switch_${n}_$sw"
   done
 }
 
