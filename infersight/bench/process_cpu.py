@@ -1,5 +1,6 @@
-"""CPU time (and resident memory) of processes and their threads, read from /proc (Linux): where a serving benchmark's CPU
-goes (the engine's threads, the agent, the clients), so a client-side loss can be put on a part.
+"""CPU time (and resident memory) of processes and their threads, read from /proc (Linux): where a
+serving benchmark's CPU goes (the engine's threads, the agent, the clients), so a client-side loss can
+be put on a part.
 
 Times are the kernel's utime + stime in clock ticks, converted to seconds; a process that has gone or
 a system without /proc reads as NaN, never an error (the benchmark's figures do not depend on them).

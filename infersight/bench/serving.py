@@ -15,12 +15,12 @@ All figures are measured by the clients' clock: output tokens/s (every streamed 
 arrival lies in the phase's window; a chunk's tokens are the rise of its usage.completion_tokens, vLLM's
 continuous_usage_stats, as the server merges the tokens of a client it fell behind on), requests/s
 (completions in the window), TTFT and ITL p50/p99 of the requests that started in the window (ITL:
-the gaps between a request's chunks, as vLLM's serving benchmark takes them). The first --warmup-s of each phase are left
-out (an agent starting up, the clients ramping). The report gives, per arm, the median over rounds of
-each ratio, and beside it the A/A floor: the median and the largest |1 - ratio| of `none_again`.
+the gaps between a request's chunks, as vLLM's serving benchmark takes them). The first --warmup-s of
+each phase are left out (an agent starting up, the clients ramping). The report gives, per arm, the
+median over rounds of each ratio, and beside it the A/A floor: the median and the largest |1 - ratio| of `none_again`.
 
 Frames:
-  tokens    arm, round, request, t_s (client monotonic seconds of each streamed token chunk)
+  tokens    arm, round, request, t_s (client monotonic seconds of each streamed token; a chunk's tokens share its t_s)
   requests  arm, round, request, sent_s, first_s, done_s, tokens, status
 """
 from __future__ import annotations
@@ -356,10 +356,10 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
         by_round = np.asarray(arms["none_again"]["tokens_per_s_ratio_by_round"], np.float64)
         floor = {"tokens_per_s_aa_median": float(np.median(by_round)),
                  "tokens_per_s_aa_max_dev": float(np.max(np.abs(by_round - 1)))}
-    return {"measured": True, "how": "client clock: streamed chunks and completions in each phase's window, "
+    return {"measured": True, "how": "client clock: streamed tokens (each chunk's usage.completion_tokens rise) and completions in each phase's window, "
             "each arm over the no-agent phase of its own round, median over rounds; *_cores: CPU seconds "
-            "(utime + stime from /proc) of serve, the agent and the clients over each phase's wall time; *_rss_mb: "
-            "VmRSS, RssAnon and RssShmem (the probe ring's pages) at each phase's end",
+            "(utime + stime from /proc) of serve, the agent and the clients over each phase's wall time; *_rss_mb, *_anon_mb, "
+            "*_shmem_mb: VmRSS, RssAnon and RssShmem (the probe ring's pages) at each phase's end",
             "config": {k: v for k, v in config.__dict__.items()}, "arms": arms, "aa_floor": floor,
             "phases": phases.to_dict("records")}
 

@@ -79,11 +79,8 @@ class Submission:
     request_id: int = -1
 
     def post(self, event: Event) -> None:
-        """From the engine thread; a handler whose loop is gone has nobody to tell."""
-        try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
-        except RuntimeError:
-            pass
+        """From the engine thread: one event (post_all)."""
+        post_all([(self, event)])
 
 
 def _put_all(posts: list[tuple[Submission, Event]]) -> None:

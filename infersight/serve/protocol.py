@@ -4,8 +4,8 @@ Supported: POST /v1/completions (one prompt: a string or a list of token ids) an
 /v1/chat/completions (text messages), with stream, stream_options.include_usage, max_tokens
 (max_completion_tokens for chat), temperature, top_p, seed, user, n=1, and the vLLM extensions
 top_k, ignore_eos and stream_options.continuous_usage_stats (the usage so far in every chunk: a
-chunk may carry several tokens when the server's event loop fell behind the engine). Anything the engine cannot honour (n > 1, stop sequences, logprobs, tools,
-penalties other than neutral) is a 400, not silently ignored; unknown fields are ignored, as vLLM
+chunk may carry several tokens when the server's event loop fell behind the engine). Anything the
+engine cannot honour (n > 1, stop sequences, logprobs, tools, penalties other than neutral) is a 400, not silently ignored; unknown fields are ignored, as vLLM
 does. Every field is checked at the door, with vLLM's ranges and messages (runtime.engine.request's
 checked_sampling_fields): a value the sampler or the probe records could not take never reaches
 the engine. Errors are OpenAI-style: {"error": {message, type, param, code}}.
@@ -102,7 +102,7 @@ def _common(body: Mapping[str, Any], served_model: str, max_tokens_key: str
     check(options is None or stream, "stream_options", "Stream options can only be defined when `stream=True`.")
     include_usage = F.optional(options or {}, "include_usage", "boolean", False)
     # vLLM's extension: with include_usage, every chunk also carries the usage so far
-    continuous = include_usage and F.optional(options or {}, "continuous_usage_stats", "boolean", False)
+    continuous = F.optional(options or {}, "continuous_usage_stats", "boolean", False) and include_usage
     user = F.optional(body, "user", "string", None)
     key = max_tokens_key
     max_tokens = F.integer(body, key, None)

@@ -104,14 +104,12 @@ class WindowBudget:
             self.estimate_s = self.initial_cost_s
         if self.recent_windows < 0:
             raise ValueError(f"recent_windows must be >= 0, got {self.recent_windows}")
-        self._recent = deque(maxlen=max(self.recent_windows, 1))
+        self._recent = deque(maxlen=self.recent_windows)  # maxlen 0: keeps none, the estimate alone
 
     @property
     def reserve_s(self) -> float:
         """What the next window holds: the dearer of the estimate and the dearest recent window."""
-        if self.recent_windows and self._recent:
-            return max(self.estimate_s, max(self._recent))
-        return self.estimate_s
+        return max(self.estimate_s, max(self._recent, default=0.0))
 
     def earn(self, engine_seconds: float) -> None:
         """Engine step time observed: it earns budget x that much allowance."""

@@ -138,10 +138,8 @@ class Scheduler:
             self._resume(req)
             out.scheduled.append(ScheduledRequest(req, n, spec))
             budget -= n + spec
-        if self.waiting and not self.swapped and budget > 0 and len(self.running) < self.max_num_seqs \
-                and not self.admission_open(now):
-            return out
-        while self.waiting and not self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
+        admit = self.admission_open(now)  # judged once: the oldest's wait opens it for all who came since
+        while admit and self.waiting and not self.swapped and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             hits = self.kv.find_prefix_hits(req)
             n = min(req.num_tokens - len(hits) * self.kv.block_size, budget)
