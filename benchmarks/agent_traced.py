@@ -3,9 +3,11 @@
 The agent runs as `infersight agent ARGS` does (main thread, its signals); a daemon thread takes a
 tracemalloc snapshot at --first-s and then every --every-s, and writes to --out the allocation sites
 whose traced bytes grew most since the first snapshot (and since the previous one), with the traced
-total and VmRSS. benchmarks/agent_memory_soak.py starts it with --traced-agent, so the inputs are the
-soak's (probe ring, vLLM KV events, OTLP spans, the recorder). tracemalloc slows the agent (about
-twice the CPU), so run it at a rate the agent keeps up with.
+total and VmRSS (which here holds the snapshots themselves: compare the traced figures, not RSS).
+benchmarks/agent_memory_soak.py starts it with --traced-agent, so the inputs are the soak's (probe
+ring, vLLM KV events, OTLP spans, the recorder). tracemalloc slows the agent: measured at 8 requests/s
+with every input on, a full core and polls of 1-20 s (0.05 s untraced at 20 requests/s), so its rates
+mean nothing and a slower feed keeps it from dropping.
 
     python benchmarks/agent_traced.py --out growth.txt [--first-s 600] [--every-s 300] -- agent ARGS...
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import threading
 import time
@@ -21,14 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+from infersight.bench.process_cpu import process_memory_mb  # noqa: E402
 
 
 def report(out: Path, label: str, now: tracemalloc.Snapshot, base: tracemalloc.Snapshot, top: int) -> None:
-    lines = [f"== {label}: traced {tracemalloc.get_traced_memory()[0] / 2**20:.2f} MiB, RSS {rss_mb():.1f} MB"]
+    lines = [f"== {label}: traced {tracemalloc.get_traced_memory()[0] / 2**20:.2f} MiB, RSS {process_memory_mb(os.getpid())['rss']:.1f} MB"]
     for stat in now.compare_to(base, "traceback")[:top]:
         where = " <- ".join(f"{Path(fr.filename).name}:{fr.lineno}" for fr in reversed(stat.traceback))
         lines.append(f"{stat.size_diff / 1024:+9.0f} KiB {stat.count_diff:+8d} blocks  {where}")
