@@ -258,16 +258,43 @@ EOF2
 }
 
 demo_cuda() {
-  stamp "demo on CUDA (its files kept on the machine; the summary printed)"
-  timeout 300 python3 -m infersight demo --device cuda --out /tmp/demo_cuda > "$OUT/demo_cuda.txt" 2>&1
-  tail -n 30 "$OUT/demo_cuda.txt"
-  python3 - /tmp/demo_cuda/summary.json <<'EOF2'
+  demo_events demo_cuda  # its summary printed, its files kept
+}
+
+demo_events() {
+  # One `infersight demo --device cuda` run into /tmp/$1, its summary and the agent's event files kept in $OUT.
+  stamp "demo on CUDA: $1"
+  timeout 300 python3 -m infersight demo --device cuda --out "/tmp/$1" > "$OUT/$1.txt" 2>&1
+  tail -n 12 "$OUT/$1.txt"
+  mkdir -p "$OUT/$1" && cp -r "/tmp/$1/events" "/tmp/$1/summary.json" "$OUT/$1/" 2>/dev/null
+  python3 - "/tmp/$1/summary.json" <<'EOF2'
 import json, sys
 s = json.load(open(sys.argv[1]))
 print("TTFT p50", s["ttft_seconds"]["p50"], "p99", s["ttft_seconds"]["p99"])
 for t, v in sorted(s["spec"]["by_task"].items()):
     print(t, v["predicted_speedup"], v["speedup_interval"], v["basis"], v["samples"], v["parts_ms"])
 EOF2
+}
+
+trust_h200() {
+  # Issue 26 on a fresh machine: the demo's first and second runs (events kept), bench speculation on the
+  # demo's seed at the demo's batch sizes (frames kept), and the energy split twice (llama-8b-shape).
+  demo_events demo_first
+  demo_events demo_second
+  for b in ${TRUST_SPEC_BATCHES:-4 8}; do
+    stamp "bench speculation on CUDA, seed 0, batch $b"
+    timeout 170 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch "$b" \
+      --requests $((8 * b)) --seed 0 --frames-out "$OUT/spec_frames_b$b" > "$OUT/spec_s0_b$b.json"
+    tail -n 1 "$OUT/spec_s0_b$b.json" | python3 -c "
+import json, sys
+d = json.loads(sys.stdin.read())
+for t in ('chat', 'code', 'creative', 'json'):
+    print(t, d.get(t + '.measured_speedup'), d.get(t + '.predicted_speedup'), d.get(t + '.predicted_interval'), d.get(t + '.inside'))"
+  done
+  for k in ${TRUST_ENERGY_RUNS:-1 2}; do
+    ENERGY_MODEL=llama-8b-shape ENERGY_ARGS="--phase-s 30" energy_once
+    mv "$OUT/energy_split.json" "$OUT/energy_split_$k.json"; mv "$OUT/energy_split_run" "$OUT/energy_split_run_$k"
+  done
 }
 
 gpu_tests() {
@@ -339,7 +366,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="trust_h200 gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"

@@ -26,10 +26,12 @@ class EnergyFit:
         self.short_from_ns: int | None = None  # where short_rows begin (the first reading, at first)
         self.costs = T.TokenCosts()  # the last fit (not usable until the intervals can tell the kinds apart)
 
-    def add(self, measured: pd.DataFrame, reading_ns: np.ndarray, to_ns: int) -> T.TokenCosts:
+    def add(self, measured: pd.DataFrame, reading_ns: np.ndarray, to_ns: int,
+            static_w: float | None = None) -> T.TokenCosts:
         """Add measured steps that ran a batch (step_id, the step-kind token columns, start_ns, end_ns,
         energy_uj) to the intervals between the sorted reading times `reading_ns`; those ending by to_ns
-        are complete and enter the fit. Returns the fit after them."""
+        are complete and enter the fit. static_w: the GPU's measured idle power, to hold the static term
+        at (token_cost.fit_token_costs); None fits it. Returns the fit after them."""
         rows = T.interval_rows(measured, reading_ns)
         if not self.open_rows.empty:
             rows = pd.concat([self.open_rows, rows], ignore_index=True).groupby("end_ns", as_index=False).sum()
@@ -42,5 +44,5 @@ class EnergyFit:
         xtx, xty, n = T.normal_equations(merged)
         self.xtx, self.xty, self.intervals = self.xtx + xtx, self.xty + xty, self.intervals + n
         self.open_rows = rows[~complete].reset_index(drop=True)
-        self.costs = T.fit_token_costs(self.xtx, self.xty, self.intervals)
+        self.costs = T.fit_token_costs(self.xtx, self.xty, self.intervals, static_w)
         return self.costs

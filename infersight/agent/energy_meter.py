@@ -53,6 +53,11 @@ MAX_OPEN_REQUESTS = 50_000
 #: With no step waiting, idle time is accounted up to this long before now: a step that already ran
 #: may not have been read from its ring yet, and its window must not have been counted as idle.
 IDLE_LAG_NS = 2_000_000_000
+#: The GPU's idle power is measured on idle time at least this long after the last step ended (its
+#: power sensor averages: on the H200 a 5 s gap after a phase read 126.4 W whole, 124.0 W in its
+#: second half), and held as the energy model's static power once this much of it has been read.
+IDLE_SETTLE_NS = 1_000_000_000
+MIN_IDLE_READ_NS = 3_000_000_000
 
 
 def _int_frame(*columns: str) -> pd.DataFrame:
@@ -63,7 +68,8 @@ class EnergyMeter:
     """gpus: the GPUs whose energy is the engine's (() = every GPU with an energy counter)."""
 
     def __init__(self, gpus: tuple[int, ...] = (), wait_s: float = 5.0,
-                 clock: Callable[[], int] = time.monotonic_ns, fit_min_span_ns: int = 0) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns, fit_min_span_ns: int = 0,
+                 hold_idle_static: bool = False) -> None:
         self.wait_ns = int(wait_s * 1e9)
         self._clock = clock
         self.readings = GpuReadings(gpus)  # energy and SM activity as read, until accounted
@@ -82,6 +88,12 @@ class EnergyMeter:
         self.pending_batch = _int_frame("step_id", "request_id", "num_tokens")
         self.chunks = _int_frame("request_id", "ts_ns")  # PREFILL_CHUNK events of steps not yet measured
         self.fit = EnergyFit(fit_min_span_ns)  # the energy model, refitted on each complete counter interval
+        # The GPU's idle power, read on settled idle time (IDLE_SETTLE_NS after the last step); the
+        # model's static power is held at it once MIN_IDLE_READ_NS of it is read, if hold_idle_static.
+        self.hold_idle_static = hold_idle_static
+        self.busy_until_ns: int | None = None  # the end of the last step measured
+        self.settled_idle_uj = 0
+        self.settled_idle_ns = 0
         self.steps_by_model = 0  # steps split by modelled cost
         self.steps_by_tokens = 0  # steps split by token share (no usable fit yet, or members not told apart)
         # requests_uj cut by the model into dynamic and static (steps split with a usable fit); the
@@ -155,6 +167,7 @@ class EnergyMeter:
             return 0
         start, to_ns = self.cursor_ns, max(self.cursor_ns, int(ready["end_ns"].max()))
         windows, idle = E.step_values(ready, self.readings.energy, start, to_ns)
+        self._read_idle_gaps(windows, start)
         measured = windows[["step_id"]].assign(energy_uj=windows["value"].astype(np.float64),
                                                gpu_sm_active_ns=np.nan)
         sm_covered = self.readings.covered_ns(SM_FIELD)
@@ -229,7 +242,8 @@ class EnergyMeter:
         measured = ran[["step_id", *T.STEP_KIND_COLUMNS.values()]].merge(
             windows[["step_id", "start_ns", "end_ns", "value"]], on="step_id").rename(columns={"value": "energy_uj"})
         first = self.readings.energy[self.readings.energy["gpu"].to_numpy(np.int64) == self.gpus[0]]
-        self.fit.add(measured, np.sort(first["ts_ns"].to_numpy(np.int64)), to_ns)
+        self.fit.add(measured, np.sort(first["ts_ns"].to_numpy(np.int64)), to_ns,
+                     self.idle_w if self.hold_idle_static else None)
 
     @property
     def costs(self) -> T.TokenCosts:
@@ -255,10 +269,47 @@ class EnergyMeter:
         hi = shares["gpu"].map(self.readings.power_hi).fillna(0.0).to_numpy(np.float64)
         return B.interval_bounds(shares, 0.0, hi)
 
+    @property
+    def idle_w(self) -> float | None:
+        """The GPU's idle power (W, summed over the engine's GPUs) read on settled idle time; None until
+        MIN_IDLE_READ_NS of it has been read."""
+        if self.settled_idle_ns < MIN_IDLE_READ_NS:
+            return None
+        return self.settled_idle_uj / self.settled_idle_ns * 1e3  # uJ/ns = kW
+
+    def _read_settled_idle(self, lo_ns: np.ndarray, hi_ns: np.ndarray, busy_ns: np.ndarray) -> None:
+        """Idle spans [lo, hi] (no step ran in them; busy: when the last step before each ended, or
+        where the account began): their parts from busy + IDLE_SETTLE_NS on into the idle power."""
+        lo = np.maximum(lo_ns, busy_ns + IDLE_SETTLE_NS)
+        keep = hi_ns > lo
+        if not keep.any():
+            return
+        values = E.counter_at(self.readings.energy, np.concatenate((lo[keep], hi_ns[keep])))
+        n = int(keep.sum())
+        self.settled_idle_uj += int((values[n:] - values[:n]).sum())
+        self.settled_idle_ns += int((hi_ns[keep] - lo[keep]).sum())
+
+    def _read_idle_gaps(self, windows: pd.DataFrame, start_ns: int) -> None:
+        """The gaps before each measured step window (sorted, disjoint; the first from start_ns, the
+        cursor) into the idle power; the last window's end is then the last busy time."""
+        if windows.empty:
+            return
+        ends = windows["end_ns"].to_numpy(np.int64)
+        lo = np.concatenate(([start_ns], ends[:-1]))
+        busy = np.concatenate(([self._last_busy_ns()], ends[:-1]))
+        self._read_settled_idle(lo, windows["start_ns"].to_numpy(np.int64), busy)
+        self.busy_until_ns = int(ends.max())
+
+    def _last_busy_ns(self) -> int:
+        """When the last step measured ended; before any, where the account began (the GPU may have
+        been busy just before)."""
+        return self.busy_until_ns if self.busy_until_ns is not None else int(self.from_ns or 0)
+
     def _idle_until(self, ts_ns: int) -> int:
         """Count [cursor, ts_ns] as idle (no step ran in it); returns the uJ added."""
         if self.cursor_ns is None or ts_ns <= self.cursor_ns:
             return 0
+        self._read_settled_idle(np.array([self.cursor_ns]), np.array([ts_ns]), np.array([self._last_busy_ns()]))
         ends = E.counter_at(self.readings.energy, np.array([self.cursor_ns, ts_ns]))
         self.idle_uj += int(ends[1] - ends[0])
         self.cursor_ns = ts_ns
@@ -348,7 +399,8 @@ class EnergyMeter:
                     f"between steps, over {(self.cursor_ns - self.from_ns) / 1e9:.1f} s (GPU energy counter)")
         if self.costs.usable:
             headline += (f"; of the requests' joules {self.dynamic_uj / 1e6:.1f} J dynamic, "
-                         f"{self.static_uj / 1e6:.1f} J static (fitted {self.costs.static_w:.0f} W while steps run)")
+                         f"{self.static_uj / 1e6:.1f} J static ({self.costs.static_w:.0f} W while steps run, "
+                         + ("fitted)" if self.costs.static_from == "fitted" else "the measured idle power)"))
         return {"measured": True, "basis": BASIS, "headline": headline, "status": status, "gpus": list(self.gpus),
                 "window_s": (self.cursor_ns - self.from_ns) / 1e9,
                 "counter_delta_j": delta_uj / 1e6,
@@ -356,7 +408,11 @@ class EnergyMeter:
                 # requests_j cut by the model ("modelled split of measured energy"): dynamic + static + unsplit.
                 "dynamic_j": self.dynamic_uj / 1e6, "static_j": self.static_uj / 1e6,
                 "unsplit_j": (self.requests_uj - self.dynamic_uj - self.static_uj) / 1e6,
-                "static_w_fitted": self.costs.static_w if self.costs.usable else None,
+                "static_w": self.costs.static_w if self.costs.usable else None, "static_from": self.costs.static_from,
+                "static_w_fitted": self.costs.static_w if self.costs.usable and self.costs.static_from == "fitted"
+                else None,
+                # Measured: the counter's rise over settled idle time (no step running), and how much was read.
+                "idle_w_measured": self.idle_w, "idle_s_read": self.settled_idle_ns / 1e9,
                 "split_model": self.costs.describe(), "steps_split_by_model": self.steps_by_model,
                 "steps_split_by_token_share": self.steps_by_tokens,
                 "sampling_bound_j_of_requests_taken": self.bound_taken_uj / 1e6,

@@ -20,6 +20,8 @@ MIN_INTERVAL_S = 0.1
 #: correlate.token_cost.MIN_FIT_SPAN_NS (tests/agent/test_energy_fit.py checks they agree; importing
 #: token_cost here would load pandas for every command's start).
 MIN_FIT_SPAN_NS = 900_000_000
+#: Where the energy model's static power comes from (GpuConfig.energy_static).
+ENERGY_STATIC = ("idle", "fitted")
 
 
 @dataclass(frozen=True)
@@ -29,13 +31,16 @@ class GpuConfig:
     are split over its steps (empty: every GPU with an energy counter; give them when other work
     shares the host's GPUs). energy_fit_min_s: the shortest counter interval the energy model is
     fitted on; shorter ones are merged (why: correlate.token_cost.MIN_FIT_SPAN_NS; 0 for a counter
-    that does not lag the work, as a test's fake)."""
+    that does not lag the work, as a test's fake). energy_static: "idle" holds the model's static
+    power at the GPU's idle power once the agent has measured some (no step running; why:
+    correlate.token_cost), "fitted" always fits it."""
 
     source: str = "auto"
     url: str | None = None
     interval_s: float = 1.0
     energy_gpus: tuple[int, ...] = ()
     energy_fit_min_s: float = MIN_FIT_SPAN_NS / 1e9
+    energy_static: str = "idle"
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -50,6 +55,8 @@ class GpuConfig:
             raise ConfigError("--gpu-source dcgm-exporter needs --gpu-url")
         if not 0 <= self.energy_fit_min_s <= 3600:
             raise ConfigError(f"--energy-fit-min-interval must be in [0, 3600] s, got {self.energy_fit_min_s}")
+        if self.energy_static not in ENERGY_STATIC:
+            raise ConfigError(f"--energy-static must be one of {', '.join(ENERGY_STATIC)}, got {self.energy_static!r}")
         object.__setattr__(self, "energy_gpus", tuple(self.energy_gpus))
         if any(not isinstance(g, int) or g < 0 for g in self.energy_gpus):
             raise ConfigError(f"--energy-gpus takes device indices >= 0, got {self.energy_gpus}")
@@ -73,11 +80,15 @@ class GpuConfig:
         gpu.add_argument("--energy-fit-min-interval", type=float, default=MIN_FIT_SPAN_NS / 1e9, metavar="SECONDS",
                          help="the energy model is fitted on counter intervals at least this long; shorter "
                               "readings are merged (a GPU's counter lags its work; default 0.9)")
+        gpu.add_argument("--energy-static", default="idle", choices=ENERGY_STATIC,
+                         help="the energy model's static power: idle holds it at the GPU's measured idle power "
+                              "once some idle has been read (dynamic = energy above idle), fitted always fits "
+                              "it (default idle)")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> GpuConfig:
         return cls(args.gpu_source, args.gpu_url, args.gpu_interval, parse_gpu_list(args.energy_gpus),
-                   args.energy_fit_min_interval)
+                   args.energy_fit_min_interval, args.energy_static)
 
 
 def parse_gpu_list(value: str) -> tuple[int, ...]:

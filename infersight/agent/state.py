@@ -68,7 +68,8 @@ class AgentState:
         counters, histograms = self.scope.counters(self.counters), self.scope.histograms(self.histograms)
         self.energy_account = EnergyAccount(counters, config.gpu.energy_gpus,
                                             wait_s=max(5.0, 4 * config.gpu.interval_s),
-                                            fit_min_span_ns=int(config.gpu.energy_fit_min_s * 1e9))
+                                            fit_min_span_ns=int(config.gpu.energy_fit_min_s * 1e9),
+                                            hold_idle_static=config.gpu.energy_static == "idle")
         self.steps = StepFold(counters, histograms, self.energy_account)
         self.kv = KvFold(counters, histograms, seed_zero_series=not self.scope.on)
         self.experts = ExpertFold()

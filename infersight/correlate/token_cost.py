@@ -21,6 +21,12 @@ in it (the counter, interpolated at the steps' ends, summed over the interval's 
   class's joules alone then depended on how fast its phase ran (not a property of the request:
   no split could match it). With it, joules per token are the DYNAMIC cost of a token.
 - no other intercept: the static term is the part of a step that does not scale with its tokens.
+- the static term held at the GPU's measured idle power once the agent has read some (agent.energy_meter:
+  settled idle, no step running): "dynamic" then means the energy above idle, the definition a known
+  answer measured from the counter uses (a class's counter rise less idle power x its seconds). A free
+  static term is the least-determined coefficient of the fit: on the H200 it came out 117-157 W
+  against 124-126 W idle between runs, and every watt too many moved ~30 J a phase from the requests'
+  dynamic energy to static (BENCHMARKS.md). Fitted when no idle has been read (a GPU never idle).
 
 A step's measured energy E (its interpolated window) is then cut in two by the model
 (`step_dynamic_share`): dynamic = E * D / (D + S), static = E - dynamic, where D is the step's
@@ -90,17 +96,22 @@ class TokenCosts:
     static_w: float = 0.0
     intervals: int = 0
     usable: bool = False
+    #: "fitted": static_w is the fit's own coefficient; "measured idle": it was held at the GPU's power
+    #: measured while no step ran (the joules per token fitted on the energy above it).
+    static_from: str = "fitted"
 
     def describe(self) -> dict[str, object]:
-        return {"static_w": self.static_w, "prefill_mj_per_token": self.prefill_uj / 1e3,
+        static = ("the GPU's static power while steps run, fitted" if self.static_from == "fitted" else
+                  "held at the GPU's measured idle power (no step running), so dynamic means the energy above idle")
+        return {"static_w": self.static_w, "static_from": self.static_from,
+                "prefill_mj_per_token": self.prefill_uj / 1e3,
                 "decode_mj_per_token": self.decode_uj / 1e3, "spec_mj_per_token": self.spec_uj / 1e3,
                 "intervals_fitted": self.intervals, "usable": self.usable,
                 "how": "modelled from measured intervals: least squares of the measured energy of the steps in each "
-                       "interval between two counter readings on their duration (static_w: the GPU's static power "
-                       "while steps run) and their prefill, decode and draft token counts (dynamic joules per "
-                       "token), coefficients >= 0; a step's energy is cut into dynamic and static in the model's "
-                       "proportion, and both are split over its requests by their tokens times their kind's "
-                       "dynamic joules per token"}
+                       f"interval between two counter readings on their duration (static_w: {static}) and their "
+                       "prefill, decode and draft token counts (dynamic joules per token), coefficients >= 0; a "
+                       "step's energy is cut into dynamic and static in the model's proportion, and both are split "
+                       "over its requests by their tokens times their kind's dynamic joules per token"}
 
 
 def interval_rows(measured: pd.DataFrame, readings_ns: np.ndarray) -> pd.DataFrame:
@@ -143,12 +154,19 @@ def normal_equations(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
     return x.T @ x, x.T @ y, len(rows)
 
 
-def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, intervals: int) -> TokenCosts:
+def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, intervals: int, static_w: float | None = None) -> TokenCosts:
     """The non-negative least-squares fit from the normal equations: among the regressors that were
     ever nonzero, every subset is solved unconstrained and the best one whose coefficients are all
     >= 0 wins (with four columns, 15 subsets, that is exact NNLS). The columns are scaled to unit
-    norm first: seconds and token counts lie orders of magnitude apart."""
-    seen = [i for i in range(len(REGRESSORS)) if xtx[i, i] > 0]
+    norm first: seconds and token counts lie orders of magnitude apart.
+
+    static_w given (the GPU's measured idle power): the static coefficient is held there and the
+    token columns are fitted on the energy above it, y - static x busy_s, whose normal equations
+    follow from the same sums (X'y less the busy_s column of X'X times the static power)."""
+    held = static_w is not None
+    if held:
+        xty = xty - xtx[:, 0] * (static_w * 1e6)
+    seen = [i for i in range(1 if held else 0, len(REGRESSORS)) if xtx[i, i] > 0]
     if not seen:
         return TokenCosts(intervals=intervals)
     scale = np.zeros(len(REGRESSORS))
@@ -170,6 +188,9 @@ def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, intervals: int) -> TokenCo
                 best, best_obj = np.zeros(len(REGRESSORS)), obj
                 best[list(cols)] = b
     static_uw, prefill, decode, spec = (best * scale).tolist()
+    if held:
+        return TokenCosts(prefill, decode, spec, static_w=float(static_w), intervals=intervals, usable=bool(usable),
+                          static_from="measured idle")
     return TokenCosts(prefill, decode, spec, static_w=static_uw / 1e6, intervals=intervals, usable=bool(usable))
 
 

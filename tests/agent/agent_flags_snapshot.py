@@ -40,7 +40,7 @@ RENAMED = {
     "gpu_source": "gpu.source", "gpu_url": "gpu.url", "gpu_interval_s": "gpu.interval_s",
     "energy_gpus": "gpu.energy_gpus",
     # Not a field before the split (added since): compared only where the snapshot has it, i.e. nowhere.
-    "energy_fit_min_s": "gpu.energy_fit_min_s",
+    "energy_fit_min_s": "gpu.energy_fit_min_s", "energy_static": "gpu.energy_static",
     "vllm_kv_events": "vllm_kv.events", "vllm_kv_replay": "vllm_kv.replay", "vllm_kv_topic": "vllm_kv.topic",
     "vllm_kv_replay_timeout_s": "vllm_kv.replay_timeout_s", "vllm_kv_remember_bytes": "vllm_kv.remember_bytes",
     "vllm_url": "vllm_server.url", "vllm_metrics_interval_s": "vllm_server.metrics_interval_s",

@@ -21,10 +21,11 @@ from infersight.gpu.samples import GpuSample
 
 class EnergyAccount:
     def __init__(self, counters: dict[str, LabelledCounter], gpus: tuple[int, ...], wait_s: float,
-                 fit_min_span_ns: int) -> None:
+                 fit_min_span_ns: int, hold_idle_static: bool = True) -> None:
         self.counters = counters
         # GPU energy over the steps, split by modelled cost; rows wait for it (at most a few sampler intervals).
-        self.meter = EnergyMeter(gpus, wait_s=wait_s, fit_min_span_ns=fit_min_span_ns)
+        self.meter = EnergyMeter(gpus, wait_s=wait_s, fit_min_span_ns=fit_min_span_ns,
+                                 hold_idle_static=hold_idle_static)
 
     def add_prefill_chunks(self, request_events: pd.DataFrame) -> None:
         """A poll's request events, before its steps: the meter keeps the PREFILL_CHUNK ones."""
