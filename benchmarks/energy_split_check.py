@@ -131,7 +131,8 @@ def _offline_splits(run_dir: Path, phase_ids: set[int],
         windows[["step_id", "start_ns", "end_ns", "value"]], on="step_id")
 
     def dynamic(f: token_cost.TokenCosts) -> pd.Series:
-        return pd.Series(np.rint(cut["value"].to_numpy(np.float64) * token_cost.step_dynamic_share(cut, f)),
+        value = cut["value"].to_numpy(np.float64)
+        return pd.Series(np.rint(value * token_cost.step_dynamic_share(cut, f, value)),
                          index=cut["step_id"].to_numpy(np.int64))
 
     out: dict[str, dict[int, float]] = {}

@@ -266,21 +266,34 @@ demo_events() {
   stamp "demo on CUDA: $1"
   timeout 300 python3 -m infersight demo --device cuda --out "/tmp/$1" > "$OUT/$1.txt" 2>&1
   tail -n 12 "$OUT/$1.txt"
-  mkdir -p "$OUT/$1" && cp -r "/tmp/$1/events" "/tmp/$1/summary.json" "$OUT/$1/" 2>/dev/null
-  python3 - "/tmp/$1/summary.json" <<'EOF2'
+  mkdir -p "$OUT/$1" && cp "/tmp/$1/summary.json" "$OUT/$1/" 2>/dev/null
+  (cd "/tmp/$1/events" && tar -czf "$OUT/$1/events.tgz" .)  # one file: the device tool brings back few
+  python3 - "/tmp/$1" <<'EOF2'
 import json, sys
-s = json.load(open(sys.argv[1]))
+import pandas as pd
+s = json.load(open(sys.argv[1] + "/summary.json"))
 print("TTFT p50", s["ttft_seconds"]["p50"], "p99", s["ttft_seconds"]["p99"])
 for t, v in sorted(s["spec"]["by_task"].items()):
     print(t, v["predicted_speedup"], v["speedup_interval"], v["basis"], v["samples"], v["parts_ms"])
+t = pd.read_parquet(sys.argv[1] + "/events/step_timing.parquet")
+t["ms"] = (t["end_ns"] - t["start_ns"]) / 1e6
+t["kind"] = (t["prefill_tokens"] > 0).map({True: "mixed", False: "decode"}) + t["spec_probe"].map({True: " plain", False: " spec"})
+cols = [c for c in ("graph_captures", "profiled") if c in t]
+print(t.groupby(["kind", *cols])["ms"].describe(percentiles=[0.5]).round(2).to_string())
 EOF2
 }
 
 trust_h200() {
   # Issue 26 on a fresh machine: the demo's first and second runs (events kept), bench speculation on the
   # demo's seed at the demo's batch sizes (frames kept), and the energy split twice (llama-8b-shape).
-  demo_events demo_first
-  demo_events demo_second
+  for d in ${TRUST_DEMOS:-demo_first demo_second}; do demo_events "$d"; done
+  stamp "the demo engine's CUDA graphs"
+  timeout 120 python3 -c "
+from infersight.demo import DemoConfig, demo_engine_config
+from infersight.runtime import Engine
+e = Engine(demo_engine_config(DemoConfig(), 'cuda'))
+print('dtype', e.config.dtype, 'graph_blocker', e.target.graph_blocker, 'captured', e.capture_decode_graphs(),
+      'disabled', getattr(e.target.graphs, 'disabled', None))"
   for b in ${TRUST_SPEC_BATCHES:-4 8}; do
     stamp "bench speculation on CUDA, seed 0, batch $b"
     timeout 170 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch "$b" \

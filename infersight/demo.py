@@ -30,6 +30,7 @@ from infersight.demo_recorder import recorder_rows
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime import Engine, EngineConfig, SamplingParams
+from infersight.runtime.config import resolve_dtype
 from infersight.runtime.observer import EngineObserver
 from infersight.workload import TASKS, WorkloadConfig, build_workload
 
@@ -168,8 +169,11 @@ def recorder_args(budget: float | None, device: str) -> list[str]:
 
 
 def demo_engine_config(config: DemoConfig, device: str) -> EngineConfig:
-    """The demo's engine: tiny-moe with the tiny-draft speculator, a small KV pool with CPU offload."""
+    """The demo's engine: tiny-moe with the tiny-draft speculator, a small KV pool with CPU offload, in
+    vLLM's `--dtype auto` (bfloat16 on CUDA, as `bench speculation` runs it: the demo's predicted
+    speedups are checked against that bench, so both must time the same kernels)."""
     return EngineConfig(model="tiny-moe", speculative_model="tiny-draft", device=device, seed=config.seed,
+                        dtype=resolve_dtype("auto", device, "tiny-moe"),
                         num_kv_blocks=config.num_kv_blocks, cpu_offload_blocks=config.cpu_offload_blocks,
                         max_num_seqs=32, max_num_batched_tokens=512,
                         spec_probe_every=8)  # plain probe steps: the speedup is predicted from them

@@ -55,7 +55,10 @@ MAX_OPEN_REQUESTS = 50_000
 IDLE_LAG_NS = 2_000_000_000
 #: The GPU's idle power is measured on idle time at least this long after the last step ended (its
 #: power sensor averages: on the H200 a 5 s gap after a phase read 126.4 W whole, 124.0 W in its
-#: second half), and held as the energy model's static power once this much of it has been read.
+#: second half), over whole reading intervals only (the counter is interpolated linearly inside an
+#: interval, so a part of one that also held steps reads their power: read so, the H200's idle came
+#: out 130-133 W against 122-126 W), and held as the energy model's static power once this much of
+#: it has been read.
 IDLE_SETTLE_NS = 1_000_000_000
 MIN_IDLE_READ_NS = 3_000_000_000
 
@@ -224,7 +227,7 @@ class EnergyMeter:
             windows[["step_id", "start_ns", "end_ns", "value"]], on="step_id")
         value = pd.Series(step["value"].to_numpy(np.int64), index=step["step_id"].to_numpy(np.int64))
         whole = cost.split_in_proportion(batch, weight, value)
-        share = T.step_dynamic_share(step, self.costs)
+        share = T.step_dynamic_share(step, self.costs, step["value"].to_numpy(np.float64))
         if np.isnan(share).all():
             return whole, np.full(len(batch), np.nan)
         dynamic = pd.Series(np.rint(value.to_numpy() * share), index=value.index)  # NaN: no usable fit
@@ -279,8 +282,14 @@ class EnergyMeter:
 
     def _read_settled_idle(self, lo_ns: np.ndarray, hi_ns: np.ndarray, busy_ns: np.ndarray) -> None:
         """Idle spans [lo, hi] (no step ran in them; busy: when the last step before each ended, or
-        where the account began): their parts from busy + IDLE_SETTLE_NS on into the idle power."""
-        lo = np.maximum(lo_ns, busy_ns + IDLE_SETTLE_NS)
+        where the account began): the whole reading intervals (of the first GPU's readings) inside
+        their parts from busy + IDLE_SETTLE_NS on, into the idle power."""
+        first = self.readings.energy
+        ts = np.sort(first.loc[first["gpu"].to_numpy(np.int64) == self.gpus[0], "ts_ns"].to_numpy(np.int64))
+        if len(ts) < 2:
+            return
+        lo = ts[np.minimum(np.searchsorted(ts, np.maximum(lo_ns, busy_ns + IDLE_SETTLE_NS), "left"), len(ts) - 1)]
+        hi_ns = ts[np.maximum(np.searchsorted(ts, hi_ns, "right") - 1, 0)]
         keep = hi_ns > lo
         if not keep.any():
             return

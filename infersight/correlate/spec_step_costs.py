@@ -39,10 +39,18 @@ def _pure_decode(t: pd.DataFrame) -> pd.Series:
     return (t["prefill_tokens"] == 0) & (t["decode_requests"] > 0)
 
 
-def _steady(t: pd.DataFrame) -> pd.Series:
-    """Pure-decode plain probe and speculative steps that paid no one-time cost (a graph capture)."""
+def _unsteady(t: pd.DataFrame) -> pd.Series | bool:
+    """Steps that are no sample of the steady step time: one that captured a CUDA graph (a one-time
+    cost), or one torch.profiler recorded (a capture window runs eagerly, under its callbacks: on
+    CUDA a plain decode step then takes an eager forward's 9-14 ms instead of a replay's ~1 ms)."""
     captured = t["graph_captures"] > 0 if "graph_captures" in t else False
-    return _pure_decode(t) & (t["spec_probe"] | (t["spec_tokens"] > 0)) & ~captured
+    profiled = t["profiled"].astype(bool) if "profiled" in t else False
+    return captured | profiled
+
+
+def _steady(t: pd.DataFrame) -> pd.Series:
+    """Pure-decode plain probe and speculative steps that are samples of the steady step time."""
+    return _pure_decode(t) & (t["spec_probe"] | (t["spec_tokens"] > 0)) & ~_unsteady(t)
 
 
 def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
@@ -100,8 +108,7 @@ def mixed_costs(step_timing: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFrame:
     sample: its own excess). resid_rel: the kept residuals' standard deviation over the mean probe
     step (NaN below four samples); spec_mixed_steps: the speculative mixed steps beside them."""
     t = step_timing
-    captured = t["graph_captures"] > 0 if "graph_captures" in t else False
-    mixed = (t["prefill_tokens"] > 0) & (t["decode_requests"] > 0) & ~captured
+    mixed = (t["prefill_tokens"] > 0) & (t["decode_requests"] > 0) & ~_unsteady(t)
     probes, spec = t[mixed & t["spec_probe"]], t[mixed & (t["spec_tokens"] > 0)]
     rows = []
     spec_eng = spec["step_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT

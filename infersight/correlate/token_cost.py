@@ -30,7 +30,8 @@ in it (the counter, interpolated at the steps' ends, summed over the interval's 
 
 A step's measured energy E (its interpolated window) is then cut in two by the model
 (`step_dynamic_share`): dynamic = E * D / (D + S), static = E - dynamic, where D is the step's
-modelled token cost and S = static_uw * its duration. Both parts are split over the step's members
+modelled token cost and S = static_uw * its duration; with the static power held at the measured
+idle power, static = min(E, S) and dynamic = E - static (the energy above idle). Both parts are split over the step's members
 by the same weights (below): the static part in proportion to the members' dynamic cost, because a
 step lasts, and so draws static power, about as long as its work takes (a 512-token prefill chunk
 keeps the GPU on far longer than one decode token beside it), so the requests whose work set the
@@ -194,12 +195,23 @@ def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, intervals: int, static_w: 
     return TokenCosts(prefill, decode, spec, static_w=static_uw / 1e6, intervals=intervals, usable=bool(usable))
 
 
-def step_dynamic_share(steps: pd.DataFrame, costs: TokenCosts) -> np.ndarray:
+def step_dynamic_share(steps: pd.DataFrame, costs: TokenCosts, energy_uj: np.ndarray | None = None) -> np.ndarray:
     """Each step's modelled dynamic share of its energy, D / (D + S) (module docstring): D its token
     cost from its own totals (prefill_tokens, decode_tokens, spec_tokens), S static_w times its
-    duration (end_ns - start_ns). NaN while `costs` is not usable, or where D + S is 0."""
-    d = sum(getattr(costs, f"{k}_uj") * steps[c].to_numpy(np.float64) for k, c in STEP_KIND_COLUMNS.items())
+    duration (end_ns - start_ns). NaN while `costs` is not usable, or where D + S is 0.
+
+    With the static power held at the measured idle power (costs.static_from) and the steps' measured
+    energy_uj given, the share is what lies above idle, (E - S) / E clipped to [0, 1]: the static
+    part is then measured, not modelled, and the dynamic part is the rest of the measured energy,
+    as a known answer measured from the counter defines it. (With a fitted static power the
+    proportion keeps the fit's error off the static part alone: on the H200, fitted static powers
+    of 117-157 W for a 125 W idle.)"""
     s = costs.static_w * (steps["end_ns"].to_numpy(np.int64) - steps["start_ns"].to_numpy(np.int64)) / 1e3  # uJ
+    if costs.static_from != "fitted" and energy_uj is not None:
+        e = np.asarray(energy_uj, np.float64)
+        share = np.clip(np.divide(e - s, e, out=np.full(len(steps), np.nan), where=e > 0), 0.0, 1.0)
+        return share if costs.usable else np.full(len(steps), np.nan)
+    d = sum(getattr(costs, f"{k}_uj") * steps[c].to_numpy(np.float64) for k, c in STEP_KIND_COLUMNS.items())
     d = np.broadcast_to(np.asarray(d, np.float64), (len(steps),))
     total = d + s
     share = np.divide(d, total, out=np.full(len(steps), np.nan), where=total > 0)

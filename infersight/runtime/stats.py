@@ -34,4 +34,8 @@ class StepStats:
     # CUDA graphs captured during the step: a one-time cost (warm-up, capture, Triton JIT of its
     # shapes) that makes the step no sample of the steady step time (spec_speedup leaves it out).
     graph_captures: int = 0
+    # torch.profiler was recording (a capture or flight-recorder window): the step ran eagerly (no
+    # graph replay, cuda_graphs.graph_step_allowed) under the profiler's callbacks, so it is no sample
+    # of the steady step time either.
+    profiled: bool = False
     finished: list[int] = field(default_factory=list)

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
 
-from infersight.agent.energy_meter import IDLE_SETTLE_NS, MIN_IDLE_READ_NS, EnergyMeter  # noqa: E402
+from infersight.agent.energy_meter import MIN_IDLE_READ_NS, EnergyMeter  # noqa: E402
 from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402
 from infersight.gpu.sampler import GpuSampler  # noqa: E402
 
@@ -79,21 +79,20 @@ def run_meter(hold: bool) -> EnergyMeter:
 
 
 def naive_idle_w() -> Fraction:
-    """Idle read by hand: from 1 s after the account began (1 s) to the first step's start, and from
-    1 s after the step of 8 ended to the step of 12's start; the gaps of 0.1 s between the other steps
-    are inside the settling time and are not read."""
-    spans = [(1 * S + IDLE_SETTLE_NS, step_bounds(6)[0]), (step_bounds(8)[1] + IDLE_SETTLE_NS, step_bounds(12)[0])]
+    """Idle read by hand: the whole reading intervals from 1 s after the account began (1 s) to the
+    first step's start (2-6 s), and from 1 s after the step of 8 ended to the step of 12's start
+    (10-12 s); the gaps of 0.1 s between the other steps are inside the settling time, and the
+    parts of intervals that also held a step are not read (their interpolated power is the step's)."""
+    spans = [(2 * S, 6 * S), (10 * S, 12 * S)]
     uj = sum(counter_uj(b) - counter_uj(a) for a, b in spans)
     return uj / sum(b - a for a, b in spans) * 1000
 
 
 def test_idle_power_is_read_on_settled_idle_time_only() -> None:
     meter = run_meter(hold=True)
-    assert meter.settled_idle_ns == (step_bounds(6)[0] - 2 * S) + (step_bounds(12)[0] - step_bounds(8)[1] - IDLE_SETTLE_NS)
-    assert meter.settled_idle_ns >= MIN_IDLE_READ_NS
-    # The counter's rounding to integer uJ at the span edges: well under a milliwatt.
-    assert meter.idle_w == pytest.approx(float(naive_idle_w()), abs=1e-3)
-    assert float(naive_idle_w()) != IDLE_W  # the span edges reach into busy intervals: the reference is not the constant
+    assert meter.settled_idle_ns == 6 * S >= MIN_IDLE_READ_NS
+    assert meter.idle_w == pytest.approx(float(naive_idle_w()), rel=1e-9)
+    assert float(naive_idle_w()) == IDLE_W  # whole idle intervals: the fake's idle power, no step's in it
 
 
 def test_the_fit_holds_static_at_the_idle_power_and_fits_tokens_on_the_energy_above_it() -> None:
@@ -122,3 +121,15 @@ def test_without_holding_the_static_power_is_fitted() -> None:
     assert meter.idle_w is not None  # read all the same, and reported
     assert meter.costs.static_from == "fitted" and meter.costs.static_w != meter.idle_w
     assert meter.describe()["static_w_fitted"] == meter.costs.static_w
+
+
+def test_with_the_idle_power_held_a_steps_dynamic_energy_is_what_lies_above_idle() -> None:
+    """Each step's dynamic joules: its measured energy less idle W x its time, by hand (the split of
+    a one-member step gives its request all of it)."""
+    meter = run_meter(hold=True)
+    for i, (k, _, _) in enumerate(STEPS[:-1]):
+        a, b = step_bounds(k)
+        energy_uj = round(counter_uj(b)) - round(counter_uj(a))
+        static_uj = meter.costs.static_w * (b - a) / 1e3
+        assert meter.open[100 + i][0] == energy_uj
+        assert meter.open[100 + i][3] == pytest.approx(energy_uj - static_uj, abs=1)

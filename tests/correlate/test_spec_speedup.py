@@ -22,7 +22,8 @@ def _steps(rows: list[tuple]) -> pd.DataFrame:
     return pd.DataFrame([{
         "step_id": sid, "start_ns": start, "end_ns": start + dur, "schedule_ns": 1, "draft_ns": draft,
         "target_ns": target, "decode_requests": b, "prefill_tokens": prefill, "spec_tokens": 0 if probe else 4 * b,
-        "spec_accepted": 0, "draft_forwards": 0 if probe else 4, "spec_probe": probe, "graph_captures": 0}
+        "spec_accepted": 0, "draft_forwards": 0 if probe else 4, "spec_probe": probe, "graph_captures": 0,
+        "profiled": False}
         for sid, start, dur, draft, target, b, prefill, probe in rows]).astype(STEP_TIMING_COLUMNS)
 
 
@@ -158,6 +159,17 @@ def test_steps_that_captured_a_graph_are_left_out() -> None:
     pd.testing.assert_frame_equal(speedup_by_task(SPEC, steps), speedup_by_task(SPEC, STEPS))
     # ... while without the mark the 5,000 ns probe would move the plain median (110 -> 115).
     assert step_costs(pd.concat([STEPS, captured.assign(graph_captures=0)])).iloc[0].plain_step_ns == 115
+
+
+def test_steps_the_profiler_recorded_are_left_out() -> None:
+    """A capture window runs its steps eagerly under torch.profiler: on CUDA a plain probe step there
+    takes an eager forward's time, not a graph replay's. Left out like a capture."""
+    profiled = _steps([(7, 6000, 5000, 0, 4900, 2, 0, True), (8, 7000, 9000, 160, 120, 2, 0, False)]
+                      ).assign(profiled=True)
+    steps = pd.concat([STEPS, profiled], ignore_index=True)
+    pd.testing.assert_frame_equal(step_costs(steps), step_costs(STEPS))
+    pd.testing.assert_frame_equal(speedup_by_task(SPEC, steps), speedup_by_task(SPEC, STEPS))
+    assert step_costs(pd.concat([STEPS, profiled.assign(profiled=False)])).iloc[0].plain_step_ns == 115
 
 
 def test_without_probes_or_timings_nothing_is_predicted() -> None:

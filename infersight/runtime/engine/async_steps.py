@@ -184,6 +184,7 @@ class AsyncSteps:
             self.target.run(items, self.expert_counts, False, src, tokens_in)
             timer.stop()
         stats.graph_captures = self.target.num_captures - captures
+        stats.profiled = torch.autograd.profiler._is_profiler_enabled
         tokens, failed = self._draw(sched, prev is not None, stats.step_id)
         self.readback.send(slot, tokens)
         counts = self.expert_counts.clone() if self.expert_counts is not None else None

@@ -325,6 +325,7 @@ class Engine:
                                      self.observer.decode_graphs_while_profiling)
             self.forward_timer.stop()
         stats.graph_captures = self.target.num_captures - captures
+        stats.profiled = torch.autograd.profiler._is_profiler_enabled
         end_forward = time.monotonic_ns()
         with self.ranges.range("sampling"):
             sampled = self._sample_plain(sched, logits, drafts)
