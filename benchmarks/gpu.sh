@@ -297,7 +297,7 @@ print('dtype', e.config.dtype, 'graph_blocker', e.target.graph_blocker, 'capture
   for b in ${TRUST_SPEC_BATCHES:-4 8}; do
     stamp "bench speculation on CUDA, seed 0, batch $b"
     timeout 170 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch "$b" \
-      --requests $((8 * b)) --seed 0 --frames-out "$OUT/spec_frames_b$b" > "$OUT/spec_s0_b$b.json"
+      --requests $((8 * b)) --seed 0 ${TRUST_SPEC_ARGS:-} > "$OUT/spec_s0_b$b.json"
     tail -n 1 "$OUT/spec_s0_b$b.json" | python3 -c "
 import json, sys
 d = json.loads(sys.stdin.read())

@@ -97,6 +97,7 @@ class EnergyMeter:
         self.busy_until_ns: int | None = None  # the end of the last step measured
         self.settled_idle_uj = 0
         self.settled_idle_ns = 0
+        self.idle_read_to_ns = 0  # idle power has been read up to this reading (a stretch comes in pieces)
         self.steps_by_model = 0  # steps split by modelled cost
         self.steps_by_tokens = 0  # steps split by token share (no usable fit yet, or members not told apart)
         # requests_uj cut by the model into dynamic and static (steps split with a usable fit); the
@@ -170,7 +171,7 @@ class EnergyMeter:
             return 0
         start, to_ns = self.cursor_ns, max(self.cursor_ns, int(ready["end_ns"].max()))
         windows, idle = E.step_values(ready, self.readings.energy, start, to_ns)
-        self._read_idle_gaps(windows, start)
+        self._read_idle_gaps(windows)
         measured = windows[["step_id"]].assign(energy_uj=windows["value"].astype(np.float64),
                                                gpu_sm_active_ns=np.nan)
         sm_covered = self.readings.covered_ns(SM_FIELD)
@@ -280,15 +281,19 @@ class EnergyMeter:
             return None
         return self.settled_idle_uj / self.settled_idle_ns * 1e3  # uJ/ns = kW
 
-    def _read_settled_idle(self, lo_ns: np.ndarray, hi_ns: np.ndarray, busy_ns: np.ndarray) -> None:
-        """Idle spans [lo, hi] (no step ran in them; busy: when the last step before each ended, or
-        where the account began): the whole reading intervals (of the first GPU's readings) inside
-        their parts from busy + IDLE_SETTLE_NS on, into the idle power."""
+    def _read_settled_idle(self, hi_ns: np.ndarray, busy_ns: np.ndarray) -> None:
+        """Idle stretches (sorted) that run from busy (the end of the last step before each, or where
+        the account began) to hi with no step in them: the whole reading intervals (of the first GPU's
+        readings) from busy + IDLE_SETTLE_NS on, and not read before, into the idle power. A stretch
+        the account passes in pieces (one a poll) is read as one: what a piece adds is read once a
+        whole interval of it has passed."""
         first = self.readings.energy
         ts = np.sort(first.loc[first["gpu"].to_numpy(np.int64) == self.gpus[0], "ts_ns"].to_numpy(np.int64))
-        if len(ts) < 2:
+        if len(ts) < 2 or len(hi_ns) == 0:
             return
-        lo = ts[np.minimum(np.searchsorted(ts, np.maximum(lo_ns, busy_ns + IDLE_SETTLE_NS), "left"), len(ts) - 1)]
+        from_ns = busy_ns + IDLE_SETTLE_NS
+        from_ns[0] = max(from_ns[0], self.idle_read_to_ns)  # later stretches start after their own busy
+        lo = ts[np.minimum(np.searchsorted(ts, from_ns, "left"), len(ts) - 1)]
         hi_ns = ts[np.maximum(np.searchsorted(ts, hi_ns, "right") - 1, 0)]
         keep = hi_ns > lo
         if not keep.any():
@@ -297,16 +302,16 @@ class EnergyMeter:
         n = int(keep.sum())
         self.settled_idle_uj += int((values[n:] - values[:n]).sum())
         self.settled_idle_ns += int((hi_ns[keep] - lo[keep]).sum())
+        self.idle_read_to_ns = max(self.idle_read_to_ns, int(hi_ns[keep].max()))
 
-    def _read_idle_gaps(self, windows: pd.DataFrame, start_ns: int) -> None:
-        """The gaps before each measured step window (sorted, disjoint; the first from start_ns, the
-        cursor) into the idle power; the last window's end is then the last busy time."""
+    def _read_idle_gaps(self, windows: pd.DataFrame) -> None:
+        """The gaps before each measured step window (sorted, disjoint; the first from the last busy
+        time) into the idle power; the last window's end is then the last busy time."""
         if windows.empty:
             return
         ends = windows["end_ns"].to_numpy(np.int64)
-        lo = np.concatenate(([start_ns], ends[:-1]))
         busy = np.concatenate(([self._last_busy_ns()], ends[:-1]))
-        self._read_settled_idle(lo, windows["start_ns"].to_numpy(np.int64), busy)
+        self._read_settled_idle(windows["start_ns"].to_numpy(np.int64), busy)
         self.busy_until_ns = int(ends.max())
 
     def _last_busy_ns(self) -> int:
@@ -318,7 +323,7 @@ class EnergyMeter:
         """Count [cursor, ts_ns] as idle (no step ran in it); returns the uJ added."""
         if self.cursor_ns is None or ts_ns <= self.cursor_ns:
             return 0
-        self._read_settled_idle(np.array([self.cursor_ns]), np.array([ts_ns]), np.array([self._last_busy_ns()]))
+        self._read_settled_idle(np.array([ts_ns]), np.array([self._last_busy_ns()]))
         ends = E.counter_at(self.readings.energy, np.array([self.cursor_ns, ts_ns]))
         self.idle_uj += int(ends[1] - ends[0])
         self.cursor_ns = ts_ns

@@ -63,14 +63,16 @@ GOLDEN = 0.6180339887
 
 
 def _engine(model: str, draft: str | None, gamma: int, probe_every: int, device: str, batch: int,
-            observer: ProbeObserver | None = None, dtype: str = "auto", async_scheduling: bool = False) -> Engine:
-    # An ample pool: no preemption, so decode time is decode and nothing else. Synchronous scheduling
-    # unless asked: an engine with a draft runs synchronously, and so do its plain probe steps, so
-    # the plain arm is timed as the probes are (plain-async is reported beside it on CUDA).
+            observer: ProbeObserver | None = None, dtype: str = "auto", async_scheduling: bool = False,
+            num_kv_blocks: int | None = None, cpu_offload_blocks: int = 0) -> Engine:
+    # An ample pool by default: no preemption, so decode time is decode and nothing else (num_kv_blocks
+    # and cpu_offload_blocks: another pool, e.g. the demo's, to time an engine under its KV pressure).
+    # Synchronous scheduling unless asked: an engine with a draft runs synchronously, and so do its
+    # plain probe steps, so the plain arm is timed as the probes are (plain-async is reported beside it on CUDA).
     config = EngineConfig(model=model, speculative_model=draft, num_speculative_tokens=gamma, device=device,
                           max_num_seqs=batch, max_num_batched_tokens=512, spec_probe_every=probe_every,
-                          num_kv_blocks=(batch + 1) * 32, dtype=resolve_dtype(dtype, device),
-                          async_scheduling=async_scheduling)
+                          num_kv_blocks=num_kv_blocks or (batch + 1) * 32, cpu_offload_blocks=cpu_offload_blocks,
+                          dtype=resolve_dtype(dtype, device), async_scheduling=async_scheduling)
     engine = Engine(config, observer)
     engine.capture_decode_graphs()  # on CUDA: no step of the measured runs pays a capture
     return engine
@@ -132,11 +134,13 @@ def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks:
 def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma: int = 4, requests: int = 32,
                       batch: int = 4, rounds: int = 3, probe_every: int = 4, max_tokens: int = 48,
                       device: str = "cpu", threads: int | None = 1, seed: int = 0,
-                      gammas: tuple[int, ...] = (), dtype: str = "auto", frames_out: str | None = None) -> dict[str, Any]:
+                      gammas: tuple[int, ...] = (), dtype: str = "auto", frames_out: str | None = None,
+                      num_kv_blocks: int | None = None, cpu_offload_blocks: int = 0) -> dict[str, Any]:
     """Run the comparison; returns the flat result (see the module docstring). gammas: other draft
     lengths to measure beside `gamma` (their engines join the same lockstep). frames_out: a folder
     to write the probed engine's spec and step_timing frames to (parquet), so that the prediction
-    can be studied offline against this run's measurement."""
+    can be studied offline against this run's measurement. num_kv_blocks, cpu_offload_blocks: every
+    engine's KV pool (default: ample, (batch + 1) x 32 blocks, no CPU tier)."""
     if rounds < 1 or batch < 1 or probe_every < 2:
         raise ValueError(f"need rounds >= 1, batch >= 1 and probe_every >= 2 (got {rounds}, {batch}, {probe_every})")
     old_threads = torch.get_num_threads()
@@ -152,13 +156,17 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
                                       nvtx=False))
     consumer = RingConsumer.attach(probe.ring_name, record_registry())
     try:
-        plain = _engine(model, None, gamma, 0, device, batch, dtype=dtype)
-        probed = _engine(model, draft, gamma, probe_every, device, batch, probe, dtype=dtype)
-        engines = {"plain": plain, "spec": _engine(model, draft, gamma, 0, device, batch, dtype=dtype),
-                   "probed": probed,
-                   **{f"spec@{g}": _engine(model, draft, g, 0, device, batch, dtype=dtype) for g in gammas if g != gamma}}
+        def make(draft_model: str | None, g: int, every: int, observer: ProbeObserver | None = None,
+                 async_scheduling: bool = False) -> Engine:
+            return _engine(model, draft_model, g, every, device, batch, observer, dtype, async_scheduling,
+                           num_kv_blocks, cpu_offload_blocks)
+
+        plain = make(None, gamma, 0)
+        probed = make(draft, gamma, probe_every, probe)
+        engines = {"plain": plain, "spec": make(draft, gamma, 0), "probed": probed,
+                   **{f"spec@{g}": make(draft, g, 0) for g in gammas if g != gamma}}
         if device.startswith("cuda"):  # what a plain CUDA engine runs by default: async scheduling
-            engines["plain-async"] = _engine(model, None, gamma, 0, device, batch, dtype=dtype, async_scheduling=True)
+            engines["plain-async"] = make(None, gamma, 0, async_scheduling=True)
         records = _Records(consumer)
         # Warm-up, not measured: first-use costs (allocations, kernel compiles) of every shape. On CUDA
         # the whole workload once: Triton compiles a kernel per verify shape met, and a first round
@@ -185,7 +193,8 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
     result: dict[str, Any] = {
         "model": model, "draft": draft, "gamma": gamma, "device": device, "dtype": dtype, "seed": seed,
         "threads": threads or old_threads, "model_error": spec_speedup.model_error(device.startswith("cuda")),
-        "requests": requests, "batch": batch, "rounds": rounds, "max_tokens": max_tokens, "probe_every": probe_every, "probe_steps": probes.num_probes,
+        "requests": requests, "batch": batch, "num_kv_blocks": num_kv_blocks or (batch + 1) * 32,
+        "cpu_offload_blocks": cpu_offload_blocks, "rounds": rounds, "max_tokens": max_tokens, "probe_every": probe_every, "probe_steps": probes.num_probes,
         "mixed_probe_steps": probes.num_mixed_probes,
         "probe_share": round(probes.num_probes / max(1, sum(probes.decode_steps_at.values())
                                                      + sum(probes.mixed_steps_at.values())), 4),

@@ -50,7 +50,9 @@ def _speculation(args: argparse.Namespace) -> int:
                                           batch=args.batch, rounds=args.rounds, probe_every=args.probe_every,
                                           max_tokens=args.max_tokens, device=args.device,
                                           threads=args.threads, gammas=tuple(args.try_gamma), seed=args.seed,
-                                          dtype=args.dtype, frames_out=args.frames_out), args.json)
+                                          dtype=args.dtype, frames_out=args.frames_out,
+                                          num_kv_blocks=args.num_kv_blocks,
+                                          cpu_offload_blocks=args.cpu_offload_blocks), args.json)
 
 
 def _serving(args: argparse.Namespace) -> int:
@@ -152,6 +154,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
     sp.add_argument("--try-gamma", type=int, action="append", default=[], metavar="G",
                     help="also measure this draft length (repeatable), to see whether another gamma is faster")
+    sp.add_argument("--num-kv-blocks", type=int, metavar="N",
+                    help="every engine's device KV blocks (default: ample, (batch + 1) x 32: no preemption); "
+                         "the demo's 160 times an engine under the demo's KV pressure")
+    sp.add_argument("--cpu-offload-blocks", type=int, default=0, metavar="N",
+                    help="every engine's CPU swap tier (default 0; the demo's: 64)")
     sp.add_argument("--frames-out", default=None, metavar="DIR",
                     help="write the predicting engine's spec and step_timing frames here (parquet), for offline study")
     sp.set_defaults(func=_speculation)

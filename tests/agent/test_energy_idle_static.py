@@ -133,3 +133,25 @@ def test_with_the_idle_power_held_a_steps_dynamic_energy_is_what_lies_above_idle
         static_uj = meter.costs.static_w * (b - a) / 1e3
         assert meter.open[100 + i][0] == energy_uj
         assert meter.open[100 + i][3] == pytest.approx(energy_uj - static_uj, abs=1)
+
+
+def test_an_idle_stretch_the_account_passes_in_pieces_is_read_whole() -> None:
+    """No steps: the account moves to IDLE_LAG_NS before now at every poll (0.1 s apart), a piece
+    shorter than a reading interval each time; the stretch is read from 1 s after the account began
+    (1 s) to the last reading the account has passed, whole intervals only."""
+    state = FakeGpuState(uuid="GPU-fake-0")
+    clock = type("Clock", (), {"ns": 0, "__call__": lambda self: self.ns})()
+    sampler = GpuSampler(NvmlCollector(FakeNvml([state]), gpm=False, clock=clock), interval_s=1.0)
+    meter = EnergyMeter(clock=clock, hold_idle_static=True)
+    mj = 10_000_000
+    for tenth in range(10, 101):  # 1.0 s .. 10.0 s
+        clock.ns = tenth * S // 10
+        if tenth % 10 == 0:  # a reading every second: 100 W, but 180 W over (4 s, 5 s] (a neighbour's burst, say)
+            state.energy_mj = mj
+            sampler.poll_once()
+            meter.add_samples(sampler.recent())
+            mj += (180 if tenth == 40 else IDLE_W) * 1000
+        meter.attribute()
+    # The account stands at 8 s (10 s less the lag): intervals 2-8 s read, by hand from the readings.
+    assert meter.cursor_ns == 8 * S and meter.settled_idle_ns == 6 * S
+    assert meter.idle_w == pytest.approx((5 * IDLE_W + 180) / 6, rel=1e-9)

@@ -73,6 +73,13 @@ class MoEFFN(nn.Module):
             out = run_experts_grouped(x, weights, expert_ids, counts, gate_up, down, padded=path == "padded")
             return out + self.shared(x) if self.shared is not None else out
 
+    def learn_grouped(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Decide now whether the grouped GEMM works on (device, dtype), as the first forward would:
+        CUDA graphs are captured before any forward has run, and a layer that does not know its path
+        yet keeps its steps off graphs (cuda_graphs.moe_syncs_host)."""
+        if self._grouped_ok is None and device.type != "cpu":
+            self._grouped_ok = grouped_mm_problem(device, dtype) is None
+
     def _path(self, x: torch.Tensor) -> str:
         if self.expert_path is not None:
             return self.expert_path

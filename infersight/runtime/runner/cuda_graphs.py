@@ -215,7 +215,14 @@ class DecodeGraphs:
         """Capture every (batch size, width) graph not captured yet, as vLLM does at start-up: a
         server that captures lazily pays each capture on some request's step (and, for a MoE
         model's graph per exact batch size, that is most of the first minutes' decode steps).
-        Returns how many were captured; stops at the first capture that fails (graphs are then off)."""
+        Returns how many were captured; stops at the first capture that fails (graphs are then off).
+        MoE layers decide their expert path first: before any forward they do not know it, and every
+        MoE step would be skipped here and captured on a request's step instead (the demo on the
+        H200 captured 15 of its plain probe steps lazily, 12-25 ms each)."""
+        param = next(self.model.parameters())
+        for layer in self.model.layers:
+            if hasattr(layer.ffn, "learn_grouped"):
+                layer.ffn.learn_grouped(param.device, param.dtype)
         done = 0
         for bucket in self.batch_sizes:
             if self.is_moe and moe_syncs_host(self.model, bucket):

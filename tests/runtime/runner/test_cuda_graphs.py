@@ -248,3 +248,19 @@ def test_steps_that_capture_say_so_and_capture_all_leaves_none_to_capture() -> N
     # Lazily: one capture per (bucket, width) met, each on the step that paid for it.
     assert sum(lazy_marks) == lazy_captures >= 2 and max(lazy_marks) == 1
     assert later_captures == 0 and set(marks) == {0}
+
+
+@cuda
+def test_capture_all_captures_a_moe_models_graphs_before_any_forward() -> None:
+    """A MoE layer learns its expert path at its first forward; capture_decode_graphs runs before any,
+    and used to skip every MoE graph (the demo then captured them on its requests' steps)."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the grouped GEMM (graph-safe MoE) needs sm90")
+    obs = _Steps()
+    llm = LLM("tiny-moe", device="cuda", dtype="bfloat16", max_model_len=160, num_kv_blocks=64, block_size=16,
+              max_num_seqs=4, enable_prefix_caching=False, observer=obs)
+    graphs = llm.engine.target.graphs
+    assert graphs is not None, llm.engine.target.graph_blocker
+    assert llm.engine.capture_decode_graphs() == len(graphs.batch_sizes) * len(graphs.widths) > 0
+    llm.generate(PROMPTS[:2], SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True))
+    assert {s.graph_captures for s in obs.steps} == {0} and graphs.num_replays > 0
