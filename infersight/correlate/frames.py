@@ -19,12 +19,13 @@ kv_events        ts_ns, event, block_id, request_id, block_hash    (event: KVBlo
 moe              step_id, layer, expert, tokens          (long format, one row per (step, layer, expert))
 spec             ts_ns, request_id, task, proposed, accepted, accept_mask, draft_ns, verify_ns
 step_timing      step_id, start_ns, end_ns, schedule_ns, draft_ns, target_ns, decode_requests, prefill_tokens,
-                 spec_tokens, spec_accepted, draft_forwards, spec_probe, graph_captures, profiled   (one row per step of
+                 spec_tokens, spec_accepted, draft_forwards, spec_probe, graph_captures, profiled, kv_moves   (one row per step of
                  an engine that times its parts: draft_ns covers every draft forward, target_ns the target
                  forward, -1 when unknown; spec_probe (bool): a decode step run without speculation on
                  purpose, see infersight.runtime.speculative.spec_probe; graph_captures: CUDA graphs the step captured,
                  a one-time cost that makes it no sample of the steady step time; profiled (bool): torch.profiler
-                 recorded the step (a capture window: eager, under its callbacks), no sample either)
+                 recorded the step (a capture window: eager, under its callbacks), no sample either; kv_moves:
+                 requests its schedule preempted or swapped in, KV pressure, no sample either)
 prefix           ts_ns, request_id, task, prompt_tokens, cached_tokens, group_hash
 network          request_id, receive_ns, first_byte_ns, last_byte_ns   (requests served over HTTP by
                  `infersight serve`: body received, first and last response body byte sent)

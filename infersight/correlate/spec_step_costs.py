@@ -41,11 +41,16 @@ def _pure_decode(t: pd.DataFrame) -> pd.Series:
 
 def _unsteady(t: pd.DataFrame) -> pd.Series | bool:
     """Steps that are no sample of the steady step time: one that captured a CUDA graph (a one-time
-    cost), or one torch.profiler recorded (a capture window runs eagerly, under its callbacks: on
-    CUDA a plain decode step then takes an eager forward's 9-14 ms instead of a replay's ~1 ms)."""
+    cost); one torch.profiler recorded (a capture window runs eagerly, under its callbacks: on CUDA a
+    plain decode step then takes an eager forward's 9-14 ms instead of a replay's ~1 ms); one whose
+    schedule preempted or swapped in requests (KV pressure: the H200 demo's plain probe steps of
+    ~1 ms took 29-47 ms when their schedule moved KV to or from the CPU tier, and a handful of them
+    among a batch size's few probes set its median; the moves cost an engine without the draft the
+    same, so they are no part of what the draft changes)."""
     captured = t["graph_captures"] > 0 if "graph_captures" in t else False
     profiled = t["profiled"].astype(bool) if "profiled" in t else False
-    return captured | profiled
+    moved = t["kv_moves"] > 0 if "kv_moves" in t else False
+    return captured | profiled | moved
 
 
 def _steady(t: pd.DataFrame) -> pd.Series:

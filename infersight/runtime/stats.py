@@ -38,4 +38,8 @@ class StepStats:
     # graph replay, cuda_graphs.graph_step_allowed) under the profiler's callbacks, so it is no sample
     # of the steady step time either.
     profiled: bool = False
+    # Requests the step's schedule preempted or swapped back in: KV pressure, whose time (offload and
+    # reload copies, on the H200's demo ~30 ms a step) is spent moving memory, not decoding, and is no
+    # sample of the steady step time either.
+    kv_moves: int = 0
     finished: list[int] = field(default_factory=list)

@@ -118,8 +118,20 @@ def replay(path: Path = RECORDING) -> str:
 
     from infersight.agent.service import Agent
     from infersight.gpu.none_collector import NoneCollector
-    from infersight.probes.records import record_registry
+    from infersight.probes.records import record_dtype, record_registry
     from infersight.probes.ring import RingProducer
+
+    def widened(kind: int, recs: np.ndarray) -> np.ndarray:
+        """A record of an older layout (a kind's version since grown by fields, as STEP_TIMING v2's
+        profiled and kv_moves) in the current one, its new fields 0: what the recorded engine had
+        no field for, it did not do."""
+        dtype = record_dtype(kind)
+        if recs.dtype == dtype:
+            return recs
+        out = np.zeros(len(recs), dtype)
+        for name in recs.dtype.names:
+            out[name] = recs[name]
+        return out
 
     data = np.load(path)
     clock_rows = data["clock"].tolist()
@@ -127,7 +139,7 @@ def replay(path: Path = RECORDING) -> str:
     for key in data.files:
         if key.startswith("poll"):
             poll, kind = key.removeprefix("poll").split("_kind")
-            per_poll.setdefault(int(poll), []).append((int(kind), data[key]))
+            per_poll.setdefault(int(poll), []).append((int(kind), widened(int(kind), data[key])))
     most = max(sum(len(r) for _, r in recs) for recs in per_poll.values())
     capacity = 1 << max(10, int(most * 2).bit_length())
     clock = FixedClock(*clock_rows[0])

@@ -23,7 +23,7 @@ def _steps(rows: list[tuple]) -> pd.DataFrame:
         "step_id": sid, "start_ns": start, "end_ns": start + dur, "schedule_ns": 1, "draft_ns": draft,
         "target_ns": target, "decode_requests": b, "prefill_tokens": prefill, "spec_tokens": 0 if probe else 4 * b,
         "spec_accepted": 0, "draft_forwards": 0 if probe else 4, "spec_probe": probe, "graph_captures": 0,
-        "profiled": False}
+        "profiled": False, "kv_moves": 0}
         for sid, start, dur, draft, target, b, prefill, probe in rows]).astype(STEP_TIMING_COLUMNS)
 
 
@@ -170,6 +170,17 @@ def test_steps_the_profiler_recorded_are_left_out() -> None:
     pd.testing.assert_frame_equal(step_costs(steps), step_costs(STEPS))
     pd.testing.assert_frame_equal(speedup_by_task(SPEC, steps), speedup_by_task(SPEC, STEPS))
     assert step_costs(pd.concat([STEPS, profiled.assign(profiled=False)])).iloc[0].plain_step_ns == 115
+
+
+def test_steps_that_moved_kv_are_left_out() -> None:
+    """A step whose schedule preempted or swapped in requests spent its time moving KV (the H200
+    demo's ~1 ms plain steps took ~30 ms so): left out like a capture."""
+    moved = _steps([(7, 6000, 5000, 0, 4900, 2, 0, True), (8, 7000, 9000, 160, 120, 2, 0, False)]
+                   ).assign(kv_moves=[1, 3])
+    steps = pd.concat([STEPS, moved], ignore_index=True)
+    pd.testing.assert_frame_equal(step_costs(steps), step_costs(STEPS))
+    pd.testing.assert_frame_equal(speedup_by_task(SPEC, steps), speedup_by_task(SPEC, STEPS))
+    assert step_costs(pd.concat([STEPS, moved.assign(kv_moves=0)])).iloc[0].plain_step_ns == 115
 
 
 def test_without_probes_or_timings_nothing_is_predicted() -> None:

@@ -205,6 +205,7 @@ class Engine:
                 with self.ranges.range("schedule"):
                     plan = self.scheduler.schedule()
                 stats.num_preempted = len(plan.preempted)
+                stats.kv_moves = len(plan.preempted) + plan.swapped_in
                 if plan.scheduled:
                     if self.async_steps is not None and launchable(plan.scheduled):
                         pending = self.async_steps.launch(plan.scheduled, stats,

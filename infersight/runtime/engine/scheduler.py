@@ -44,6 +44,7 @@ class ScheduledRequest:
 class SchedulerOutput:
     scheduled: list[ScheduledRequest] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    swapped_in: int = 0  # requests brought back from the CPU tier
 
     @property
     def num_tokens(self) -> int:
@@ -134,6 +135,7 @@ class Scheduler:
                 break
             self.swapped.popleft()
             self.kv.swap_in(req)
+            out.swapped_in += 1
             self.kv.allocate_slots(req, n + spec)
             self._resume(req)
             out.scheduled.append(ScheduledRequest(req, n, spec))

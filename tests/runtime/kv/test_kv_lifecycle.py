@@ -123,9 +123,10 @@ def test_prefix_hit_then_eviction_then_recompute_exact_events() -> None:
 # ---------------------------------------------------------------- preemption: swap and recompute
 
 
-def _two_requests_in_four_blocks(cpu_offload_blocks: int) -> tuple[Engine, Recorder, list[list[tuple]]]:
+def _two_requests_in_four_blocks(cpu_offload_blocks: int, stats: list | None = None
+                                 ) -> tuple[Engine, Recorder, list[list[tuple]]]:
     """Two requests, prompt 5 and max_tokens 6 each, in a pool of 4 blocks of 4 (max_seq_len 16).
-    Returns the KV/preemption events of each step."""
+    Returns the KV/preemption events of each step (and appends each step's StepStats to `stats`)."""
     rec = Recorder()
     engine = Engine(EngineConfig(model=_model(16), block_size=4, num_kv_blocks=4,
                                  cpu_offload_blocks=cpu_offload_blocks, seed=5), rec)
@@ -133,7 +134,9 @@ def _two_requests_in_four_blocks(cpu_offload_blocks: int) -> tuple[Engine, Recor
     engine.add_request([256, 9, 8, 7, 6], _greedy(6))        # request 1: different first block
     steps = []
     while engine.has_unfinished():
-        engine.step()
+        step = engine.step()
+        if stats is not None:
+            stats.append(step)
         steps.append(rec.take())
         assert len(steps) < 50
     return engine, rec, steps
@@ -182,6 +185,16 @@ def test_preemption_by_swap_offloads_then_reloads() -> None:
     assert [r for _, r in engine.requests[R1].times.preemptions] == ["swap"]
     assert engine.kv.cpu_free == list(range(8))[::-1] and engine.kv.cpu_tables == {}
     assert engine.kv.pool.num_free == 4
+
+
+def test_a_step_counts_the_requests_its_schedule_preempted_or_swapped_in() -> None:
+    """StepStats.kv_moves (no sample of the steady step time, correlate.spec_step_costs): by the
+    derivation above, step 5 preempts r1 (swap), step 7 swaps it back in; no other step moves KV."""
+    stats: list = []
+    _, _, steps = _two_requests_in_four_blocks(cpu_offload_blocks=8, stats=stats)
+    preempts = [sum(1 for e in s if e[0] == "preempt") for s in steps]
+    reloads = [1 if any(e[0] is RELOAD for e in s) else 0 for s in steps]
+    assert [s.kv_moves for s in stats] == [p + r for p, r in zip(preempts, reloads)] == [0, 0, 0, 0, 1, 0, 1, 0]
 
 
 def test_preemption_by_recompute_refills_evicted_content() -> None:
