@@ -149,38 +149,25 @@ def test_join_keeps_engines_apart_and_drops_what_no_step_holds() -> None:
     assert t.loc["code", "verifications"] == 6 and t.loc["code", "timed_verifications"] == 5
 
 
-def test_steps_that_captured_a_graph_are_left_out() -> None:
-    """A capture (seconds' order on CUDA) lands on the first plain step at a batch size: a probe. Left
-    in, it would be the plain median; left out, the figures are those of the steps without it."""
-    captured = _steps([(7, 6000, 5000, 0, 4900, 2, 0, True), (8, 7000, 9000, 160, 120, 2, 0, False)]
-                      ).assign(graph_captures=[1, 2])
-    steps = pd.concat([STEPS, captured], ignore_index=True)
+@pytest.mark.parametrize("mark, unmarked", [
+    # A capture (seconds' order on CUDA) lands on the first plain step at a batch size: a probe.
+    ({"graph_captures": [1, 2]}, {"graph_captures": 0}),
+    # A capture window runs its steps eagerly under torch.profiler: a plain CUDA step takes an eager
+    # forward's time there, not a graph replay's.
+    ({"profiled": [True, True]}, {"profiled": False}),
+    # A step whose schedule preempted or swapped in requests spent its time moving KV (the H200
+    # demo's ~1 ms plain steps took ~30 ms so).
+    ({"kv_moves": [1, 3]}, {"kv_moves": 0}),
+])
+def test_steps_that_are_no_sample_of_the_steady_step_time_are_left_out(mark: dict, unmarked: dict) -> None:
+    """Left in, the marked 5,000 ns probe would be the plain median; left out, the figures are those
+    of the steps without them."""
+    marked = _steps([(7, 6000, 5000, 0, 4900, 2, 0, True), (8, 7000, 9000, 160, 120, 2, 0, False)]).assign(**mark)
+    steps = pd.concat([STEPS, marked], ignore_index=True)
     pd.testing.assert_frame_equal(step_costs(steps), step_costs(STEPS))
     pd.testing.assert_frame_equal(speedup_by_task(SPEC, steps), speedup_by_task(SPEC, STEPS))
     # ... while without the mark the 5,000 ns probe would move the plain median (110 -> 115).
-    assert step_costs(pd.concat([STEPS, captured.assign(graph_captures=0)])).iloc[0].plain_step_ns == 115
-
-
-def test_steps_the_profiler_recorded_are_left_out() -> None:
-    """A capture window runs its steps eagerly under torch.profiler: on CUDA a plain probe step there
-    takes an eager forward's time, not a graph replay's. Left out like a capture."""
-    profiled = _steps([(7, 6000, 5000, 0, 4900, 2, 0, True), (8, 7000, 9000, 160, 120, 2, 0, False)]
-                      ).assign(profiled=True)
-    steps = pd.concat([STEPS, profiled], ignore_index=True)
-    pd.testing.assert_frame_equal(step_costs(steps), step_costs(STEPS))
-    pd.testing.assert_frame_equal(speedup_by_task(SPEC, steps), speedup_by_task(SPEC, STEPS))
-    assert step_costs(pd.concat([STEPS, profiled.assign(profiled=False)])).iloc[0].plain_step_ns == 115
-
-
-def test_steps_that_moved_kv_are_left_out() -> None:
-    """A step whose schedule preempted or swapped in requests spent its time moving KV (the H200
-    demo's ~1 ms plain steps took ~30 ms so): left out like a capture."""
-    moved = _steps([(7, 6000, 5000, 0, 4900, 2, 0, True), (8, 7000, 9000, 160, 120, 2, 0, False)]
-                   ).assign(kv_moves=[1, 3])
-    steps = pd.concat([STEPS, moved], ignore_index=True)
-    pd.testing.assert_frame_equal(step_costs(steps), step_costs(STEPS))
-    pd.testing.assert_frame_equal(speedup_by_task(SPEC, steps), speedup_by_task(SPEC, STEPS))
-    assert step_costs(pd.concat([STEPS, moved.assign(kv_moves=0)])).iloc[0].plain_step_ns == 115
+    assert step_costs(pd.concat([STEPS, marked.assign(**unmarked)])).iloc[0].plain_step_ns == 115
 
 
 def test_without_probes_or_timings_nothing_is_predicted() -> None:
