@@ -132,6 +132,7 @@ def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
     engine = Engine(engine_config, switch)
     if device.startswith("cuda"):  # the CPU has no JIT or graph capture to pay on the first requests
         warm_up(engine)
+    probe.warm_profiler()  # the recorder's first window must not pay the profiler's start-up (~1 s)
     switch.select("probes")
     workload = build_workload(WorkloadConfig(num_requests=config.num_requests, rate_per_s=config.rate_per_s,
                                              max_tokens=config.max_tokens, seed=config.seed))

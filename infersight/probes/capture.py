@@ -20,6 +20,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -105,6 +106,35 @@ class StepCapture:
             self._left = 0
             self._stop()
 
+    def warm_up(self) -> float:
+        """Start and stop the profiler once, outside any window, recording nothing; returns the
+        seconds it took. Kineto (and CUPTI on a GPU) initialise at the process's first profiler start:
+        1.14 s on the 2-core CPU machine, against 0.3 ms for each later start (BENCHMARKS.md). Without
+        this the first window pays it on a request's step, and the recorder counts it in that
+        window's cost (an H200 `serve` phase of 20 s read 4.6% against a 0.5% budget). Call before
+        serving; a no-op while a window records."""
+        if self._left:
+            return 0.0
+        started = time.perf_counter()
+        try:
+            profiler = torch.profiler.profile(activities=self._activities())
+            profiler.start()
+            profiler.stop()
+        except Exception as exc:  # noqa: BLE001 -- a warm-up must never take the engine down
+            log.warning("the profiler warm-up failed (the first capture pays its start-up): %s", exc)
+        return time.perf_counter() - started
+
+    @staticmethod
+    def _activities() -> list[torch.profiler.ProfilerActivity]:
+        # Without TEARDOWN_CUPTI Kineto leaves CUPTI attached after the window, and a launch-bound
+        # engine keeps paying its callbacks (measured: 1.2x slower steps for good; see
+        # BENCHMARKS.md). Read when the profiler stops; a value set by the user wins.
+        os.environ.setdefault("TEARDOWN_CUPTI", "1")
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        return activities
+
     def _start(self, step_id: int) -> None:
         self.control.set_first_step(step_id)
         self._first_step = step_id
@@ -115,13 +145,7 @@ class StepCapture:
         self._steps = []
         try:
             if self._tool in (CaptureTool.TORCH, CaptureTool.TORCH_KERNELS):
-                # Without it Kineto leaves CUPTI attached after the window, and a launch-bound
-                # engine keeps paying its callbacks (measured: 1.2x slower steps for good; see
-                # BENCHMARKS.md). Read when the profiler stops; a value set by the user wins.
-                os.environ.setdefault("TEARDOWN_CUPTI", "1")
-                activities = [torch.profiler.ProfilerActivity.CPU]
-                if torch.cuda.is_available():
-                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                activities = self._activities()
                 # A flight-recorder window (TORCH_KERNELS) records activity only: input shapes
                 # cost a copy of every op's sizes, and the recorder needs time per op, not shapes.
                 self._profiler = torch.profiler.profile(activities=activities,

@@ -291,6 +291,11 @@ class ProbeObserver(EngineObserver):
         for rid, tokens in stats.batch:
             self._put(RecordKind.BATCH_MEMBER, stats.step_id, rid, tokens)
 
+    def warm_profiler(self) -> float:
+        """The capture side's profiler started and stopped once before serving (StepCapture.warm_up);
+        returns its seconds."""
+        return self.capture.warm_up()
+
     def close(self, unlink: bool = True) -> None:
         self.flush()
         self._flush_tokens()
