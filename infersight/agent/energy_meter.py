@@ -32,6 +32,7 @@ import pandas as pd
 
 from infersight.agent.energy_fit import EnergyFit
 from infersight.agent.gpu_readings import ENERGY_FIELD, SM_FIELD, GpuReadings
+from infersight.agent.idle_power import IdlePower
 from infersight.correlate import cost
 from infersight.correlate import energy as E
 from infersight.correlate import sampling_bound as B
@@ -53,14 +54,6 @@ MAX_OPEN_REQUESTS = 50_000
 #: With no step waiting, idle time is accounted up to this long before now: a step that already ran
 #: may not have been read from its ring yet, and its window must not have been counted as idle.
 IDLE_LAG_NS = 2_000_000_000
-#: The GPU's idle power is measured on idle time at least this long after the last step ended (its
-#: power sensor averages: on the H200 a 5 s gap after a phase read 126.4 W whole, 124.0 W in its
-#: second half), over whole reading intervals only (the counter is interpolated linearly inside an
-#: interval, so a part of one that also held steps reads their power: read so, the H200's idle came
-#: out 130-133 W against 122-126 W), and held as the energy model's static power once this much of
-#: it has been read.
-IDLE_SETTLE_NS = 1_000_000_000
-MIN_IDLE_READ_NS = 3_000_000_000
 
 
 def _int_frame(*columns: str) -> pd.DataFrame:
@@ -91,13 +84,10 @@ class EnergyMeter:
         self.pending_batch = _int_frame("step_id", "request_id", "num_tokens")
         self.chunks = _int_frame("request_id", "ts_ns")  # PREFILL_CHUNK events of steps not yet measured
         self.fit = EnergyFit(fit_min_span_ns)  # the energy model, refitted on each complete counter interval
-        # The GPU's idle power, read on settled idle time (IDLE_SETTLE_NS after the last step); the
-        # model's static power is held at it once MIN_IDLE_READ_NS of it is read, if hold_idle_static.
+        # The GPU's idle power, read on settled idle time; the model's static power is held at it once
+        # enough is read (agent.idle_power), if hold_idle_static.
         self.hold_idle_static = hold_idle_static
-        self.busy_until_ns: int | None = None  # the end of the last step measured
-        self.settled_idle_uj = 0
-        self.settled_idle_ns = 0
-        self.idle_read_to_ns = 0  # idle power has been read up to this reading (a stretch comes in pieces)
+        self.idle = IdlePower()
         self.steps_by_model = 0  # steps split by modelled cost
         self.steps_by_tokens = 0  # steps split by token share (no usable fit yet, or members not told apart)
         # requests_uj cut by the model into dynamic and static (steps split with a usable fit); the
@@ -171,7 +161,7 @@ class EnergyMeter:
             return 0
         start, to_ns = self.cursor_ns, max(self.cursor_ns, int(ready["end_ns"].max()))
         windows, idle = E.step_values(ready, self.readings.energy, start, to_ns)
-        self._read_idle_gaps(windows)
+        self.idle.read_gaps(self.readings.energy, self._first_gpu_readings(), windows, int(self.from_ns or 0))
         measured = windows[["step_id"]].assign(energy_uj=windows["value"].astype(np.float64),
                                                gpu_sm_active_ns=np.nan)
         sm_covered = self.readings.covered_ns(SM_FIELD)
@@ -275,55 +265,18 @@ class EnergyMeter:
 
     @property
     def idle_w(self) -> float | None:
-        """The GPU's idle power (W, summed over the engine's GPUs) read on settled idle time; None until
-        MIN_IDLE_READ_NS of it has been read."""
-        if self.settled_idle_ns < MIN_IDLE_READ_NS:
-            return None
-        return self.settled_idle_uj / self.settled_idle_ns * 1e3  # uJ/ns = kW
+        """The GPU's idle power (W, over the engine's GPUs) as read so far (IdlePower.watts)."""
+        return self.idle.watts
 
-    def _read_settled_idle(self, hi_ns: np.ndarray, busy_ns: np.ndarray) -> None:
-        """Idle stretches (sorted) that run from busy (the end of the last step before each, or where
-        the account began) to hi with no step in them: the whole reading intervals (of the first GPU's
-        readings) from busy + IDLE_SETTLE_NS on, and not read before, into the idle power. A stretch
-        the account passes in pieces (one a poll) is read as one: what a piece adds is read once a
-        whole interval of it has passed."""
-        first = self.readings.energy
-        ts = np.sort(first.loc[first["gpu"].to_numpy(np.int64) == self.gpus[0], "ts_ns"].to_numpy(np.int64))
-        if len(ts) < 2 or len(hi_ns) == 0:
-            return
-        from_ns = busy_ns + IDLE_SETTLE_NS
-        from_ns[0] = max(from_ns[0], self.idle_read_to_ns)  # later stretches start after their own busy
-        lo = ts[np.minimum(np.searchsorted(ts, from_ns, "left"), len(ts) - 1)]
-        hi_ns = ts[np.maximum(np.searchsorted(ts, hi_ns, "right") - 1, 0)]
-        keep = hi_ns > lo
-        if not keep.any():
-            return
-        values = E.counter_at(self.readings.energy, np.concatenate((lo[keep], hi_ns[keep])))
-        n = int(keep.sum())
-        self.settled_idle_uj += int((values[n:] - values[:n]).sum())
-        self.settled_idle_ns += int((hi_ns[keep] - lo[keep]).sum())
-        self.idle_read_to_ns = max(self.idle_read_to_ns, int(hi_ns[keep].max()))
-
-    def _read_idle_gaps(self, windows: pd.DataFrame) -> None:
-        """The gaps before each measured step window (sorted, disjoint; the first from the last busy
-        time) into the idle power; the last window's end is then the last busy time."""
-        if windows.empty:
-            return
-        ends = windows["end_ns"].to_numpy(np.int64)
-        busy = np.concatenate(([self._last_busy_ns()], ends[:-1]))
-        self._read_settled_idle(windows["start_ns"].to_numpy(np.int64), busy)
-        self.busy_until_ns = int(ends.max())
-
-    def _last_busy_ns(self) -> int:
-        """When the last step measured ended; before any, where the account began (the GPU may have
-        been busy just before)."""
-        return self.busy_until_ns if self.busy_until_ns is not None else int(self.from_ns or 0)
+    def _first_gpu_readings(self) -> np.ndarray:
+        energy = self.readings.energy
+        return np.sort(energy.loc[energy["gpu"].to_numpy(np.int64) == self.gpus[0], "ts_ns"].to_numpy(np.int64))
 
     def _idle_until(self, ts_ns: int) -> int:
         """Count [cursor, ts_ns] as idle (no step ran in it); returns the uJ added."""
         if self.cursor_ns is None or ts_ns <= self.cursor_ns:
             return 0
-        self._read_settled_idle(np.array([ts_ns]), np.array([self._last_busy_ns()]))
+        self.idle.read_until(self.readings.energy, self._first_gpu_readings(), ts_ns, int(self.from_ns or 0))
         ends = E.counter_at(self.readings.energy, np.array([self.cursor_ns, ts_ns]))
         self.idle_uj += int(ends[1] - ends[0])
         self.cursor_ns = ts_ns
@@ -426,7 +379,7 @@ class EnergyMeter:
                 "static_w_fitted": self.costs.static_w if self.costs.usable and self.costs.static_from == "fitted"
                 else None,
                 # Measured: the counter's rise over settled idle time (no step running), and how much was read.
-                "idle_w_measured": self.idle_w, "idle_s_read": self.settled_idle_ns / 1e9,
+                "idle_w_measured": self.idle_w, "idle_s_read": self.idle.ns / 1e9,
                 "split_model": self.costs.describe(), "steps_split_by_model": self.steps_by_model,
                 "steps_split_by_token_share": self.steps_by_tokens,
                 "sampling_bound_j_of_requests_taken": self.bound_taken_uj / 1e6,

@@ -16,7 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
 
-from infersight.agent.energy_meter import MIN_IDLE_READ_NS, EnergyMeter  # noqa: E402
+from infersight.agent.energy_meter import EnergyMeter  # noqa: E402
+from infersight.agent.idle_power import MIN_IDLE_READ_NS  # noqa: E402
 from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402
 from infersight.gpu.sampler import GpuSampler  # noqa: E402
 
@@ -90,7 +91,7 @@ def naive_idle_w() -> Fraction:
 
 def test_idle_power_is_read_on_settled_idle_time_only() -> None:
     meter = run_meter(hold=True)
-    assert meter.settled_idle_ns == 6 * S >= MIN_IDLE_READ_NS
+    assert meter.idle.ns == 6 * S >= MIN_IDLE_READ_NS
     assert meter.idle_w == pytest.approx(float(naive_idle_w()), rel=1e-9)
     assert float(naive_idle_w()) == IDLE_W  # whole idle intervals: the fake's idle power, no step's in it
 
@@ -153,5 +154,5 @@ def test_an_idle_stretch_the_account_passes_in_pieces_is_read_whole() -> None:
             mj += (180 if tenth == 40 else IDLE_W) * 1000
         meter.attribute()
     # The account stands at 8 s (10 s less the lag): intervals 2-8 s read, by hand from the readings.
-    assert meter.cursor_ns == 8 * S and meter.settled_idle_ns == 6 * S
+    assert meter.cursor_ns == 8 * S and meter.idle.ns == 6 * S
     assert meter.idle_w == pytest.approx((5 * IDLE_W + 180) / 6, rel=1e-9)
