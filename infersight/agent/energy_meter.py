@@ -235,9 +235,7 @@ class EnergyMeter:
         ran = ready[ready["batch_size"].to_numpy(np.int64) > 0]
         measured = ran[["step_id", *T.STEP_KIND_COLUMNS.values()]].merge(
             windows[["step_id", "start_ns", "end_ns", "value"]], on="step_id").rename(columns={"value": "energy_uj"})
-        first = self.readings.energy[self.readings.energy["gpu"].to_numpy(np.int64) == self.gpus[0]]
-        self.fit.add(measured, np.sort(first["ts_ns"].to_numpy(np.int64)), to_ns,
-                     self.idle_w if self.hold_idle_static else None)
+        self.fit.add(measured, self._first_gpu_readings(), to_ns, self.idle_w if self.hold_idle_static else None)
 
     @property
     def costs(self) -> T.TokenCosts:
@@ -356,8 +354,10 @@ class EnergyMeter:
                   "split over its requests by their modelled cost (split_model: the GPU's static power and dynamic "
                   "joules per prefill, decode and draft token, fitted on the measured energy of the counter's "
                   f"intervals; {self.steps_by_model} of {split} steps split so, the rest by token share); once that "
-                  "fit is usable each step's energy is also cut into dynamic_j (its tokens' modelled cost) and "
-                  "static_j (static power x step time) in the model's proportion, and a request's energy_j = "
+                  "fit is usable each step's energy is also cut into static_j (static power x step time: with the "
+                  "static power held at the measured idle power, idle_w_measured, exactly that, and dynamic_j the "
+                  "rest; with it fitted, in the model's proportion against dynamic_j, its tokens' modelled cost), "
+                  "and a request's energy_j = "
                   "energy_dynamic_j + energy_static_j, its static part shared in proportion to its dynamic cost "
                   "(unsplit_j: energy of steps split before the fit was usable, not cut). "
                   "energy_sampling_bound_j: the most the interpolation between readings can have moved "

@@ -102,8 +102,11 @@ class TokenCosts:
     static_from: str = "fitted"
 
     def describe(self) -> dict[str, object]:
-        static = ("the GPU's static power while steps run, fitted" if self.static_from == "fitted" else
+        fitted = self.static_from == "fitted"
+        static = ("the GPU's static power while steps run, fitted" if fitted else
                   "held at the GPU's measured idle power (no step running), so dynamic means the energy above idle")
+        cut = ("cut into dynamic and static in the model's proportion" if fitted else
+               "cut into static (static_w x its time, at most its energy) and dynamic (the rest)")
         return {"static_w": self.static_w, "static_from": self.static_from,
                 "prefill_mj_per_token": self.prefill_uj / 1e3,
                 "decode_mj_per_token": self.decode_uj / 1e3, "spec_mj_per_token": self.spec_uj / 1e3,
@@ -111,8 +114,8 @@ class TokenCosts:
                 "how": "modelled from measured intervals: least squares of the measured energy of the steps in each "
                        f"interval between two counter readings on their duration (static_w: {static}) and their "
                        "prefill, decode and draft token counts (dynamic joules per token), coefficients >= 0; a "
-                       "step's energy is cut into dynamic and static in the model's proportion, and both are split "
-                       "over its requests by their tokens times their kind's dynamic joules per token"}
+                       f"step's energy is {cut}, and both are split over its requests by their tokens times their "
+                       "kind's dynamic joules per token"}
 
 
 def interval_rows(measured: pd.DataFrame, readings_ns: np.ndarray) -> pd.DataFrame:
