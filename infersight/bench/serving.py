@@ -26,6 +26,7 @@ Frames:
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import socket
@@ -330,6 +331,27 @@ def _cpu_cores(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 
 FIGURES = ("tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")
+#: The interval on a median ratio covers it with at least this confidence (median_interval), and a run
+#: resolves RESOLVE when that interval is no wider than 2 x RESOLVE (the issue's 0.5%: a cost that small
+#: must show as different from 0, and a cost of 0 as smaller than it).
+CONFIDENCE = 0.90
+RESOLVE = 0.005
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(low, high, coverage): the distribution-free interval on the median of independent rounds, from
+    their order statistics: the k-th smallest to the k-th largest, k the largest for which the chance
+    that the median lies outside is at most 1 - confidence (binomial, p = 1/2). NaN below the rounds
+    that can give it (5 for 90%: [min, max] then covers with 1 - 2/32 = 0.9375)."""
+    x = np.sort(np.asarray([v for v in values if v == v], np.float64))
+    n = len(x)
+    best = None
+    for k in range(1, n // 2 + 1):
+        below = sum(math.comb(n, i) for i in range(k)) / 2 ** n  # P(fewer than k rounds below the median)
+        coverage = 1 - 2 * below
+        if coverage >= confidence:
+            best = (float(x[k - 1]), float(x[n - k]), coverage)
+    return best if best is not None else (math.nan, math.nan, math.nan)
 
 
 def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any]:
@@ -341,7 +363,14 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
     for arm, g in phases.groupby("arm", sort=False):
         g = g.set_index("round")
         ratios = {f: g[f] / ref[f].reindex(g.index) for f in FIGURES}
+        # The reference over itself is 1 by construction: no interval to give.
+        low, high, coverage = (median_interval(ratios["tokens_per_s"].tolist()) if arm != REFERENCE
+                               else (math.nan, math.nan, math.nan))
         arms[arm] = {"rounds": len(g),
+                     # The median tokens/s ratio's distribution-free interval, and whether the run resolves
+                     # RESOLVE with it (None: too few rounds to say).
+                     "tokens_per_s_ratio_interval": [low, high], "interval_coverage": coverage,
+                     "resolves": None if coverage != coverage else bool(high - low <= 2 * RESOLVE),
                      **{f: float(g[f].median()) for f in FIGURES},
                      **{f"{f}_ratio": float(r.median()) for f, r in ratios.items()},
                      "tokens_per_s_ratio_by_round": [round(float(x), 4) for x in ratios["tokens_per_s"]],
@@ -357,7 +386,9 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
         floor = {"tokens_per_s_aa_median": float(np.median(by_round)),
                  "tokens_per_s_aa_max_dev": float(np.max(np.abs(by_round - 1)))}
     return {"measured": True, "how": "client clock: streamed tokens (each chunk's usage.completion_tokens rise) and completions in each phase's window, "
-            "each arm over the no-agent phase of its own round, median over rounds; *_cores: CPU seconds "
+            "each arm over the no-agent phase of its own round, median over rounds, with the median's "
+            f"distribution-free interval from the rounds' order statistics (coverage >= {CONFIDENCE:.0%}; "
+            f"'resolves': that interval is no wider than {2 * RESOLVE:.1%}); *_cores: CPU seconds "
             "(utime + stime from /proc) of serve, the agent and the clients over each phase's wall time; *_rss_mb, *_anon_mb, "
             "*_shmem_mb: VmRSS, RssAnon and RssShmem (the probe ring's pages) at each phase's end",
             "config": {k: v for k, v in config.__dict__.items()}, "arms": arms, "aa_floor": floor,
@@ -373,6 +404,14 @@ def print_report(report: dict[str, Any]) -> None:
               f"{a['requests_per_s_ratio']:>7.4f} {a['ttft_p50_s'] * 1e3:>8.1f}ms {a['ttft_p99_s'] * 1e3:>6.0f}ms "
               f"{a['itl_p50_s'] * 1e3:>6.1f}ms {a['itl_p99_s'] * 1e3:>6.1f}ms {a['recorder_cost_ratio']:>9.4f}"
               f"  {a['serve_cores']:5.2f} {a['agent_cores']:5.2f} {a['client_cores']:5.2f}")
+    for arm, a in report["arms"].items():
+        if arm == REFERENCE:
+            continue
+        low, high = a["tokens_per_s_ratio_interval"]
+        verdict = ("too few rounds for an interval" if a["resolves"] is None else
+                   f"{a['interval_coverage']:.1%} interval {low:.4f}-{high:.4f}: "
+                   + ("resolves" if a["resolves"] else "does not resolve") + f" {RESOLVE:.1%}")
+        print(f"{arm:<15} tokens/s ratio {a['tokens_per_s_ratio']:.4f}, {verdict}")
     if floor:
         print(f"A/A floor (none_again / none, tokens/s): median {floor['tokens_per_s_aa_median']:.4f}, "
               f"largest deviation {floor['tokens_per_s_aa_max_dev']:.4f}")

@@ -7,7 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from infersight.bench.serving import ARMS, ServingBenchConfig, bench_serving, phase_figures, summarise
+from infersight.bench.serving import (
+    ARMS, ServingBenchConfig, bench_serving, median_interval, phase_figures, summarise,
+)
 from infersight.commands.bench import SERVING_ARMS
 
 
@@ -57,6 +59,31 @@ def test_summary_ratios_are_per_round_and_the_aa_floor_is_none_again() -> None:
     assert agent["tokens_per_s_ratio"] == pytest.approx(0.99)
     assert report["aa_floor"]["tokens_per_s_aa_median"] == pytest.approx(1.0)
     assert report["aa_floor"]["tokens_per_s_aa_max_dev"] == pytest.approx(0.02)
+
+
+def test_the_median_interval_from_order_statistics_by_hand() -> None:
+    # Five rounds: [min, max] misses the median only if all five fall on one side: 2 / 2**5.
+    assert median_interval([1.01, 0.98, 1.0, 0.99, 1.02]) == (0.98, 1.02, 1 - 2 / 32)
+    # Eight: the 2nd smallest to the 2nd largest misses when 0 or 1 lie below (or above): 2 x 9 / 256;
+    # the 3rd to the 6th would cover 1 - 2 x 37 / 256 = 71%, under 90%.
+    eight = [0.97, 1.03, 0.99, 1.0, 1.01, 0.995, 1.005, 0.98]
+    assert median_interval(eight) == (0.98, 1.01, 1 - 18 / 256)
+    # Three rounds cannot give 90% (their [min, max] covers 75%), and NaN rounds do not count.
+    assert all(math.isnan(v) for v in median_interval([1.0, 0.9, 1.1, math.nan]))
+
+
+def test_a_run_resolves_half_a_percent_only_when_its_interval_is_that_narrow() -> None:
+    rows = []
+    for rnd in range(5):
+        for arm, tps in (("none", 100.0), ("agent", 99.0 + 0.2 * rnd), ("none_again", 97.0 + 1.5 * rnd)):
+            rows.append({"arm": arm, "round": rnd, "tokens_per_s": tps, "requests_per_s": 1.0, "ttft_p50_s": 0.1,
+                         "ttft_p99_s": 0.2, "itl_p50_s": 0.01, "itl_p99_s": 0.02, "errors": 0,
+                         "recorder_cost_ratio": math.nan})
+    arms = summarise(pd.DataFrame(rows), ServingBenchConfig(arms=("none", "agent", "none_again")))["arms"]
+    assert arms["agent"]["tokens_per_s_ratio_interval"] == pytest.approx([0.99, 0.998])  # 0.8% wide
+    assert arms["agent"]["resolves"] is True
+    assert arms["none_again"]["tokens_per_s_ratio_interval"] == pytest.approx([0.97, 1.03]) and not arms["none_again"]["resolves"]
+    assert arms["none"]["resolves"] is None  # the reference over itself: 1 by construction
 
 
 @pytest.mark.parametrize("kwargs", [{"arms": ("agent",)}, {"arms": ("none", "bogus")}, {"phase_s": 2, "warmup_s": 3},
