@@ -18,6 +18,7 @@ from infersight.runtime.checkpoints.hf_tokenizer import tokenizer_for
 from infersight.runtime.config import EngineConfig
 from infersight.runtime.speculative.draft_proposer import propose
 from infersight.runtime.errors import InvalidRequestError
+from infersight.runtime.runner.decode_kernel import usable_decode_kernel
 from infersight.runtime.runner.forward_timer import ForwardTimer
 from infersight.runtime.kv.kv_cache import KVCacheManager
 from infersight.runtime.model.transformer import Transformer
@@ -28,27 +29,13 @@ from infersight.runtime.engine.request import Request, checked_params
 from infersight.runtime.engine.run_policy import RunPolicy
 from infersight.runtime.engine.sampling import SamplingParams
 from infersight.runtime.engine.scheduler import Scheduler, ScheduledRequest
-from infersight.runtime.engine.step_rows import advance, draw_plain_tokens, forward_name, target_items
+from infersight.runtime.engine.step_rows import advance, draw_plain_tokens, forward_name, target_items, tell_emitted
 from infersight.runtime.speculative.spec_probe import SpecProbe
 from infersight.runtime.speculative.verify import DraftFallbacks
 from infersight.runtime.stats import StepStats
 from infersight.runtime.model.weights import build_model
 
 log = logging.getLogger("infersight.runtime")
-
-
-def decode_kernel(config: EngineConfig) -> str:
-    """The decode kernel: config's choice, except that an automatic pick of Triton falls back to
-    torch (with a warning) when the kernel does not run here."""
-    kernel = config.resolved_decode_attention
-    if kernel == "triton" and config.decode_attention == "auto":
-        from infersight.runtime.model.triton_decode import triton_decode_problem
-
-        problem = triton_decode_problem(config.device)
-        if problem:
-            log.warning("Triton decode attention unavailable (%s); using the torch path", problem)
-            return "torch"
-    return kernel
 
 
 class Engine:
@@ -60,7 +47,8 @@ class Engine:
         self.kv = KVCacheManager(config, self.observer)
         self.scheduler = Scheduler(config, self.kv, self.observer)
         backend = config.resolved_attention_backend
-        self.decode_attention = decode_kernel(config)
+        self.decode_attention = usable_decode_kernel(config.resolved_decode_attention, config.decode_attention,
+                                                     config.device)
         cfg = config.model_config
         target = self.build_target(config, backend, self.decode_attention)
         self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
@@ -366,20 +354,7 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 -- one request's failure ends that request only
                 self.fail_request(req, exc, stats)
         if emitted:
-            self._tell_emitted(emitted, stats)
-
-    def _tell_emitted(self, emitted: list[tuple[Request, int]], stats: StepStats) -> None:
-        """The step's held emissions in one observer call; should it raise, each alone, and a request
-        whose call raises fails (as a probe failure inside _emit would fail it)."""
-        now = time.monotonic_ns()
-        try:
-            self.observer.on_tokens_emitted_many([r.request_id for r, _ in emitted], now, [n for _, n in emitted])
-        except Exception:  # noqa: BLE001 -- the observer recorded none of them: offered one by one below
-            for req, n in emitted:
-                try:
-                    self.observer.on_tokens_emitted(req.request_id, now, n)
-                except Exception as exc:  # noqa: BLE001 -- this request's failure ends this request only
-                    self.fail_request(req, exc, stats)
+            tell_emitted(self.observer, emitted, lambda req, exc: self.fail_request(req, exc, stats))
 
     def _sample_plain(self, sched: list[ScheduledRequest], logits: Sequence[torch.Tensor],
                       drafts: dict[int, list[int]]) -> dict[int, int]:

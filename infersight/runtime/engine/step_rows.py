@@ -4,7 +4,8 @@ verified). The engine (runtime.engine.engine) calls these in order; they touch o
 and the objects passed in."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -15,6 +16,7 @@ from infersight.runtime.speculative.verify import verify
 from infersight.runtime.stats import StepStats
 
 if TYPE_CHECKING:
+    from infersight.runtime.engine.request import Request
     from infersight.runtime.observer import EngineObserver
     from infersight.runtime.runner.forward_timer import ForwardTimer
     from infersight.runtime.runner.model_runner import ModelRunner
@@ -101,3 +103,19 @@ def advance(s: ScheduledRequest, logits: torch.Tensor | None, drafted: list[int]
         return [sampled]
     assert logits is not None
     return [sample(probs_from_logits(logits[-1:], req.params)[0], req.generator)]
+
+
+def tell_emitted(observer: EngineObserver, emitted: list[tuple[Request, int]],
+                 fail: Callable[[Request, Exception], None]) -> None:
+    """A step's held emissions (request, tokens) in one observer call; should it raise, each alone,
+    and a request whose call raises is handed to `fail` (as a probe failure inside the engine's emit
+    fails it)."""
+    now = time.monotonic_ns()
+    try:
+        observer.on_tokens_emitted_many([r.request_id for r, _ in emitted], now, [n for _, n in emitted])
+    except Exception:  # noqa: BLE001 -- the observer recorded none of them: offered one by one below
+        for req, n in emitted:
+            try:
+                observer.on_tokens_emitted(req.request_id, now, n)
+            except Exception as exc:  # noqa: BLE001 -- this request's failure ends this request only
+                fail(req, exc)
