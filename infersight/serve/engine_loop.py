@@ -22,7 +22,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from infersight.probes.records import TextField
 from infersight.runtime.engine.engine import Engine
@@ -110,7 +110,10 @@ class _Active:
 
 class EngineLoop:
     def __init__(self, engine: Engine, writer: ProbeWriter | None, max_pending: int = 256,
-                 counters: ServerCounters | None = None) -> None:
+                 counters: ServerCounters | None = None, before_steps: Callable[[], object] | None = None) -> None:
+        """before_steps: run on the engine thread before its first step, and start() waits for it (the
+        profiler's one-time start-up: on the thread that will start the capture windows, before any
+        request)."""
         self.engine = engine
         self.writer = writer
         self.max_pending = max_pending
@@ -122,10 +125,13 @@ class EngineLoop:
         self._pending_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="infersight-engine", daemon=True)
+        self._before_steps = before_steps
+        self._ready = threading.Event()
 
     # -- the handler side (any thread) -----------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, ready_timeout_s: float = 120.0) -> None:
         self._thread.start()
+        self._ready.wait(ready_timeout_s)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -164,6 +170,13 @@ class EngineLoop:
 
     # -- the engine thread -----------------------------------------------------------------------------
     def _run(self) -> None:
+        try:
+            if self._before_steps is not None:
+                self._before_steps()
+        except Exception:  # noqa: BLE001 -- a warm-up must not keep the server from serving
+            log.exception("the engine thread's warm-up failed; serving without it")
+        finally:
+            self._ready.set()
         while not self._stop.is_set():
             try:
                 self._drain(block=not self.engine.has_unfinished())

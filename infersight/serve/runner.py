@@ -48,9 +48,10 @@ def serve(config: ServeConfig, engine_config: EngineConfig, probe_config: ProbeC
         captured = engine.capture_decode_graphs()
         if captured:
             log.info("captured %d CUDA graphs for decode steps", captured)
-        # The profiler's one-time start-up too, so the first capture window does not pay it on a request.
-        log.info("profiler warmed up in %.2f s", probe.warm_profiler())
-        loop = EngineLoop(engine, ProbeWriter(probe, config.max_text_bytes), config.max_pending)
+        # The profiler's one-time start-up too, so the first capture window does not pay it on a request;
+        # on the engine thread, which starts the windows (Kineto ties its client to a thread).
+        loop = EngineLoop(engine, ProbeWriter(probe, config.max_text_bytes), config.max_pending,
+                          before_steps=lambda: log.info("profiler warmed up in %.2f s", probe.warm_profiler()))
         if agent is not None:
             sidecar = AgentProcess(probe.ring_name, config.model_name, agent)
             sidecar.wait_ready()

@@ -1,5 +1,7 @@
-"""serve.engine_loop.post_all: a step's events reach each handler's queue in order, with one
-call_soon_threadsafe per event loop, and a closed loop is skipped without raising."""
+"""serve.engine_loop: post_all's events reach each handler's queue in order, with one
+call_soon_threadsafe per event loop, and a closed loop is skipped without raising; the loop's
+warm-up (before_steps) runs on the engine thread before start() returns, and a failing one does not
+stop it."""
 from __future__ import annotations
 
 import asyncio
@@ -49,3 +51,47 @@ def test_a_closed_loop_is_skipped_and_the_others_still_get_theirs() -> None:
     assert live.run_until_complete(b.events.get()) == Delta("kept", 1)
     live.close()
     assert a.events.qsize() == 0
+
+
+class _Engine:
+    """What EngineLoop reads of an engine before a request: its config and whether work is left."""
+
+    class config:  # noqa: N801 -- the attribute EngineLoop reads
+        max_model_len = 64
+        model_config = None
+
+    def has_unfinished(self) -> bool:
+        return False
+
+
+def test_before_steps_runs_on_the_engine_thread_and_start_waits_for_it() -> None:
+    from infersight.serve.engine_loop import EngineLoop
+
+    ran: list[str] = []
+    release = threading.Event()
+
+    def warm() -> None:
+        release.wait(5)
+        ran.append(threading.current_thread().name)
+
+    loop = EngineLoop(_Engine(), None, before_steps=warm)  # type: ignore[arg-type]
+    threading.Timer(0.2, release.set).start()
+    loop.start()
+    try:
+        assert ran == ["infersight-engine"]  # start() returned only once the warm-up had run, there
+    finally:
+        loop.stop()
+
+
+def test_a_failing_warm_up_does_not_keep_the_loop_from_serving() -> None:
+    from infersight.serve.engine_loop import EngineLoop
+
+    def broken() -> None:
+        raise RuntimeError("no profiler here")
+
+    loop = EngineLoop(_Engine(), None, before_steps=broken)  # type: ignore[arg-type]
+    loop.start()
+    try:
+        assert loop.alive
+    finally:
+        loop.stop()
