@@ -147,6 +147,7 @@ def _offline_splits(run_dir: Path, phase_ids: set[int],
 def run(args: argparse.Namespace, counter_mj: Callable[[], int], gpu_collector: Any = None) -> dict[str, Any]:
     from infersight.agent.config import AgentConfig
     from infersight.agent.gpu_config import GpuConfig
+    from infersight.agent.energy_summary import describe_energy
     from infersight.agent.service import Agent
     from infersight.bench.switch import SwitchObserver
     from infersight.demo import warm_up
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace, counter_mj: Callable[[], int], gpu_collector: 
     rows = {int(r["request_id"]): r for r in agent.state.finished}
     mixed_ids = set(phases[2]["request_ids"])
     offline, final_fit = _offline_splits(run_dir, mixed_ids, agent.state.energy.idle_w)
-    return summarise(args, phases, gaps, rows, ids, offline, agent.state.energy.describe()) | {"final_fit": final_fit}
+    return summarise(args, phases, gaps, rows, ids, offline, describe_energy(agent.state.energy)) | {"final_fit": final_fit}
 
 
 def _ratio(a: float, b: float) -> float:

@@ -39,11 +39,10 @@ from infersight.correlate import sampling_bound as B
 from infersight.correlate import token_cost as T
 from infersight.gpu.samples import GpuSample
 
-#: What every per-request joule figure is, in the summary, the API and the docs.
-BASIS = "modelled split of measured energy"
 #: What `EnergyMeter.take` gives each finished request (columns of its row): energy_j = energy_dynamic_j
-#: + energy_static_j (the step's energy cut by the fitted model: tokens x dynamic J/token, static W x
-#: step time, in proportion), each split over the step's requests by modelled cost.
+#: + energy_static_j (the step's energy cut by the model: static W x step time, the rest dynamic, with the
+#: static power held at the measured idle power; in the fitted model's proportion otherwise), each split
+#: over the step's requests by modelled cost.
 REQUEST_ENERGY_FIELDS = ("energy_j", "energy_dynamic_j", "energy_static_j", "gpu_sm_active_s",
                          "energy_sampling_bound_j")
 #: Bounds on what waits for readings (steps), for its step (prefill chunks) or for its request to
@@ -335,54 +334,3 @@ class EnergyMeter:
         idle += self._idle_until(self.readings.covered_ns(ENERGY_FIELD))
         self.closed = True
         return idle
-
-    def describe(self, gpu_status: str = "") -> dict[str, object]:
-        """The account so far, for the summary (joules and seconds), with how it was obtained in one
-        sentence (`status`); gpu_status: the sampler's status line, named when there is no energy."""
-        if self.cursor_ns is None or self.from_ns is None:
-            return {"measured": False, "headline": "not measured: no GPU energy counter",
-                    "status": "energy not measured: no GPU energy counter was read"
-                    + (f" ({gpu_status})" if gpu_status else "") + "; energy_j is null for every request"}
-        # Read off the counter itself, not summed from the parts: the two agree exactly (conservation).
-        delta_uj = int(E.counter_at(self.readings.energy, np.array([self.cursor_ns]))[0]) - self.from_uj
-        gpus = ", ".join(map(str, self.gpus))
-        watts = ", ".join(f"{self.readings.power_hi.get(g, 0.0) * 1e3:.0f} W" for g in self.gpus)
-        split = self.steps_by_model + self.steps_by_tokens
-        status = (f"energy_j is a {BASIS}. Measured: the total-energy counter of GPU(s) {gpus}, read at the "
-                  "sampler's interval and interpolated linearly at each step's start and end; the steps' energy "
-                  "plus idle_j (between steps) is the counter's rise exactly. Modelled: each step's energy is "
-                  "split over its requests by their modelled cost (split_model: the GPU's static power and dynamic "
-                  "joules per prefill, decode and draft token, fitted on the measured energy of the counter's "
-                  f"intervals; {self.steps_by_model} of {split} steps split so, the rest by token share); once that "
-                  "fit is usable each step's energy is also cut into static_j (static power x step time: with the "
-                  "static power held at the measured idle power, idle_w_measured, exactly that, and dynamic_j the "
-                  "rest; with it fitted, in the model's proportion against dynamic_j, its tokens' modelled cost), "
-                  "and a request's energy_j = "
-                  "energy_dynamic_j + energy_static_j, its static part shared in proportion to its dynamic cost "
-                  "(unsplit_j: energy of steps split before the fit was usable, not cut). "
-                  "energy_sampling_bound_j: the most the interpolation between readings can have moved "
-                  f"into or out of a request, were the GPU's power anywhere between 0 W and the most seen ({watts})")
-        headline = (f"{self.requests_uj / 1e6:.1f} J in requests' steps ({BASIS}), {self.idle_uj / 1e6:.1f} J idle "
-                    f"between steps, over {(self.cursor_ns - self.from_ns) / 1e9:.1f} s (GPU energy counter)")
-        if self.costs.usable:
-            headline += (f"; of the requests' joules {self.dynamic_uj / 1e6:.1f} J dynamic, "
-                         f"{self.static_uj / 1e6:.1f} J static ({self.costs.static_w:.0f} W while steps run, "
-                         + ("fitted)" if self.costs.static_from == "fitted" else "the measured idle power)"))
-        return {"measured": True, "basis": BASIS, "headline": headline, "status": status, "gpus": list(self.gpus),
-                "window_s": (self.cursor_ns - self.from_ns) / 1e9,
-                "counter_delta_j": delta_uj / 1e6,
-                "requests_j": self.requests_uj / 1e6, "idle_j": self.idle_uj / 1e6,
-                # requests_j cut by the model ("modelled split of measured energy"): dynamic + static + unsplit.
-                "dynamic_j": self.dynamic_uj / 1e6, "static_j": self.static_uj / 1e6,
-                "unsplit_j": (self.requests_uj - self.dynamic_uj - self.static_uj) / 1e6,
-                "static_w": self.costs.static_w if self.costs.usable else None, "static_from": self.costs.static_from,
-                "static_w_fitted": self.costs.static_w if self.costs.usable and self.costs.static_from == "fitted"
-                else None,
-                # Measured: the counter's rise over settled idle time (no step running), and how much was read.
-                "idle_w_measured": self.idle_w, "idle_s_read": self.idle.ns / 1e9,
-                "split_model": self.costs.describe(), "steps_split_by_model": self.steps_by_model,
-                "steps_split_by_token_share": self.steps_by_tokens,
-                "sampling_bound_j_of_requests_taken": self.bound_taken_uj / 1e6,
-                "power_hi_w": {int(g): self.readings.power_hi.get(g, 0.0) * 1e3 for g in self.gpus},
-                "steps_measured": self.steps_measured, "steps_unmeasured": self.steps_dropped,
-                "rows_released_before_measured": self.rows_timed_out}

@@ -192,10 +192,8 @@ def fit_token_costs(xtx: np.ndarray, xty: np.ndarray, intervals: int, static_w: 
                 best, best_obj = np.zeros(len(REGRESSORS)), obj
                 best[list(cols)] = b
     static_uw, prefill, decode, spec = (best * scale).tolist()
-    if held:
-        return TokenCosts(prefill, decode, spec, static_w=float(static_w), intervals=intervals, usable=bool(usable),
-                          static_from="measured idle")
-    return TokenCosts(prefill, decode, spec, static_w=static_uw / 1e6, intervals=intervals, usable=bool(usable))
+    return TokenCosts(prefill, decode, spec, static_w=float(static_w) if held else static_uw / 1e6,
+                      intervals=intervals, usable=bool(usable), static_from="measured idle" if held else "fitted")
 
 
 def step_dynamic_share(steps: pd.DataFrame, costs: TokenCosts, energy_uj: np.ndarray | None = None) -> np.ndarray:

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
 
 from infersight.agent.energy_meter import EnergyMeter  # noqa: E402
+from infersight.agent.energy_summary import describe_energy  # noqa: E402
 from infersight.agent.idle_power import MIN_IDLE_READ_NS  # noqa: E402
 from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402
 from infersight.gpu.sampler import GpuSampler  # noqa: E402
@@ -112,7 +113,7 @@ def test_the_fit_holds_static_at_the_idle_power_and_fits_tokens_on_the_energy_ab
     y = np.array([r[2] for r in rows])
     (ep, ed), *_ = np.linalg.lstsq(x, y, rcond=None)
     assert (costs.prefill_uj / 1e6, costs.decode_uj / 1e6) == pytest.approx((ep, ed), rel=1e-6)
-    described = meter.describe()
+    described = describe_energy(meter)
     assert described["static_from"] == "measured idle" and described["static_w_fitted"] is None
     assert described["idle_w_measured"] == meter.idle_w and "the measured idle power" in described["headline"]
 
@@ -121,7 +122,7 @@ def test_without_holding_the_static_power_is_fitted() -> None:
     meter = run_meter(hold=False)
     assert meter.idle_w is not None  # read all the same, and reported
     assert meter.costs.static_from == "fitted" and meter.costs.static_w != meter.idle_w
-    assert meter.describe()["static_w_fitted"] == meter.costs.static_w
+    assert describe_energy(meter)["static_w_fitted"] == meter.costs.static_w
 
 
 def test_with_the_idle_power_held_a_steps_dynamic_energy_is_what_lies_above_idle() -> None:

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
 
 from infersight.agent.config import AgentConfig  # noqa: E402
+from infersight.agent.energy_summary import describe_energy  # noqa: E402
 from infersight.agent.gpu_config import GpuConfig  # noqa: E402
 from infersight.agent.service import Agent  # noqa: E402
 from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402
@@ -326,5 +327,5 @@ def test_the_fitted_static_watts_and_joules_per_token_are_the_fake_gpus(run: Run
     assert costs.static_w == pytest.approx(STATIC_W, rel=STATIC_TOLERANCE)
     assert costs.prefill_uj == pytest.approx(WATTS * PREFILL_S * 1e6, rel=CLASS_TOLERANCE)
     assert costs.decode_uj == pytest.approx(WATTS * DECODE_S * 1e6, rel=CLASS_TOLERANCE)
-    described = run.agent.state.energy.describe()
+    described = describe_energy(run.agent.state.energy)
     assert described["static_w_fitted"] == costs.static_w and described["basis"] == "modelled split of measured energy"

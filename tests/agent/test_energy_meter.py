@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
 from gpu_fakes import FakeGpuState, FakeNvml  # noqa: E402
 
 from infersight.agent.energy_meter import EnergyMeter  # noqa: E402
+from infersight.agent.energy_summary import describe_energy  # noqa: E402
 from infersight.gpu.nvml_collector import NvmlCollector  # noqa: E402
 from infersight.gpu.sampler import GpuSampler  # noqa: E402
 
@@ -123,7 +124,7 @@ def test_before_a_usable_fit_each_request_gets_its_token_share_and_the_account_c
     assert meter.idle_uj == idle
     delta = round(naive_energy_uj(STEPS[-1][2])) - POLLS[0][1] * 1000
     assert meter.requests_uj + meter.idle_uj == delta == sum(got.values()) + idle
-    summary = meter.describe()
+    summary = describe_energy(meter)
     assert summary["counter_delta_j"] == delta / 1e6 and summary["steps_measured"] == 4
     taken = meter.take(3)
     assert taken["energy_j"] == expected[3] / 1e6 and 3 not in meter.open
@@ -159,7 +160,7 @@ def test_a_cpu_host_measures_nothing_and_holds_no_row() -> None:
     assert not meter.active and meter.attribute() == 0 and meter.pending_steps.empty
     assert meter.ready([1, 2], [5, 6]) == [1, 2]
     assert all(math.isnan(x) for x in meter.take(1).values())
-    assert meter.describe()["measured"] is False
+    assert describe_energy(meter)["measured"] is False
 
 
 def test_rows_stop_waiting_when_readings_stop(gpu) -> None:
@@ -277,7 +278,7 @@ def test_once_the_fit_is_usable_each_step_is_split_by_modelled_cost(gpu) -> None
                                    [(m[0], m[1] + m[2]) for m in ms]).get(1, 0)
                       for _, s, e, ms in model_timeline()[0])
     assert expected[1] != token_share
-    described = meter.describe()
+    described = describe_energy(meter)
     assert described["basis"] == "modelled split of measured energy"
     assert described["split_model"]["decode_mj_per_token"] == pytest.approx(ED, rel=1e-6)
     assert described["static_w_fitted"] == pytest.approx(PS, rel=1e-6) and described["unsplit_j"] == 0

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infersight.agent.energy_meter import BASIS as ENERGY_BASIS
+from infersight.agent.energy_summary import BASIS as ENERGY_BASIS, describe_energy
 from infersight.agent.rings.engine_scope import by_engine, merged
 from infersight.agent.rows.finished_rows import row_dicts
 from infersight.agent.state import AgentState
@@ -62,7 +62,7 @@ def summary(state: AgentState) -> dict[str, Any]:
         engine_by_task = dict(merged(state.counters[C.ENGINE_SECONDS.name], on).values)
         energy_by_task = dict(merged(state.counters[C.ENERGY.name], on).values)
         engines = _engine_counts(state) if on else None
-        energy = state.energy.describe(state.gpu_status)
+        energy = describe_energy(state.energy, state.gpu_status)
         preempt = state.counters[C.PREEMPTIONS.name].total()
         recomputed_tokens = state.counters[C.KV_RECOMPUTED_TOKENS.name].total()
         last = dict(state.last_step)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infersight.agent.energy_meter import BASIS as ENERGY_BASIS
+from infersight.agent.energy_summary import BASIS as ENERGY_BASIS
 from infersight.agent.rows.finished_rows import row_dicts
 from infersight.agent.api.report import _clean
 from infersight.agent.state import AgentState
