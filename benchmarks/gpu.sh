@@ -187,6 +187,33 @@ serving_delay() {
   tail -n 12 "$OUT/serving_delay_arms.txt" | cut -c1-400
 }
 
+serving_split() {
+  # Issue 32 item 6: serve's engine in a process of its own (the default) against the engine on a thread of the
+  # HTTP server's process (--engine-in-process), alternating, a fresh serve for each phase; the engine's own
+  # batch-48 decode rate beside them; then the arms with the split serve (item 1).
+  [[ -n ${SKIP_RUNTIME:-} ]] || {
+  stamp "engine decode rate, batch 48, async scheduling"
+  timeout 120 python3 -m infersight bench runtime --device cuda --dtype bfloat16 --json --model llama-1b-shape \
+    --prompt-len 256 --batch 48 --decode-steps 100 --async-scheduling > "$OUT/runtime_b48.json"; tail -n 3 "$OUT/runtime_b48.json"; }
+  local i
+  for i in $(seq 1 ${SPLIT_PAIRS:-2}); do
+    stamp "bench serving, no agent, 48 clients, engine process, pair $i"
+    serving_once "engine process" "split_$i"
+    stamp "bench serving, no agent, 48 clients, engine in-process, pair $i"
+    serving_once "in-process" "inproc_$i" --serve-arg=--engine-in-process
+  done
+  python3 - "$OUT" <<'EOF2'
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/split_*.json")) + sorted(glob.glob(sys.argv[1] + "/inproc_*.json")):
+    try:
+        a = json.loads(open(f).read().splitlines()[-1])["arms"]["none"]
+    except Exception as e:  # noqa: BLE001
+        print(f, "unreadable", e); continue
+    print(f.rsplit("/", 1)[1], "serve cores", round(a["serve_cores"], 2), "engine cores", round(a.get("engine_cores", float("nan")), 2))
+EOF2
+  [[ -n ${SKIP_ARMS:-} ]] || ARMS=${SPLIT_ARMS:-none,none_again,agent_recorder} ROUNDS=${SPLIT_ROUNDS:-3} PHASE_S=${SPLIT_PHASE_S:-15} serving_arms
+}
+
 serving_ab() {
   if [[ ! -d .before ]]; then echo "serving_ab needs a before tree in .before/ (carry it)"; return 2; fi
   local i side a args=()
@@ -379,7 +406,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="trust_h200 gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="trust_h200 gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"

@@ -44,6 +44,28 @@ def process_memory_mb(pid: int | None) -> dict[str, float]:
     return out
 
 
+def spawned_children(pid: int) -> list[int]:
+    """The children of a process that multiprocessing spawned (its command line runs spawn_main): serve's
+    engine process. Empty when none or unreadable."""
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            kids = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+        except OSError:
+            continue
+        for kid in kids:
+            try:
+                if b"spawn_main" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                    out.append(int(kid))
+            except (OSError, ValueError):
+                continue
+    return sorted(out)
+
+
 def thread_cpu_s(pid: int) -> dict[str, float]:
     """utime + stime per thread of one process, seconds, keyed "name/tid" (Python threads all read
     "python" before 3.14: the tid tells them apart, the busiest ones are the event loop and the engine)."""

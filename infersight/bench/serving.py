@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.bench.agent import stop_agent
-from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, thread_cpu_s
+from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
 
 ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 REFERENCE = "none"
@@ -283,10 +283,13 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                                                  stderr=subprocess.STDOUT)
                     _wait_health(agent_url, agent, "infersight agent", out_dir / f"agent_{rnd}_{arm}.log")
                 try:
-                    cpu_before = _cpu_reading(serve.pid, agent.pid if agent is not None else None)
+                    engine_pid = next(iter(spawned_children(serve.pid)), None)  # serve's engine process, if split
+                    cpu_before = _cpu_reading(serve.pid, engine_pid, agent.pid if agent is not None else None)
                     records, t0, t1 = run_phase(url, config, seed=config.seed * 1000 + rnd)
-                    cpu = _cpu_cores(cpu_before, _cpu_reading(serve.pid, agent.pid if agent is not None else None))
-                    for who, pid in (("serve", serve.pid), ("agent", agent.pid if agent is not None else None)):
+                    cpu = _cpu_cores(cpu_before, _cpu_reading(serve.pid, engine_pid,
+                                                              agent.pid if agent is not None else None))
+                    for who, pid in (("serve", serve.pid), ("engine", engine_pid),
+                                     ("agent", agent.pid if agent is not None else None)):
                         cpu.update({f"{who}_{k}_mb": v for k, v in process_memory_mb(pid).items()})
                     cost = _recorder_cost(agent_url) if agent is not None else float("nan")
                 finally:
@@ -314,17 +317,25 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
     return report
 
 
-def _cpu_reading(serve_pid: int, agent_pid: int | None) -> dict[str, Any]:
-    return {"wall": time.monotonic(), "serve": process_cpu_s(serve_pid), "serve_threads": thread_cpu_s(serve_pid),
-            "agent": process_cpu_s(agent_pid) if agent_pid is not None else float("nan"),
+def _cpu_reading(serve_pid: int, engine_pid: int | None, agent_pid: int | None) -> dict[str, Any]:
+    """serve's CPU counts its engine process's (when split: serve.engine_process); its threads are listed
+    with the engine's prefixed "engine:"."""
+    engine = process_cpu_s(engine_pid) if engine_pid is not None else 0.0
+    threads = thread_cpu_s(serve_pid)
+    if engine_pid is not None:
+        threads.update({f"engine:{k}": v for k, v in thread_cpu_s(engine_pid).items()})
+    return {"wall": time.monotonic(), "serve": process_cpu_s(serve_pid) + engine, "engine": engine,
+            "serve_threads": threads, "agent": process_cpu_s(agent_pid) if agent_pid is not None else float("nan"),
             "clients": process_cpu_s(os.getpid())}
 
 
 def _cpu_cores(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Cores used over a phase (warm-up included) by serve, its four busiest threads, the agent and the
-    clients (this process): measured from /proc, to put a client-side loss on a part."""
+    """Cores used over a phase (warm-up included) by serve (its engine process included), the engine process
+    alone (0 when serve runs it in-process), serve's four busiest threads, the agent and the clients (this
+    process): measured from /proc, to put a client-side loss on a part."""
     wall = after["wall"] - before["wall"]
     return {"serve_cores": (after["serve"] - before["serve"]) / wall,
+            "engine_cores": (after["engine"] - before["engine"]) / wall,
             "agent_cores": (after["agent"] - before["agent"]) / wall,
             "client_cores": (after["clients"] - before["clients"]) / wall,
             "serve_top_threads": cores_used(before["serve_threads"], after["serve_threads"], wall, top=4)}
@@ -376,9 +387,9 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
                      "tokens_per_s_ratio_by_round": [round(float(x), 4) for x in ratios["tokens_per_s"]],
                      "recorder_cost_ratio": float(g["recorder_cost_ratio"].median()),
                      **{f"{p}_cores": float(g[f"{p}_cores"].median()) if f"{p}_cores" in g else float("nan")
-                        for p in ("serve", "agent", "client")},
+                        for p in ("serve", "engine", "agent", "client")},
                      **{f"{p}_{k}_mb_last": float(g[f"{p}_{k}_mb"].iloc[-1]) if f"{p}_{k}_mb" in g else float("nan")
-                        for p in ("serve", "agent") for k in ("rss", "anon", "shmem")},
+                        for p in ("serve", "engine", "agent") for k in ("rss", "anon", "shmem")},
                      "errors": int(g["errors"].sum())}
     floor = {}
     if "none_again" in arms:
@@ -389,7 +400,8 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
             "each arm over the no-agent phase of its own round, median over rounds, with the median's "
             f"distribution-free interval from the rounds' order statistics (coverage >= {CONFIDENCE:.0%}; "
             f"'resolves': that interval is no wider than {2 * RESOLVE:.1%}); *_cores: CPU seconds "
-            "(utime + stime from /proc) of serve, the agent and the clients over each phase's wall time; *_rss_mb, *_anon_mb, "
+            "(utime + stime from /proc) of serve (its engine process included; engine_cores: that process alone), the agent and "
+            "the clients over each phase's wall time; *_rss_mb, *_anon_mb, "
             "*_shmem_mb: VmRSS, RssAnon and RssShmem (the probe ring's pages) at each phase's end",
             "config": {k: v for k, v in config.__dict__.items()}, "arms": arms, "aa_floor": floor,
             "phases": phases.to_dict("records")}

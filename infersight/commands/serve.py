@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
                          max_body_bytes=args.max_body_bytes, max_header_bytes=args.max_header_bytes,
                          max_pending=args.max_pending, export_content=args.export_content,
                          header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout,
-                         max_connections=args.max_connections)
+                         max_connections=args.max_connections, engine_in_process=args.engine_in_process)
     engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
                                  dtype=resolve_dtype(args.dtype, device, args.model), seed=args.seed, num_kv_blocks=args.num_kv_blocks,
                                  max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
@@ -71,6 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, metavar="N",
                    help="longest prompt + output served (default: the model's); longer prompts get a 400")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
+    p.add_argument("--engine-in-process", action="store_true",
+                   help="run the engine on a thread of the HTTP server's process (default: a process of its own, "
+                        "as vLLM V1's engine core, so neither waits for the other's interpreter lock)")
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None,
                    help="launch each steady decode step before reading the one before (vLLM's flag; "
                         "default: on for CUDA, off on the CPU)")

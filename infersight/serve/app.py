@@ -165,7 +165,7 @@ def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters 
     async def completions(request: Request) -> Response:
         return await generate(request, P.parse_completion)
 
-    render_chat = P.chat_renderer(engine.engine.tokenizer)  # a checkpoint's chat template, if it has one
+    render_chat = P.chat_renderer(engine.tokenizer)  # a checkpoint's chat template, if it has one
 
     async def chat(request: Request) -> Response:
         return await generate(request, functools.partial(P.parse_chat, render=render_chat))

@@ -27,6 +27,7 @@ class ServeConfig:
     header_timeout_s: float = 10.0  # from a request's first byte to its last header byte (408 beyond)
     body_timeout_s: float = 30.0  # to read the whole body once the headers are in (408 beyond)
     max_connections: int = 512  # held at once (idle keep-alive ones too); one more: 503, closed, counted
+    engine_in_process: bool = False  # the engine thread beside the HTTP server, sharing one interpreter
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -27,6 +27,7 @@ from typing import Any, Callable, Union
 from infersight.probes.records import TextField
 from infersight.runtime.engine.engine import Engine
 from infersight.runtime.engine.outputs import RequestOutput
+from infersight.serve.admission import Admission
 from infersight.serve.metrics import ServerCounters
 from infersight.serve.probe_records import ProbeWriter, ServedRecord
 
@@ -42,8 +43,12 @@ class Accepted:
 
 @dataclass
 class Delta:
+    """New output of one request. token_ids: the tokens themselves, only when the loop leaves the text to
+    the front end (EngineLoop(detokenize=False): the engine process; text is then "")."""
+
     text: str
     num_tokens: int
+    token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -78,9 +83,6 @@ class Submission:
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     request_id: int = -1
 
-    def post(self, event: Event) -> None:
-        """From the engine thread: one event (post_all)."""
-        post_all([(self, event)])
 
 
 def _put_all(posts: list[tuple[Submission, Event]]) -> None:
@@ -104,16 +106,21 @@ def post_all(posts: list[tuple[Submission, Event]]) -> None:
 @dataclass
 class _Active:
     sub: Submission
-    decoder: Any  # the engine tokenizer's stream_decoder(): text of each new piece of tokens
+    decoder: Any  # the engine tokenizer's stream_decoder() (text of each new piece of tokens); None: no text
     sent: int = 0
+
+
+Deliver = Callable[[list[tuple[Submission, Event]]], None]
 
 
 class EngineLoop:
     def __init__(self, engine: Engine, writer: ProbeWriter | None, max_pending: int = 256,
-                 counters: ServerCounters | None = None, before_steps: Callable[[], object] | None = None) -> None:
+                 counters: ServerCounters | None = None, before_steps: Callable[[], object] | None = None,
+                 deliver: Deliver = post_all, detokenize: bool = True) -> None:
         """before_steps: run on the engine thread before its first step, and start() waits for it (the
         profiler's one-time start-up: on the thread that will start the capture windows, before any
-        request)."""
+        request). deliver: where the engine thread's events go (default: each handler's event loop);
+        detokenize=False sends token ids instead of text (the engine process, whose front end decodes)."""
         self.engine = engine
         self.writer = writer
         self.max_pending = max_pending
@@ -121,8 +128,9 @@ class EngineLoop:
         self.max_model_len = int(engine.config.max_model_len or engine.config.model_config.max_seq_len)
         self._commands: queue.SimpleQueue[tuple[str, Submission, tuple[int, ...]]] = queue.SimpleQueue()
         self._active: dict[int, _Active] = {}
-        self._pending = 0
-        self._pending_lock = threading.Lock()
+        self._admission = Admission(max_pending)
+        self._deliver_events = deliver
+        self._detokenize = detokenize
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="infersight-engine", daemon=True)
         self._before_steps = before_steps
@@ -144,19 +152,18 @@ class EngineLoop:
 
     @property
     def pending(self) -> int:
-        return self._pending
+        return self._admission.pending
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
 
     def try_reserve(self) -> bool:
         """Admit one more request, or refuse (the caller answers 429). Released when it finishes."""
-        with self._pending_lock:
-            if self._pending >= self.max_pending:
-                return False
-            self._pending += 1
-            return True
+        return self._admission.try_reserve()
 
     def _release(self) -> None:
-        with self._pending_lock:
-            self._pending -= 1
+        self._admission.release()
 
     def submit(self, sub: Submission) -> None:
         self._commands.put(("submit", sub, ()))
@@ -217,7 +224,7 @@ class EngineLoop:
             log.exception("engine command %s failed", kind)
             if kind == "submit" and sub.request_id < 0:
                 self._release()
-                sub.post(Failed(exc))
+                self._deliver_events([(sub, Failed(exc))])
 
     def _add(self, sub: Submission) -> None:
         try:
@@ -225,11 +232,11 @@ class EngineLoop:
                                           trace_id=sub.record.trace.trace_id)
         except ValueError as exc:  # InvalidRequestError: the prompt or a parameter; nothing was queued
             self._release()
-            sub.post(Failed(exc, 400, getattr(exc, "param", "prompt")))
+            self._deliver_events([(sub, Failed(exc, 400, getattr(exc, "param", "prompt")))])
             return
         sub.request_id = rid
-        self._active[rid] = _Active(sub, self.engine.tokenizer.stream_decoder())
-        sub.post(Accepted(rid, len(self.engine.requests[rid].prompt_token_ids)))
+        self._active[rid] = _Active(sub, self.engine.tokenizer.stream_decoder() if self._detokenize else None)
+        self._deliver_events([(sub, Accepted(rid, len(self.engine.requests[rid].prompt_token_ids)))])
         if self.writer is not None:  # right after ARRIVED, so the sidecar sees it before FINISHED
             self._write(self.writer.served, rid, sub.record)
             for text_field, text in sub.texts.items():
@@ -254,10 +261,12 @@ class EngineLoop:
             new = req.output_token_ids[act.sent:]
             if new:
                 act.sent += len(new)
-                text = act.decoder.step(new)
-                posts.append((act.sub, Delta(text, len(new))))
+                if act.decoder is None:
+                    posts.append((act.sub, Delta("", len(new), list(new))))
+                else:
+                    posts.append((act.sub, Delta(act.decoder.step(new), len(new))))
             if req.is_finished:
-                tail = act.decoder.finish()
+                tail = act.decoder.finish() if act.decoder is not None else ""
                 if tail:
                     posts.append((act.sub, Delta(tail, 0)))
                 error = req.error
@@ -273,7 +282,7 @@ class EngineLoop:
                     self._write(self.writer.text, rid, TextField.COMPLETION, out.text)
                 posts.append((act.sub, Done(out)))
         if posts:
-            post_all(posts)
+            self._deliver_events(posts)
 
     def _fail_all(self, exc: Exception) -> None:
         for rid, act in list(self._active.items()):
@@ -284,4 +293,4 @@ class EngineLoop:
                 log.debug("could not abort request %d", rid, exc_info=True)
             del self._active[rid]
             self._release()
-            act.sub.post(Failed(exc))
+            self._deliver_events([(act.sub, Failed(exc))])

@@ -1,4 +1,4 @@
-"""Wiring for `infersight serve`: engine with probes, the engine thread, uvicorn, and the agent."""
+"""Wiring for `infersight serve`: the engine with probes (its own process, or a thread here), uvicorn, and the agent."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +14,7 @@ from infersight.runtime.engine.engine import Engine
 from infersight.serve.api_error import openai_error_body
 from infersight.serve.app import build_app
 from infersight.serve.config import ServeConfig
+from infersight.serve.engine_client import EngineClient
 from infersight.serve.engine_loop import EngineLoop
 from infersight.serve.probe_records import ProbeWriter
 from infersight.serve.sidecar import AgentOptions, AgentProcess
@@ -34,13 +35,27 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def serve(config: ServeConfig, engine_config: EngineConfig, probe_config: ProbeConfig,
           agent: AgentOptions | None = None) -> None:
-    """Serve until SIGINT/SIGTERM (uvicorn's handlers), then stop the engine thread and the agent and
-    remove the ring. Call from the main thread."""
+    """Serve until SIGINT/SIGTERM (uvicorn's handlers), then stop the engine and the agent and remove the
+    ring. Call from the main thread. The engine runs in a process of its own (serve.engine_process) unless
+    config.engine_in_process."""
     # After its graceful shutdown uvicorn re-raises the signal it caught; SIGTERM's default action
     # would end the process before the cleanup below, so make it unwind like SIGINT does.
     signal.signal(signal.SIGTERM, _interrupt)
+    if config.engine_in_process:
+        _serve_in_process(config, engine_config, probe_config, agent)
+        return
+    engine = EngineClient(engine_config, probe_config, config.max_text_bytes, config.max_pending)
+    engine.start()  # builds the engine, captures its graphs and warms the profiler there; raises its error
+    log.info("engine process %d ready (%d CUDA graphs captured)", engine.pid, engine.graphs_captured)
+    try:
+        _run_http(config, engine, engine.ring_name, agent)
+    finally:
+        engine.stop()
+
+
+def _serve_in_process(config: ServeConfig, engine_config: EngineConfig, probe_config: ProbeConfig,
+                      agent: AgentOptions | None) -> None:
     probe = ProbeObserver(probe_config)
-    sidecar = None
     try:
         engine = Engine(engine_config, probe)
         # Every decode graph before the first request, as vLLM captures at start-up: a lazy capture
@@ -52,20 +67,28 @@ def serve(config: ServeConfig, engine_config: EngineConfig, probe_config: ProbeC
         # on the engine thread, which starts the windows (Kineto ties its client to a thread).
         loop = EngineLoop(engine, ProbeWriter(probe, config.max_text_bytes), config.max_pending,
                           before_steps=lambda: log.info("profiler warmed up in %.2f s", probe.warm_profiler()))
-        if agent is not None:
-            sidecar = AgentProcess(probe.ring_name, config.model_name, agent)
-            sidecar.wait_ready()
         loop.start()
-        log.info("serving %s on http://%s:%d (probe ring %s)", config.model_name, config.host, config.port,
-                 probe.ring_name)
         try:
-            gate = ConnectionGate(config.max_connections, "serve")
-            uvicorn.Server(uvicorn_config(build_app(loop, config, gate=gate), config, gate)).run()
-        except KeyboardInterrupt:
-            pass  # uvicorn re-raises the stop signal after its graceful shutdown: a requested stop, not an error
+            _run_http(config, loop, probe.ring_name, agent)
         finally:
             loop.stop()
     finally:
+        probe.close()
+
+
+def _run_http(config: ServeConfig, engine: EngineLoop | EngineClient, ring_name: str,
+              agent: AgentOptions | None) -> None:
+    """The agent beside the ring (when asked), then uvicorn until the stop signal."""
+    sidecar = AgentProcess(ring_name, config.model_name, agent) if agent is not None else None
+    try:
+        if sidecar is not None:
+            sidecar.wait_ready()
+        log.info("serving %s on http://%s:%d (probe ring %s)", config.model_name, config.host, config.port, ring_name)
+        try:
+            gate = ConnectionGate(config.max_connections, "serve")
+            uvicorn.Server(uvicorn_config(build_app(engine, config, gate=gate), config, gate)).run()
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises the stop signal after its graceful shutdown: a requested stop, not an error
+    finally:
         if sidecar is not None:
             sidecar.stop()
-        probe.close()

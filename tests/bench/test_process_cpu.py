@@ -1,13 +1,14 @@
 """bench.process_cpu: a thread that spins for a known wall time reads as about one core; an idle one
 as about none; a process that is gone reads NaN."""
 import math
+import multiprocessing
 import os
 import subprocess
 import sys
 import threading
 import time
 
-from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, thread_cpu_s
+from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
 
 
 def test_a_spinning_thread_reads_as_one_core_and_a_sleeping_one_as_none() -> None:
@@ -68,3 +69,25 @@ def test_rss_grows_by_what_a_child_touches_and_a_gone_process_reads_nan() -> Non
         child.wait(timeout=10)
     gone, none = process_memory_mb(child.pid), process_memory_mb(None)
     assert all(math.isnan(v) for v in (*gone.values(), *none.values()))
+
+
+def _sleep() -> None:
+    time.sleep(30)
+
+
+def test_spawned_children_finds_a_multiprocessing_spawn_child_and_not_a_plain_one() -> None:
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    spawned = multiprocessing.get_context("spawn").Process(target=_sleep, daemon=True)
+    spawned.start()
+    try:
+        # the spawn child's command line may take a moment to be its own (exec after fork)
+        deadline = time.monotonic() + 10
+        while spawned_children(os.getpid()) != [spawned.pid] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert spawned_children(os.getpid()) == [spawned.pid]
+        assert spawned_children(plain.pid) == []
+    finally:
+        plain.kill()
+        spawned.kill()
+        plain.wait()
+        spawned.join()

@@ -2,7 +2,8 @@
 sidecar, each from its manifest's command line, each in a pid and mount namespace of its own (as
 two containers without shareProcessNamespace), sharing nothing but a fresh tmpfs bound onto
 /dev/shm in both (the pod's emptyDir, medium: Memory) and the network (the pod's). Each is pid 1 in
-its namespace, as a container's entrypoint is, so the engine's ring is `infersight-1` every time.
+its namespace, as a container's entrypoint is, so the engine's ring is `infersight-1` every time (named
+after serve's pid; its writer is serve's engine process, a child of pid 1).
 
 Checked, in order, on one pod:
   - requests sent through serve reach the agent: its /metrics and /api/v1/summary count exactly
@@ -24,6 +25,7 @@ when missing, else a skip).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import struct
@@ -46,6 +48,13 @@ SERVE = next(c for c in all_containers() if c.workload == "infersight-serve" and
 AGENT = next(c for c in all_containers() if c.workload == "infersight-serve" and c.sidecar)
 #: A ring header's producer pid (offset 28) and wall-clock creation anchor (offset 32): schema._STATIC.
 _PID_AND_ANCHOR = struct.Struct("<28xIq")
+
+
+def _engine_pid(container: "PodContainer") -> int:
+    """The engine process's pid in its container's namespace, as serve logged it when it was ready."""
+    match = re.search(r"engine process (\d+) ready", container.log.read_text(errors="replace"))
+    assert match, container.text()
+    return int(match.group(1))
 
 
 def _missing() -> str | None:
@@ -189,7 +198,9 @@ def test_serve_and_its_agent_in_two_containers(pod: dict) -> None:
           all_logs)
     _wait("the agent reads the engine's ring", lambda: rings_read() == [RING], 60, all_logs)
     pid1, anchor1, lease1 = _header(shm)
-    assert pid1 == 1  # the writer is pid 1 of a namespace the agent cannot see into
+    # the writer is serve's engine process (a child of the container's pid 1), by the pid serve logged
+    # for it: a pid of a namespace the agent cannot see into
+    assert pid1 == _engine_pid(engine1) != 1
     assert sorted(p.name for p in shm.iterdir()) == [RING, f"{RING}-ctl"]  # nothing else shared
 
     # -- the whole pipeline: what the client saw answered is what the agent counts
@@ -225,7 +236,8 @@ def test_serve_and_its_agent_in_two_containers(pod: dict) -> None:
     _wait("the restarted serve answers /health", lambda: httpx.get(f"{serve_url}/health", timeout=5).status_code == 200,
           180, all_logs)
     _wait("the agent reads the new ring", lambda: rings_read() == [RING] and _header(shm)[1] != anchor1, 60, all_logs)
-    assert _header(shm)[0] == 1  # the new writer: pid 1 as well, its own ring under the old name
+    # the new writer: the new serve's engine process, its own ring under the old name (serve is pid 1 again)
+    assert _header(shm)[0] == _engine_pid(engine2)
     sent3 = _complete(serve_url, 3, model)
     _wait(f"the agent counts {sent2} + {sent3} requests", agent_counts(sent2 + sent3), 60, all_logs)
     assert httpx.get(f"{agent_url}/api/v1/summary", timeout=10).json()["requests"] == sent2 + sent3
