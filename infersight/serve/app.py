@@ -3,7 +3,7 @@
 POST /v1/completions          text completion (stream: SSE `data: {...}` chunks, then `data: [DONE]`)
 POST /v1/chat/completions     chat completion (same streaming)
 GET  /v1/models               the one served model
-GET  /health                  engine thread alive, requests in flight, probe ring
+GET  /health                  engine alive (its process, or its thread), requests in flight, counters
 GET  /metrics                 the server's counters (Prometheus text)
 
 Request headers: traceparent/tracestate (W3C; the request span is the caller's span's child),
@@ -37,7 +37,8 @@ from infersight.probes.records import TextField
 from infersight.serve import protocol as P
 from infersight.serve.api_error import openai_error_body
 from infersight.serve.config import ServeConfig
-from infersight.serve.engine_loop import Accepted, Delta, Done, EngineLoop, Event, Failed, Submission
+from infersight.serve.engine_handle import EngineHandle
+from infersight.serve.engine_loop import Accepted, Delta, Done, Event, Failed, Submission
 from infersight.serve.metrics import ServerCounters
 from infersight.serve.probe_records import ServedRecord
 from infersight.serve.tracecontext import extract
@@ -90,7 +91,7 @@ async def read_json(request: Request) -> dict[str, Any]:
     return body
 
 
-def build_app(engine: EngineLoop, config: ServeConfig, counters: ServerCounters | None = None,
+def build_app(engine: EngineHandle, config: ServeConfig, counters: ServerCounters | None = None,
               gate: ConnectionGate | None = None) -> ASGIApp:
     """The app behind its HTTP limits; `gate` (the server's connection bound) is shown on /metrics."""
     counters = counters if counters is not None else engine.counters
@@ -215,7 +216,7 @@ async def _disconnected(receive: Callable[[], Awaitable[Message]]) -> None:
         pass
 
 
-async def _sse(engine: EngineLoop, sub: Submission, req: P.GenerationRequest, response_id: str,
+async def _sse(engine: EngineHandle, sub: Submission, req: P.GenerationRequest, response_id: str,
                prompt_tokens: int) -> AsyncIterator[str]:
     """The SSE body. If the client goes away the generator is closed mid-way: abort the request."""
     finished, first, completion_tokens = False, True, 0

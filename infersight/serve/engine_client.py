@@ -49,15 +49,16 @@ class _InFlight:
 class EngineClient:
     def __init__(self, engine_config: EngineConfig, probe_config: ProbeConfig, max_text_bytes: int,
                  max_pending: int = 256, counters: ServerCounters | None = None,
-                 start_timeout_s: float = 900.0) -> None:
-        """start_timeout_s: how long the engine may take to build, load weights and capture its graphs."""
+                 start_timeout_s: float = 900.0, tokenizer: Any = None) -> None:
+        """start_timeout_s: how long the engine may take to build, load weights and capture its graphs.
+        tokenizer: what turns the engine's token ids into text here (default: the model's own)."""
         self.engine_config = engine_config
         self.probe_config = probe_config
         self.max_text_bytes = max_text_bytes
         self.max_pending = max_pending
         self.counters = counters if counters is not None else ServerCounters()
         self.start_timeout_s = start_timeout_s
-        self.tokenizer = tokenizer_for(engine_config.model_config)
+        self.tokenizer = tokenizer if tokenizer is not None else tokenizer_for(engine_config.model_config)
         self.max_model_len = 0
         self.ring_name = ""
         self.graphs_captured = 0
@@ -228,28 +229,39 @@ class EngineClient:
             fl = self._inflight.get(ev.key)
             if fl is None:
                 continue
-            if isinstance(ev, W.TokensOut):
-                posts.append((fl.sub, Delta(fl.decoder.step(ev.token_ids), len(ev.token_ids))))
-            elif isinstance(ev, W.AcceptedOut):
-                fl.sub.request_id = ev.request_id
-                fl.decoder = self.tokenizer.stream_decoder()
-                posts.append((fl.sub, Accepted(ev.request_id, ev.num_prompt_tokens)))
-            elif isinstance(ev, W.DoneOut):
-                tail = fl.decoder.finish()
-                if tail:
-                    posts.append((fl.sub, Delta(tail, 0)))
-                posts.append((fl.sub, Done(replace(ev.output, trace_id=fl.sub.record.trace.trace_id))))
-                self._finish(ev.key)
-            elif isinstance(ev, W.FailedOut):
-                error = ValueError(ev.message) if ev.status == 400 else RuntimeError(ev.message)
-                posts.append((fl.sub, Failed(error, ev.status, ev.param)))
-                if fl.decoder is None:  # refused at admission: no NETWORK will follow
-                    self._keys.pop(id(fl.sub), None)
+            try:
+                self._event(ev, fl, posts)
+            except Exception as exc:  # noqa: BLE001 -- one request's text failed: fail it alone, go on
+                log.exception("the front end failed request key %d", ev.key)
+                self.counters.request_failed("request")
+                posts.append((fl.sub, Failed(RuntimeError(f"the front end failed this request: "
+                                                          f"{type(exc).__name__}: {exc}"))))
+                self._send(W.Abort(ev.key))
                 self._finish(ev.key)
         if msg.counts is not None:
             self._absorb(msg.counts)
         if posts:
             post_all(posts)
+
+    def _event(self, ev: W.RequestEvent, fl: _InFlight, posts: list[tuple[Submission, Event]]) -> None:
+        if isinstance(ev, W.TokensOut):
+            posts.append((fl.sub, Delta(fl.decoder.step(ev.token_ids), len(ev.token_ids))))
+        elif isinstance(ev, W.AcceptedOut):
+            fl.sub.request_id = ev.request_id
+            fl.decoder = self.tokenizer.stream_decoder()
+            posts.append((fl.sub, Accepted(ev.request_id, ev.num_prompt_tokens)))
+        elif isinstance(ev, W.DoneOut):
+            tail = fl.decoder.finish()
+            if tail:
+                posts.append((fl.sub, Delta(tail, 0)))
+            posts.append((fl.sub, Done(replace(ev.output, trace_id=fl.sub.record.trace.trace_id))))
+            self._finish(ev.key)
+        elif isinstance(ev, W.FailedOut):
+            error = ValueError(ev.message) if ev.status == 400 else RuntimeError(ev.message)
+            posts.append((fl.sub, Failed(error, ev.status, ev.param)))
+            if fl.decoder is None:  # refused at admission: no NETWORK will follow
+                self._keys.pop(id(fl.sub), None)
+            self._finish(ev.key)
 
     def _finish(self, key: int) -> None:
         del self._inflight[key]

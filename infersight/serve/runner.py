@@ -15,6 +15,7 @@ from infersight.serve.api_error import openai_error_body
 from infersight.serve.app import build_app
 from infersight.serve.config import ServeConfig
 from infersight.serve.engine_client import EngineClient
+from infersight.serve.engine_handle import EngineHandle
 from infersight.serve.engine_loop import EngineLoop
 from infersight.serve.probe_records import ProbeWriter
 from infersight.serve.sidecar import AgentOptions, AgentProcess
@@ -76,7 +77,7 @@ def _serve_in_process(config: ServeConfig, engine_config: EngineConfig, probe_co
         probe.close()
 
 
-def _run_http(config: ServeConfig, engine: EngineLoop | EngineClient, ring_name: str,
+def _run_http(config: ServeConfig, engine: EngineHandle, ring_name: str,
               agent: AgentOptions | None) -> None:
     """The agent beside the ring (when asked), then uvicorn until the stop signal."""
     sidecar = AgentProcess(ring_name, config.model_name, agent) if agent is not None else None

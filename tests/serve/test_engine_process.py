@@ -119,6 +119,43 @@ def test_an_engine_refusal_is_a_400_and_releases_its_slot(client: EngineClient) 
     assert client.pending == 0
 
 
+class FirstDecoderFails:
+    """The model's tokenizer, except that the first request's stream decoder raises at its first tokens."""
+
+    def __init__(self, tokenizer) -> None:  # type: ignore[no-untyped-def]
+        self.tokenizer, self.made = tokenizer, 0
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.tokenizer, name)
+
+    def stream_decoder(self):  # type: ignore[no-untyped-def]
+        self.made += 1
+        decoder = self.tokenizer.stream_decoder()
+        if self.made == 1:
+            def broken(ids):  # type: ignore[no-untyped-def]
+                raise UnicodeError("broken on purpose")
+            decoder.step = broken
+        return decoder
+
+
+def test_a_request_the_front_end_cannot_decode_fails_alone() -> None:
+    from infersight.runtime.checkpoints.hf_tokenizer import tokenizer_for
+
+    c = EngineClient(ENGINE, ProbeConfig(ring_name=unique_ring("split-decode"), nvtx=False), 1024,
+                     tokenizer=FirstDecoderFails(tokenizer_for(ENGINE.model_config)))
+    c.start()
+    try:
+        first = asyncio.run(post(c, body("the quick brown fox", 8)))
+        second = asyncio.run(post(c, body("the quick brown fox", 8)))
+    finally:
+        c.stop()
+    assert first.status_code == 500 and "broken on purpose" in first.json()["error"]["message"]
+    assert second.status_code == 200
+    assert second.json()["choices"][0]["text"] == direct("the quick brown fox", 8)[0]
+    assert c.counters.snapshot()["failed"]["request"] == 1
+    assert c.pending == 0
+
+
 def test_a_killed_engine_fails_what_is_in_flight_and_health_says_so() -> None:
     c = EngineClient(ENGINE, ProbeConfig(ring_name=unique_ring("split-kill"), nvtx=False), 1024)
     c.start()
