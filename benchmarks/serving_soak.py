@@ -60,6 +60,14 @@ def trend(t_s: np.ndarray, y: np.ndarray) -> dict[str, float]:
             "high": float((fit.slope + half) * 600), "spread": float(np.median(np.abs(resid - np.median(resid))))}
 
 
+def agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink) -> list[str]:
+    if arm == "recorder_otlp":
+        return _agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--otlp-endpoint", sink.url]
+    if arm == "recorder_parquet":
+        return _agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--parquet-dir", str(out_dir / "parquet")]
+    return _agent_cmd(arm, ring, port, out_dir, sink)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny-moe")
@@ -70,8 +78,10 @@ def main() -> int:
     ap.add_argument("--window-s", type=float, default=60.0)
     ap.add_argument("--settle-s", type=float, default=120.0, help="left out of the fits (start-up, first windows)")
     ap.add_argument("--compare", type=int, default=5, help="windows at each end compared by their medians")
-    ap.add_argument("--arm", default="full", choices=("none", "agent", "agent_recorder", "full"),
-                    help="what runs beside serve (bench serving's arms; default full)")
+    ap.add_argument("--arm", default="full", choices=("none", "agent", "agent_recorder", "full", "recorder_otlp",
+                                                      "recorder_parquet"),
+                    help="what runs beside serve: bench serving's arms (default full: recorder, OTLP export, Parquet, "
+                         "GPU telemetry), or the recorder with only one of OTLP export and Parquet (to tell them apart)")
     ap.add_argument("--serve-arg", action="append", default=[], metavar="FLAG")
     args = ap.parse_args()
 
@@ -92,7 +102,7 @@ def main() -> int:
         if args.arm != "none":
             aport = _free_port()
             with open(out_dir / "agent.log", "w") as agent_log:
-                agent = subprocess.Popen(_agent_cmd(args.arm, ring, aport, out_dir, sink), stdout=agent_log,
+                agent = subprocess.Popen(agent_cmd(args.arm, ring, aport, out_dir, sink), stdout=agent_log,
                                          stderr=subprocess.STDOUT)
             _wait_health(f"http://127.0.0.1:{aport}", agent, "infersight agent", out_dir / "agent.log")
         engine = next(iter(spawned_children(serve.pid)), None)
@@ -118,13 +128,9 @@ def main() -> int:
                   flush=True)
             n += 1
     finally:
-        if agent is not None:
-            stop_agent(agent)
-        serve.terminate()
-        try:
-            serve.wait(30)
-        except subprocess.TimeoutExpired:
-            serve.kill()
+        for proc in (agent, serve):
+            if proc is not None:
+                stop_agent(proc)  # SIGTERM, then SIGKILL after 15 s
         serve_log.close()
         sink.close()
     frame = pd.DataFrame(rows)

@@ -305,7 +305,9 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                 requests.append(req)
                 log(f"round {rnd} {arm:<15} {figures['tokens_per_s']:9.1f} tok/s {figures['requests_per_s']:7.2f} req/s "
                     f"TTFT p50 {figures['ttft_p50_s'] * 1e3:7.1f} ms ITL p50 {figures['itl_p50_s'] * 1e3:6.1f} ms "
-                    f"serve RSS {cpu['serve_rss_mb']:.0f} MB (anon {cpu['serve_anon_mb']:.0f}, shared {cpu['serve_shmem_mb']:.0f})")
+                    f"serve RSS {cpu['serve_rss_mb']:.0f} MB (anon {cpu['serve_anon_mb']:.0f}, shared {cpu['serve_shmem_mb']:.0f}), "
+                    f"its engine process {cpu['engine_rss_mb']:.0f} MB (anon {cpu['engine_anon_mb']:.0f}, shared "
+                    f"{cpu['engine_shmem_mb']:.0f})")
     finally:
         sink.close()
         stop_agent(serve)

@@ -1,9 +1,10 @@
 """Per-request rows to a Parquet file, one row group per flush (pyarrow's streaming writer)."""
 from __future__ import annotations
 
+import time
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -74,14 +75,30 @@ class ParquetSink:
 class FrameSink:
     """Every decoded event stream to its own Parquet file (<dir>/<frame>.parquet), with the columns
     documented in infersight.correlate.frames. Batches are buffered into row groups of about
-    `rows_per_group` rows (one row group per poll would bloat the file). The report reads these."""
+    `rows_per_group` rows (one row group per poll would bloat the file), or of what `flush_s` seconds
+    brought, whichever comes first. The report reads these.
 
-    def __init__(self, directory: str | Path, rows_per_group: int = 50_000) -> None:
+    Memory: a poll's batch of a sparse stream is a few rows, and an Arrow table costs ~9 KB whatever
+    its rows; buffered one per poll, 50,000 rows of such a stream were 30,000 tables, 256 MB (an agent
+    with --parquet-dir grew ~40 MB a minute beside a CPU `serve`, BENCHMARKS.md). Every `compact_every`
+    batches are joined into one table, so a buffer costs its rows, not its polls."""
+
+    def __init__(self, directory: str | Path, rows_per_group: int = 50_000, flush_s: float = 300.0,
+                 compact_every: int = 64, clock: Callable[[], float] = time.monotonic) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.rows_per_group = rows_per_group
+        self.flush_s = flush_s
+        self.compact_every = compact_every
+        self._clock = clock
         self._writers: dict[str, pq.ParquetWriter] = {}
         self._buffers: dict[str, list[pa.Table]] = {}
+        self._since: dict[str, float] = {}  # when each stream's buffer got its first batch
+
+    def buffered(self, name: str) -> tuple[int, int]:
+        """(tables, rows) of one stream waiting for its row group."""
+        buf = self._buffers.get(name, [])
+        return len(buf), sum(t.num_rows for t in buf)
 
     def write(self, frames: "EventFrames") -> None:
         for f in fields(frames):
@@ -92,11 +109,19 @@ class FrameSink:
         if df.empty:
             return
         buf = self._buffers.setdefault(name, [])
+        if not buf:
+            self._since[name] = self._clock()
         # Name columns decoded as Categoricals (correlate.frames) are written as the strings they
         # hold: every file keeps one plain schema, whatever the poll's categories were.
         names = {c: "str" for c, t in df.dtypes.items() if getattr(t, "name", "") == "category"}
         buf.append(pa.Table.from_pandas(df.astype(names) if names else df, preserve_index=False))
-        if sum(t.num_rows for t in buf) >= self.rows_per_group:
+        if len(buf) >= self.compact_every:
+            try:  # a column all null in some polls is typed null there: promote, as the writer's cast does
+                buf[:] = [pa.concat_tables(buf, promote_options="default").combine_chunks()]
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                self._flush(name)  # the writer casts each batch to the file's schema (or says why not)
+                return
+        if sum(t.num_rows for t in buf) >= self.rows_per_group or self._clock() - self._since[name] >= self.flush_s:
             self._flush(name)
 
     def _flush(self, name: str) -> None:

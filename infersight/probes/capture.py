@@ -36,6 +36,17 @@ log = logging.getLogger("infersight.probes")
 SHAPES_FORMAT = "infersight-capture-shapes/1"
 
 
+def release_results(profiler: "torch.profiler.profile | None") -> None:
+    """Free a stopped profile's recorded events now. The profile object is a reference cycle (its action
+    map holds its own bound methods), so dropping it frees nothing until a full collection, which a
+    long-lived engine rarely runs; the events it holds (Kineto's results) were then kept window after
+    window: VmRSS +53.9 MB over 100 CPU windows, +0.1 MB with this, as with a gc.collect() of 104 ms after
+    each (benchmarks/profiler_garbage.py; pytorch issue 193348). Its `profiler` attribute holds them, and
+    nothing else refers to that."""
+    if profiler is not None and getattr(profiler, "profiler", None) is not None:
+        profiler.profiler = None
+
+
 def private_dir(path: Path) -> None:
     """Create ``path`` 0700 if missing; refuse (OSError) a directory another user owns or can
     write to, where our traces could be swapped or linked elsewhere."""
@@ -120,6 +131,7 @@ class StepCapture:
             profiler = torch.profiler.profile(activities=self._activities())
             profiler.start()
             profiler.stop()
+            release_results(profiler)
         except Exception as exc:  # noqa: BLE001 -- a warm-up must never take the engine down
             log.warning("the profiler warm-up failed (the first capture pays its start-up): %s", exc)
         return time.perf_counter() - started
@@ -202,5 +214,6 @@ class StepCapture:
             log.error("capture %d could not be written: %s", self._seq, exc)
             self.control.set_state(CaptureState.FAILED, str(exc))
         finally:
+            release_results(self._profiler)
             self._profiler = None
             self._steps = []

@@ -1,9 +1,10 @@
-"""`infersight serve` as a user runs it: the shipped tiny-moe behind the HTTP API, the agent beside
-it (--with-agent) seeing each request with its network time, and the server still serving after
-the agent is killed. Usage errors are one line and exit code 2."""
+"""`infersight serve` as a user runs it: the shipped tiny-moe behind the HTTP API (its engine in a process
+of its own, and with --engine-in-process), the agent beside it (--with-agent) seeing each request with its
+network time, and the server still serving after the agent is killed. Usage errors are one line and exit code 2."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from serve_fixtures import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,12 +58,13 @@ def agent_pid(server_pid: int) -> int:
     return pid
 
 
-def test_serve_with_agent_and_without_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", [(), ("--engine-in-process",)], ids=["engine-process", "engine-in-process"])
+def test_serve_with_agent_and_without_it(tmp_path: Path, layout: tuple[str, ...]) -> None:
     port, agent_port = free_port(), free_port()
     base, agent = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{agent_port}"
     log = open(tmp_path / "serve.log", "wb")
     proc = subprocess.Popen(serve_cmd("--listen", f"127.0.0.1:{port}", "--device", "cpu", "--with-agent",
-                                      "--agent-listen", f"127.0.0.1:{agent_port}"),
+                                      "--agent-listen", f"127.0.0.1:{agent_port}", *layout),
                             cwd=REPO, env=ENV, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_json(base + "/health", lambda h: h["status"] == "ok")
@@ -88,3 +91,8 @@ def test_serve_with_agent_and_without_it(tmp_path: Path) -> None:
     assert proc.returncode == 0, text
     ring = text.split("probe ring ")[1].split(")")[0]
     assert not Path("/dev/shm", ring).exists()  # a clean stop removes the ring
+    engine = re.search(r"engine process (\d+) ready", text)
+    assert (engine is None) == bool(layout)  # the engine ran in a process of its own unless asked not to
+    if engine is not None:  # and that process is gone with serve
+        assert not Path(f"/proc/{engine.group(1)}").exists() or \
+            Path(f"/proc/{engine.group(1)}/stat").read_text().split()[2] == "Z"
