@@ -96,6 +96,28 @@ def demo_vllm(out: Path, models_cache: Path | None = None, seed: int = 0, otlp: 
                     ports["otlp"] if otlp else None)
 
 
+#: vLLM's workers publish their expert counts every INFERSIGHT_EXPERT_PUBLISH_INTERVAL (0.2 s), one ring record
+#: per layer: the last publication can land after the last request's end, and a summary read in the middle of
+#: one has some layers counted and not others.
+_SETTLE_S = 0.5
+
+
+def _settled_summary(agent: AgentProcess, answered: int, timeout_s: float = 30.0) -> dict:
+    """The agent's summary once it counts every answered request and two readings _SETTLE_S apart agree on
+    the expert counts (the engine's last per-step records read too); the last reading at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    summary = agent.json("/api/v1/summary")
+    while time.monotonic() < deadline:
+        counts = json.dumps(summary.get("moe", {}).get("expert_tokens"))
+        if summary["requests"] >= answered and counts == last:
+            return summary
+        last = counts if summary["requests"] >= answered else None
+        time.sleep(_SETTLE_S if last is not None else 0.2)
+        summary = agent.json("/api/v1/summary")
+    return summary
+
+
 def run_vllm_demo(config: VllmDemoConfig, console: Console, vllm: DemoVllm | None = None) -> dict[str, Any]:
     """The demo. `vllm`: one already started (a test's shared server; left running), else the demo
     starts its own and stops it after."""
@@ -125,10 +147,7 @@ def run_vllm_demo(config: VllmDemoConfig, console: Console, vllm: DemoVllm | Non
         if failed:
             console.print(f"{len(failed)} requests failed, e.g.: {failed[0].error}", markup=False)
         ok = len(results) - len(failed)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and agent.json("/api/v1/summary")["requests"] < ok:
-            time.sleep(0.2)
-        summary = agent.json("/api/v1/summary")
+        summary = _settled_summary(agent, ok)
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         (out / "metrics.prom").write_bytes(_get(agent.url + "/metrics"))
         (out / "vllm-metrics.prom").write_bytes(_get(server.url + "/metrics"))
