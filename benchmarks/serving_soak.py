@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,18 @@ def trend(t_s: np.ndarray, y: np.ndarray) -> dict[str, float]:
             "high": float((fit.slope + half) * 600), "spread": float(np.median(np.abs(resid - np.median(resid))))}
 
 
+def kept_rows(agent_url: str | None) -> dict[str, float]:
+    """What the agent's retention holds now (/api/v1/summary's retention block); -1 when it did not answer."""
+    if agent_url is None:
+        return {"kept_requests": -1, "kept_bytes": -1}
+    try:
+        with urllib.request.urlopen(agent_url + "/api/v1/summary", timeout=30) as r:  # noqa: S310 (loopback)
+            kept = json.loads(r.read()).get("retention", {})
+    except (OSError, ValueError):
+        return {"kept_requests": -1, "kept_bytes": -1}
+    return {"kept_requests": kept.get("requests", -1), "kept_bytes": kept.get("bytes", -1)}
+
+
 def agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink) -> list[str]:
     if arm == "recorder_otlp":
         return _agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--otlp-endpoint", sink.url]
@@ -83,6 +96,9 @@ def main() -> int:
                     help="what runs beside serve: bench serving's arms (default full: recorder, OTLP export, Parquet, "
                          "GPU telemetry), or the recorder with only one of OTLP export and Parquet (to tell them apart)")
     ap.add_argument("--serve-arg", action="append", default=[], metavar="FLAG")
+    ap.add_argument("--traced-agent", type=Path, metavar="FILE",
+                    help="run the agent under benchmarks/agent_traced.py (tracemalloc; it slows the agent) and write "
+                         "its growth by allocation site to FILE: first snapshot after --settle-s, then every 5 windows")
     args = ap.parse_args()
 
     out_dir = Path(tempfile.mkdtemp(prefix="infersight-serving-soak-"))
@@ -101,10 +117,14 @@ def main() -> int:
         _wait_health(url, serve, "infersight serve", out_dir / "serve.log", timeout_s=600)
         if args.arm != "none":
             aport = _free_port()
+            cmd = agent_cmd(args.arm, ring, aport, out_dir, sink)
+            if args.traced_agent:
+                cmd[1:3] = [str(REPO / "benchmarks" / "agent_traced.py"), "--out", str(args.traced_agent.resolve()),
+                            "--first-s", str(args.settle_s), "--every-s", str(5 * args.window_s), "--"]
             with open(out_dir / "agent.log", "w") as agent_log:
-                agent = subprocess.Popen(agent_cmd(args.arm, ring, aport, out_dir, sink), stdout=agent_log,
-                                         stderr=subprocess.STDOUT)
+                agent = subprocess.Popen(cmd, stdout=agent_log, stderr=subprocess.STDOUT)
             _wait_health(f"http://127.0.0.1:{aport}", agent, "infersight agent", out_dir / "agent.log")
+        agent_url = f"http://127.0.0.1:{aport}" if agent is not None else None
         engine = next(iter(spawned_children(serve.pid)), None)
         pids = {"front": serve.pid, "engine": engine, "agent": agent.pid if agent is not None else None}
         start = time.monotonic()
@@ -120,11 +140,13 @@ def main() -> int:
             for k, p in pids.items():
                 row[f"{k}_rss_mb"] = process_memory_mb(p)["rss"]
                 row[f"{k}_cores"] = ((process_cpu_s(p) - cpu0[k]) / wall) if p else float("nan")
+            row.update(kept_rows(agent_url))
             rows.append(row)
             print(f"window {n:3d} t={row['t_s']:7.0f} s {row['tokens_per_s']:8.1f} tok/s TTFT p99 "
                   f"{row['ttft_p99_s'] * 1e3:7.1f} ms ITL p99 {row['itl_p99_s'] * 1e3:6.1f} ms RSS front/engine/agent "
                   f"{row['front_rss_mb']:.0f}/{row['engine_rss_mb']:.0f}/{row['agent_rss_mb']:.0f} MB cores "
-                  f"{row['front_cores']:.2f}/{row['engine_cores']:.2f}/{row['agent_cores']:.2f} errors {row['errors']}",
+                  f"{row['front_cores']:.2f}/{row['engine_cores']:.2f}/{row['agent_cores']:.2f} errors {row['errors']} "
+                  f"kept {row['kept_requests']} ({row['kept_bytes'] / 2**20:.1f} MiB)",
                   flush=True)
             n += 1
     finally:

@@ -43,8 +43,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.bench.agent import stop_agent
+from infersight.exporters import catalogue as C
 from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
 
 ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
@@ -238,22 +240,30 @@ def _agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink | N
     cmd = [sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen", f"127.0.0.1:{port}",
            "--gpu-source", "auto" if arm == "full" else "none"]
     if arm in ("agent_recorder", "full"):
-        cmd += ["--flight-recorder"]
+        # One directory per arm: each phase's fresh agent starts its budget from the window costs the arm's
+        # earlier phases measured (as a restarted agent does), not from the guess (which takes no window
+        # in a short phase). The first phase of the arm has only the guess.
+        cmd += ["--flight-recorder", "--recorder-dir", str(out_dir / f"recorder-{arm}")]
     if arm == "full" and sink is not None:
         cmd += ["--otlp-endpoint", sink.url, "--parquet-dir", str(out_dir / "parquet")]
     return cmd
 
 
-def _recorder_cost(url: str) -> float:
-    """The recorder's own amortised cost figure (infersight_recorder_cost_ratio) from /metrics."""
+def _recorder_figures(url: str) -> tuple[float, float]:
+    """The recorder's own amortised cost figure (infersight_recorder_cost_ratio) and the windows it
+    measured (analysed) in this agent's life, from /metrics; NaN where the agent did not say."""
+    cost, windows = float("nan"), float("nan")
     try:
         text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()  # noqa: S310 (loopback)
     except OSError:
-        return float("nan")
-    for line in text.splitlines():
-        if line.startswith("infersight_recorder_cost_ratio"):
-            return float(line.rsplit(" ", 1)[1])
-    return float("nan")
+        return cost, windows
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == C.RECORDER_COST_RATIO.sample:
+                cost = float(sample.value)
+            elif sample.name == C.RECORDER_WINDOWS.sample and sample.labels.get("outcome") == "analysed":
+                windows = float(sample.value)
+    return cost, windows
 
 
 def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any]:
@@ -291,7 +301,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     for who, pid in (("serve", serve.pid), ("engine", engine_pid),
                                      ("agent", agent.pid if agent is not None else None)):
                         cpu.update({f"{who}_{k}_mb": v for k, v in process_memory_mb(pid).items()})
-                    cost = _recorder_cost(agent_url) if agent is not None else float("nan")
+                    cost, windows = _recorder_figures(agent_url) if agent is not None else (float("nan"),) * 2
                 finally:
                     if agent is not None:
                         stop_agent(agent)
@@ -300,7 +310,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                                                               "status"]).assign(arm=arm, round=rnd)
                 figures = phase_figures(tok, req, t0, t1)
                 phases.append({"arm": arm, "round": rnd, "t0_s": t0, "t1_s": t1, **figures,
-                               "recorder_cost_ratio": cost, **cpu})
+                               "recorder_cost_ratio": cost, "recorder_windows": windows, **cpu})
                 tokens.append(tok)
                 requests.append(req)
                 log(f"round {rnd} {arm:<15} {figures['tokens_per_s']:9.1f} tok/s {figures['requests_per_s']:7.2f} req/s "
@@ -388,6 +398,7 @@ def summarise(phases: pd.DataFrame, config: ServingBenchConfig) -> dict[str, Any
                      **{f"{f}_ratio": float(r.median()) for f, r in ratios.items()},
                      "tokens_per_s_ratio_by_round": [round(float(x), 4) for x in ratios["tokens_per_s"]],
                      "recorder_cost_ratio": float(g["recorder_cost_ratio"].median()),
+                     "recorder_windows_by_round": [float(x) for x in g.get("recorder_windows", pd.Series(dtype=float))],
                      **{f"{p}_cores": float(g[f"{p}_cores"].median()) if f"{p}_cores" in g else float("nan")
                         for p in ("serve", "engine", "agent", "client")},
                      **{f"{p}_{k}_mb_last": float(g[f"{p}_{k}_mb"].iloc[-1]) if f"{p}_{k}_mb" in g else float("nan")

@@ -7,8 +7,9 @@ thread: a capture is asked for, so its export cost is accepted; everything else 
 Beside each capture goes its shapes file, `capture-PID-SEQ.shapes.json`: the model's shape and,
 for every step in the window, its phase and each sequence's (request id, tokens fed, KV length
 after the step). With it a capture's FLOPs and bytes can be modelled step by step (read by
-infersight.kernels.readers.shapes). A torch capture's control-block path is the trace; a cuda-profiler
-capture has no trace of ours (nsys or ncu writes it), so its path is the shapes file.
+infersight.kernels.readers.shapes). A torch capture's control-block path is the trace
+(`capture-PID-SEQ.json.gz`; a flight-recorder window's is plain `.json`, read once and deleted); a
+cuda-profiler capture has no trace of ours (nsys or ncu writes it), so its path is the shapes file.
 """
 from __future__ import annotations
 
@@ -176,6 +177,16 @@ class StepCapture:
         with open_private(path) as f:
             f.write(json.dumps(doc, separators=(",", ":")).encode())
 
+    def _export_plain(self, path: Path) -> None:
+        """A flight-recorder window's trace, as plain JSON: the agent reads it once and deletes it, so
+        compressing it would only spend the engine's step (gzip at level 1 took twice as long as the
+        JSON export itself on the CPU; BENCHMARKS.md). Written under a temporary name, made 0600 and
+        renamed into place, so the agent never sees half a file."""
+        part = path.with_name(path.name + ".part")
+        self._profiler.export_chrome_trace(str(part))  # Kineto makes the file itself, with the umask's mode
+        os.chmod(part, 0o600)  # in a 0700 directory (private_dir): no one else could open it meanwhile
+        os.replace(part, path)
+
     def _stop(self) -> None:
         stem = self.out_dir / f"capture-{os.getpid()}-{self._seq}"
         shapes = stem.with_name(stem.name + ".shapes.json")
@@ -198,7 +209,11 @@ class StepCapture:
             private_dir(self.out_dir)
             if self._model is not None:
                 self._write_shapes(shapes)
-            if profiled:
+            if profiled and self._tool is CaptureTool.TORCH_KERNELS:
+                path = stem.with_name(stem.name + ".json")
+                self._export_plain(path)
+                self.control.set_state(CaptureState.DONE, str(path))
+            elif profiled:
                 path = stem.with_name(stem.name + ".json.gz")
                 with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
                     raw = tmp.name

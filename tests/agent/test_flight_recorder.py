@@ -79,6 +79,31 @@ def runs():
         run.probe.close()
 
 
+def test_a_restarted_agent_starts_its_budget_from_the_costs_its_directory_kept(tmp_path, runs) -> None:
+    """The first run measures its windows and keeps them in --recorder-dir; a second agent on the same
+    directory reserves the dearest of those measured costs (not the 1 s guess) before it measures its own."""
+    config = RecorderConfig(budget=0.45, initial_cost_s=0.002, directory=str(tmp_path / "rec"), **QUIET)
+    first = drive(start(tmp_path, config), requests=4, tokens=150)
+    runs.append(first)
+    measured = [w["cost"]["cost_s"] for w in first.agent.recorder.store.recent()
+                if w["kind"] == "window" and w["cost"] is not None]
+    assert len(measured) >= 2, first.agent.recorder.store.recent()
+    fresh = start(tmp_path, RecorderConfig(budget=0.005, directory=str(tmp_path / "rec"), **QUIET))
+    runs.append(fresh)
+    budget = fresh.agent.recorder.budget
+    recent = measured[-budget.recent_windows:]
+    assert budget.seeded == len(recent) and budget.measured == 0
+    assert budget.reserve_s == pytest.approx(max(max(recent), 0.0)) and budget.reserve_s != 1.0
+    fresh.agent.poll_once()
+    assert report.summary(fresh.agent.state)["flight_recorder"]["reservation_from"] == \
+        f"{len(recent)} kept windows' costs (measured)"
+    alone = start(tmp_path, RecorderConfig(budget=0.005, **QUIET))  # no directory: the guess, said as one
+    runs.append(alone)
+    alone.agent.poll_once()
+    block = report.summary(alone.agent.state)["flight_recorder"]
+    assert block["window_reservation_s"] == 1.0 and block["reservation_from"] == "the initial guess 1 s (modelled)"
+
+
 def test_windows_are_sampled_analysed_and_folded_into_kernel_series(tmp_path, runs, monkeypatch) -> None:
     # This host's CPU ceilings as `bench ceilings --device cpu` caches them (values of our choosing).
     from infersight.kernels.ceilings.ceiling_cache import CeilingMeasurement, host_cpu_name, torch_version, write_cache
@@ -124,7 +149,7 @@ def test_windows_are_sampled_analysed_and_folded_into_kernel_series(tmp_path, ru
     assert run.value(C.RECORDER_ENGINE.sample) == pytest.approx(worked, abs=1e-6)
     # Kept in memory and on disk; the traces themselves are deleted once read.
     assert len(list((tmp_path / "rec").glob("window-*.json"))) == len(run.agent.recorder.store.recent())
-    assert not list((tmp_path / "captures").glob("*.json.gz"))
+    assert not list((tmp_path / "captures").glob("capture-*"))  # traces (plain .json) and shapes files
     block = report.summary(run.agent.state)["flight_recorder"]
     assert block["windows_measured"] == len(windows) and block["budget"] == 0.45
     assert abs(sum(block["last_window_category_shares"].values()) - 1.0) < 1e-9

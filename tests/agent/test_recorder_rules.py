@@ -121,6 +121,58 @@ def test_the_reservation_is_the_dearer_of_estimate_and_recent_windows() -> None:
     assert b.reserve_s == pytest.approx(0.2)  # the dearest of the last two windows
 
 
+def test_the_default_guess_keeps_the_budget_from_the_first_window_on_short_runs() -> None:
+    """Issue 32: a fresh agent in a 20-s run. Windows really cost 0.2-0.75 s (the CPU's measured range);
+    with a 0.05 s guess the first window came after 10 s and the run ended at ~1.5-4x its budget. With
+    the default guess (the dearest measured) no run, short or long, ends above its budget."""
+    from infersight.agent.recorder.config import INITIAL_COST_S
+
+    def worst_end_ratio(guess: float, true_cost: float, run_s: float) -> float:
+        b = WindowBudget(budget=0.005, initial_cost_s=guess)
+        worst = 0.0
+        for _ in range(int(run_s / 0.01)):  # 10-ms steps; a run may end after any step
+            b.earn(0.01)
+            if b.can_start():
+                b.reserve()
+                b.settle(true_cost)
+            worst = max(worst, b.cost_ratio)
+        return worst
+
+    assert worst_end_ratio(0.05, 0.2, 20.0) == pytest.approx(0.2 / 10.0)  # the old guess: 2% right after window 1
+    for true_cost in (0.2, 0.5, 0.75):
+        for run_s in (20.0, 250.0, 1000.0):
+            assert worst_end_ratio(INITIAL_COST_S, true_cost, run_s) <= 0.005 + 1e-12, (true_cost, run_s)
+
+
+def test_seeded_costs_replace_the_guess_until_this_run_measures_its_own() -> None:
+    b = WindowBudget(budget=0.01, initial_cost_s=1.0, recent_windows=2)
+    b.seed([0.3, 0.05, 0.08])  # oldest first: the last two count
+    assert (b.seeded, b.reserve_s, b.estimate_s) == (2, pytest.approx(0.08), pytest.approx(0.08))
+    b.earn(8.0)  # 0.08 s of allowance: enough for the seeded reservation, not for the 1 s guess
+    assert b.can_start()
+    b.reserve()
+    b.settle(0.02)  # its own first measurement replaces the estimate; the seeds stay among the recent
+    assert (b.estimate_s, b.reserve_s) == (pytest.approx(0.02), pytest.approx(0.08))
+    b.seed([5.0])  # once this run measured a window, kept costs are ignored
+    assert b.reserve_s == pytest.approx(0.08) and b.seeded == 2
+    empty = WindowBudget(budget=0.01, initial_cost_s=1.0)
+    empty.seed([])
+    assert (empty.seeded, empty.reserve_s) == (0, 1.0)
+
+
+def test_store_gives_the_measured_costs_of_the_sampled_windows_it_kept(tmp_path) -> None:
+    store = WindowStore(keep=10, directory=tmp_path)
+    store.add({"kind": "window", "cost": {"cost_s": 0.4}})
+    store.add({"kind": "triggered", "cost": {"cost_s": 9.0}})  # a full capture: not a window's cost
+    store.add({"kind": "window", "cost": None})                 # settled at its estimate: not measured
+    store.add({"kind": "window", "cost": {"cost_s": 0.1}})
+    store.add({"kind": "window", "cost": {"cost_s": 0.2}})
+    (tmp_path / "window-0000000099.json").write_text("{not json")  # a torn file is skipped, not fatal
+    again = WindowStore(keep=10, directory=tmp_path)  # a restarted agent
+    assert again.kept_costs(8) == [0.4, 0.1, 0.2] and again.kept_costs(2) == [0.1, 0.2]
+    assert WindowStore(keep=10).kept_costs(8) == []  # memory only: nothing kept from before
+
+
 def requests(e2e: list[float], ttft: list[float] | None = None) -> pd.DataFrame:
     return pd.DataFrame({"e2e_s": e2e, "ttft_s": ttft if ttft is not None else [0.01] * len(e2e),
                          "itl_mean_s": [0.001] * len(e2e)})

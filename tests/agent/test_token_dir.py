@@ -4,6 +4,8 @@ both checked (owner, mode, no symlink) before anything in them is trusted; captu
 owners set with os.chown (the owner cases need root and are skipped otherwise)."""
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import stat
 import subprocess
@@ -154,19 +156,26 @@ def test_agent_logs_its_token_path_and_refuses_a_planted_directory(env: Path) ->
     assert res.returncode == 2 and len(lines) == 1 and "refusing the token file" in lines[0] and "0644" in lines[0]
 
 
-def test_captures_are_written_0600_in_a_0700_directory(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("tool", "suffix"), [(CaptureTool.TORCH, ".json.gz"), (CaptureTool.TORCH_KERNELS, ".json")])
+def test_captures_are_written_0600_in_a_0700_directory(tmp_path: Path, tool: CaptureTool, suffix: str) -> None:
+    """A user's capture is gzipped; a flight-recorder window's is plain JSON (read once, deleted),
+    written under a private temporary name and renamed: same mode, nothing left half-written."""
     control = ControlBlock(f"infersight-test-capfiles-{os.getpid()}-{time.monotonic_ns()}", create=True)
     out = tmp_path / "captures" / "nested"
     capture = StepCapture(control, out)
     try:
-        control.request(1, CaptureTool.TORCH)
+        control.request(1, tool)
         capture.on_step_begin(7)
         torch.ones(4).sum()
         capture.close()  # the window ends: the trace is written
         assert control.state is CaptureState.DONE, control.path
         trace = Path(control.path)
-        assert trace.parent == out and trace.name.endswith(".json.gz") and trace.stat().st_size > 0
+        assert trace.parent == out and trace.name.endswith(suffix) and trace.stat().st_size > 0
+        assert not trace.name.endswith(".shapes.json")
         assert mode(out) == 0o700 and mode(trace) == 0o600
+        assert sorted(p.name for p in out.iterdir()) == [trace.name]  # no .part left (no model: no shapes file)
+        body = trace.read_bytes()
+        assert "traceEvents" in json.loads(gzip.decompress(body) if suffix.endswith(".gz") else body)
         # An existing directory others can write to is refused: the capture fails with a message.
         out.chmod(0o777)
         control.request(1, CaptureTool.TORCH)

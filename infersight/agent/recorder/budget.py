@@ -18,11 +18,16 @@ When the next window may start (`WindowBudget`): a token bucket in engine time. 
 engine step time earns `budget` seconds of allowance (capped at `burst` windows' worth); a window
 is asked for only when the allowance covers its reservation, which is held at once and settled
 with the measured cost when it is known. The reservation is the dearer of the smoothed estimate and
-the dearest of the last `recent_windows` measured windows (before any, `initial_cost_s`): with the
-estimate alone, every window dearer than the running average overspent, and the cost ran above the
-budget about half the time. Allowance never exceeds budget x engine time - cost, so the cost stays
-under the budget at every window whose measured cost is within its reservation; a window dearer
-than all recent ones overspends by the difference, which the windows after it wait out.
+the dearest of the last `recent_windows` measured windows (before any, `initial_cost_s`, or the
+costs an earlier run measured on this engine: `seed`): with the estimate alone, every window dearer
+than the running average overspent, and the cost ran above the budget about half the time. Allowance
+never exceeds budget x engine time - cost, so the cost stays under the budget at every window whose
+measured cost is within its reservation; a window dearer than all recent ones overspends by the
+difference, which the windows after it wait out.
+
+So the first window keeps the budget only if the guess before it is not below its real cost: the
+guess is the dearest window we have measured (INITIAL_COST_S), and a run that knows better says so
+(--recorder-initial-cost, or the costs kept in --recorder-dir by the run before).
 """
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from infersight.agent.recorder.config import INITIAL_COST_S
+
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,7 @@ class WindowBudget:
     recent_windows: how many measured windows the reservation covers (0: the estimate alone)."""
 
     budget: float = 0.005
-    initial_cost_s: float = 0.05
+    initial_cost_s: float = INITIAL_COST_S
     burst: float = 2.0
     smoothing: float = 0.3
     recent_windows: int = 8
@@ -92,6 +100,7 @@ class WindowBudget:
     cost_s: float = 0.0        # measured cost of the sampled windows so far (what the budget bounds)
     triggered_cost_s: float = 0.0  # measured cost of triggered captures (bounded by their cool-down)
     measured: int = 0          # windows whose cost updated the estimate
+    seeded: int = 0            # costs an earlier run measured that the reservation started from
     _reserved_s: float = 0.0
     _recent: deque[float] = field(default_factory=deque, repr=False)
 
@@ -110,6 +119,17 @@ class WindowBudget:
     def reserve_s(self) -> float:
         """What the next window holds: the dearer of the estimate and the dearest recent window."""
         return max(self.estimate_s, max(self._recent, default=0.0))
+
+    def seed(self, costs: list[float]) -> None:
+        """Start from window costs an earlier run measured on this engine (oldest first) instead of the
+        guess: the reservation is the dearest of them, as if this run had measured them itself. Only
+        before this run measured any: its own windows know better."""
+        if self.measured or not costs:
+            return
+        recent = [max(c, 0.0) for c in costs[-max(self.recent_windows, 1):]]
+        self._recent.extend(recent)  # maxlen 0 (the estimate alone) keeps none
+        self.estimate_s = max(self.initial_cost_s * 1e-6, max(recent))
+        self.seeded = len(recent)
 
     def earn(self, engine_seconds: float) -> None:
         """Engine step time observed: it earns budget x that much allowance."""

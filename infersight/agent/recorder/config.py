@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+#: The cost assumed before any window is measured: the dearest single window measured on a machine
+#: without other load (BENCHMARKS.md, "The flight recorder"): 0.75 s for 4 steps of tiny-moe on the
+#: 2-core CPU, 0.60 s for vLLM's first window on the CPU, 0.40 s for an eager H200 window. With the old
+#: guess of 0.05 s the first window came after 10 s of engine time and cost 0.1-0.5 s on the CPU, so a
+#: 20-s run read 0.94% against a 0.5% budget (issue 32). The price of a high guess: at 0.5% the first
+#: window waits 200 s of engine time; cheaper engines say so with --recorder-initial-cost.
+INITIAL_COST_S = 1.0
+
 
 @dataclass(frozen=True)
 class RecorderConfig:
@@ -12,7 +20,8 @@ class RecorderConfig:
     sampled window; after_steps: steps after it that are charged to it too. directory: where window
     summaries go (None: memory only); keep / max_bytes bound them (memory and disk alike).
     min_interval_s: wall-clock floor between windows, however cheap. initial_cost_s: the cost
-    assumed before the first is measured. keep_traces: keep each window's trace file (default: the
+    assumed before the first is measured (INITIAL_COST_S: the dearest we measured; with a
+    directory, the costs its kept windows measured come first). keep_traces: keep each window's trace file (default: the
     summary is kept, the trace deleted once read).
     Triggers (agent.recorder.triggers), each None to turn it off: the SLOs are the agent's
     --slo-*-s, judged at slo_quantile over the last slo_window requests; preemption_storm:
@@ -29,7 +38,7 @@ class RecorderConfig:
     keep: int = 256
     max_bytes: int = 16 << 20
     min_interval_s: float = 1.0
-    initial_cost_s: float = 0.05
+    initial_cost_s: float = INITIAL_COST_S
     keep_traces: bool = False
     slo_quantile: float = 0.99
     slo_window: int = 200
@@ -55,8 +64,8 @@ class RecorderConfig:
             raise ValueError(f"--recorder-max-bytes must be >= 1024, got {self.max_bytes}")
         if not 0.0 <= self.min_interval_s <= 86400:
             raise ValueError(f"the recorder's minimum interval must be in [0, 86400] s, got {self.min_interval_s}")
-        if not self.initial_cost_s > 0:
-            raise ValueError(f"the recorder's initial cost must be > 0 s, got {self.initial_cost_s}")
+        if not 0 < self.initial_cost_s <= 3600:
+            raise ValueError(f"--recorder-initial-cost must be in (0, 3600] s, got {self.initial_cost_s}")
         if not 0.0 < self.slo_quantile < 1.0:
             raise ValueError(f"the recorder's SLO quantile must be in (0, 1), got {self.slo_quantile}")
         if self.slo_window < 1 or self.slo_min_requests < 1 or self.storm_steps < 1:
@@ -86,7 +95,12 @@ class RecorderConfig:
         g.add_argument("--recorder-window-steps", type=int, default=4, metavar="N",
                        help="steps per window (default 4)")
         g.add_argument("--recorder-dir", metavar="DIR",
-                       help="keep the window summaries here too (default: memory only)")
+                       help="keep the window summaries here too (default: memory only); a restarted agent starts "
+                            "its budget from the window costs measured there")
+        g.add_argument("--recorder-initial-cost", type=float, default=INITIAL_COST_S, metavar="SECONDS",
+                       help="what a window is assumed to cost before one is measured (default %(default)s s: the "
+                            "dearest we measured, so the first window keeps the budget; at 0.5%% it waits 200 s of "
+                            "engine time). Lower it where windows are known to be cheap (~0.05 s on an H200)")
         g.add_argument("--recorder-keep", type=int, default=256, metavar="N",
                        help="window summaries kept (default 256)")
         g.add_argument("--recorder-max-bytes", type=int, default=16 << 20, metavar="BYTES",
@@ -114,7 +128,7 @@ class RecorderConfig:
             return None
         return cls(budget=args.recorder_budget, window_steps=args.recorder_window_steps,
                    directory=args.recorder_dir, keep=args.recorder_keep, max_bytes=args.recorder_max_bytes,
-                   keep_traces=args.recorder_keep_traces,
+                   keep_traces=args.recorder_keep_traces, initial_cost_s=args.recorder_initial_cost,
                    preemption_storm=args.recorder_preemption_storm or None,
                    step_jump=args.recorder_step_jump or None, trigger_steps=args.recorder_trigger_steps,
                    trigger_cooldown_s=args.recorder_trigger_cooldown, peak_tflops=args.recorder_peak_tflops,

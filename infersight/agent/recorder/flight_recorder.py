@@ -72,6 +72,8 @@ class FlightRecorder:
         self.config, self.state, self.captures, self.slos = config, state, captures, slos
         self.budget = WindowBudget(config.budget, config.initial_cost_s)
         self.store = WindowStore(config.keep, config.max_bytes, config.directory)
+        # A restarted agent starts from what windows cost this engine last time, not from the guess.
+        self.budget.seed(self.store.kept_costs(self.budget.recent_windows))
         self.gate = TriggerGate(config.trigger_cooldown_s)
         # Looked up per window for the device that ran it (agent.recorder.window), given peaks first.
         self.ceiling_query = CeilingQuery(peak_tflops=config.peak_tflops, peak_gbps=config.peak_gbps,

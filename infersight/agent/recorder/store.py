@@ -3,7 +3,8 @@ both bounded by count and by bytes. The oldest go first.
 
 On disk each summary is one file, `window-<seq>.json` (seq zero-padded, so names sort by age),
 written to a temporary name and renamed, so a reader never sees half a file. Files already in the
-directory when the store opens count against the bounds (a restarted agent does not grow it).
+directory when the store opens count against the bounds (a restarted agent does not grow it), and
+their measured costs are what a restarted recorder starts its budget from (`kept_costs`).
 A value JSON cannot hold (NaN or an infinity: a roofline fraction of a category with no modelled
 bytes) is kept as None (null), in memory too, so that what is served equals what is on disk.
 """
@@ -80,6 +81,23 @@ class WindowStore:
                 path.unlink()
             except OSError:
                 pass
+
+    def kept_costs(self, n: int) -> list[float]:
+        """The measured costs (seconds) of the last n sampled windows kept on disk, oldest first: what an
+        earlier run of the recorder found windows cost on this engine (WindowBudget.seed). Windows
+        settled at an estimate, triggered captures and unreadable files are left out."""
+        costs: list[float] = []
+        for path, _ in reversed(self._files):
+            if len(costs) >= n:
+                break
+            try:
+                entry = json.loads(path.read_text())
+                cost = float(entry["cost"]["cost_s"]) if entry.get("kind") == "window" and entry.get("cost") else None
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+            if cost is not None and math.isfinite(cost):
+                costs.append(cost)
+        return costs[::-1]
 
     def recent(self, n: int | None = None) -> list[dict[str, Any]]:
         """The last n summaries (all kept when None), oldest first."""

@@ -93,6 +93,11 @@ def summary_block(budget: WindowBudget, costs: Iterable[dict[str, Any]], store: 
             "engine_seconds": budget.engine_s, "cost_seconds": budget.cost_s,
             "triggered_cost_seconds": budget.triggered_cost_s,
             "window_cost_estimate_s": budget.estimate_s, "window_reservation_s": budget.reserve_s,
+            # Where the reservation came from before this run measured a window: the guess
+            # (--recorder-initial-cost, modelled) or the costs kept windows measured (measured).
+            "reservation_from": ("this run's windows (measured)" if budget.measured else
+                                 f"{budget.seeded} kept windows' costs (measured)" if budget.seeded else
+                                 f"the initial guess {budget.initial_cost_s:g} s (modelled)"),
             "window_interval_engine_s": budget.interval_s,
             "windows_measured": len(window_costs),
             "window_cost_median_s": float(np.median(window_costs)) if window_costs else None,

@@ -136,7 +136,8 @@ def test_a_window_begun_at_a_step_launched_ahead_starts_at_the_next_step(tmp_pat
             probe.on_step_begin(step_id, 0)
             probe.on_step_end(StepStats(step_id, 0, 0, batch=[(1, 1)], context_lens=[4 + step_id]))
         assert agent_side.state is CaptureState.DONE
-        shapes = json.loads(Path(agent_side.path.replace(".json.gz", ".shapes.json")).read_text())
+        assert agent_side.path.endswith(".json")  # a recorder window's trace: plain JSON, read once
+        shapes = json.loads(Path(agent_side.path.replace(".json", ".shapes.json")).read_text())
         assert shapes["first_step"] == 5 and [s["step_id"] for s in shapes["steps"]] == [6, 7]
     finally:
         agent_side.close()
