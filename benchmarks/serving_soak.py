@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,8 @@ def main() -> int:
                     help="what runs beside serve: bench serving's arms (default full: recorder, OTLP export, Parquet, "
                          "GPU telemetry), or the recorder with only one of OTLP export and Parquet (to tell them apart)")
     ap.add_argument("--serve-arg", action="append", default=[], metavar="FLAG")
+    ap.add_argument("--agent-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable for the agent alone (e.g. MALLOC_ARENA_MAX=2), repeatable")
     ap.add_argument("--traced-agent", type=Path, metavar="FILE",
                     help="run the agent under benchmarks/agent_traced.py (tracemalloc; it slows the agent) and write "
                          "its growth by allocation site to FILE: first snapshot after --settle-s, then every 5 windows")
@@ -121,8 +124,9 @@ def main() -> int:
             if args.traced_agent:
                 cmd[1:3] = [str(REPO / "benchmarks" / "agent_traced.py"), "--out", str(args.traced_agent.resolve()),
                             "--first-s", str(args.settle_s), "--every-s", str(5 * args.window_s), "--"]
+            env = {**os.environ, **dict(kv.split("=", 1) for kv in args.agent_env)}
             with open(out_dir / "agent.log", "w") as agent_log:
-                agent = subprocess.Popen(cmd, stdout=agent_log, stderr=subprocess.STDOUT)
+                agent = subprocess.Popen(cmd, stdout=agent_log, stderr=subprocess.STDOUT, env=env)
             _wait_health(f"http://127.0.0.1:{aport}", agent, "infersight agent", out_dir / "agent.log")
         agent_url = f"http://127.0.0.1:{aport}" if agent is not None else None
         engine = next(iter(spawned_children(serve.pid)), None)

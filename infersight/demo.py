@@ -60,6 +60,13 @@ class DemoConfig:
 #: window cost 1-4 s of engine time, in a run of ~30 s of engine time (96 requests); 10% affords two or
 #: three windows, 0.5% not one once the budget is kept.
 CPU_RECORDER_BUDGET = 0.1
+#: What the demo's recorder assumes a window costs before it measures one, above what a 4-step window of
+#: this engine was measured to cost: 0.047-0.061 s at batch 8 on the 2-core CPU (benchmarks/window_cost.py,
+#: 2026-12-05), 0.034 +- 0.011 s on the H200 with graphs (BENCHMARKS.md, "The flight recorder on the H200").
+#: The first window then comes after ~1 s of engine time on the CPU (budget 10%), 20 s on CUDA (0.5%):
+#: inside the demo's run. The agent's default (1.0 s, the dearest window measured anywhere) would take
+#: none in a run this short.
+DEMO_RECORDER_INITIAL_COST_S = 0.1
 
 
 def _free_port() -> int:
@@ -166,7 +173,8 @@ def run_demo(config: DemoConfig, console: Console) -> dict[str, Any]:
 def recorder_args(budget: float | None, device: str) -> list[str]:
     """The agent's flight-recorder flags: on, at `budget` (None: DemoConfig.recorder_budget's default)."""
     budget = budget if budget is not None else CPU_RECORDER_BUDGET if device == "cpu" else None
-    return ["--flight-recorder", *([] if budget is None else ["--recorder-budget", str(budget)])]
+    return ["--flight-recorder", *([] if budget is None else ["--recorder-budget", str(budget)]),
+            "--recorder-initial-cost", str(DEMO_RECORDER_INITIAL_COST_S)]
 
 
 def demo_engine_config(config: DemoConfig, device: str) -> EngineConfig:

@@ -67,6 +67,7 @@ class ServingBenchConfig:
     arms: tuple[str, ...] = ARMS
     seed: int = 0
     serve_args: tuple[str, ...] = ()  # more `infersight serve` flags (the engine's, e.g. --scheduler-delay-factor)
+    agent_args: tuple[str, ...] = ()  # more `infersight agent` flags for every agent arm (e.g. --recorder-initial-cost)
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.arms if a not in ARMS]
@@ -289,7 +290,8 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     aport = _free_port()
                     agent_url = f"http://127.0.0.1:{aport}"
                     with open(out_dir / f"agent_{rnd}_{arm}.log", "w") as agent_log:
-                        agent = subprocess.Popen(_agent_cmd(arm, ring, aport, out_dir, sink), stdout=agent_log,
+                        agent = subprocess.Popen([*_agent_cmd(arm, ring, aport, out_dir, sink), *config.agent_args],
+                                                 stdout=agent_log,
                                                  stderr=subprocess.STDOUT)
                     _wait_health(agent_url, agent, "infersight agent", out_dir / f"agent_{rnd}_{arm}.log")
                 try:
@@ -436,7 +438,9 @@ def print_report(report: dict[str, Any]) -> None:
         verdict = ("too few rounds for an interval" if a["resolves"] is None else
                    f"{a['interval_coverage']:.1%} interval {low:.4f}-{high:.4f}: "
                    + ("resolves" if a["resolves"] else "does not resolve") + f" {RESOLVE:.1%}")
-        print(f"{arm:<15} tokens/s ratio {a['tokens_per_s_ratio']:.4f}, {verdict}")
+        windows = [w for w in a.get("recorder_windows_by_round", []) if w == w]
+        taken = f"; recorder windows measured by round {', '.join(f'{w:.0f}' for w in windows)}" if windows else ""
+        print(f"{arm:<15} tokens/s ratio {a['tokens_per_s_ratio']:.4f}, {verdict}{taken}")
     if floor:
         print(f"A/A floor (none_again / none, tokens/s): median {floor['tokens_per_s_aa_median']:.4f}, "
               f"largest deviation {floor['tokens_per_s_aa_max_dev']:.4f}")

@@ -64,7 +64,7 @@ def _serving(args: argparse.Namespace) -> int:
     config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
                                 max_tokens=args.max_tokens, phase_s=args.phase_s, warmup_s=args.warmup_s,
                                 rounds=args.rounds, arms=tuple(a for a in args.arms.split(",") if a), seed=args.seed,
-                                serve_args=tuple(args.serve_arg))
+                                serve_args=tuple(args.serve_arg), agent_args=tuple(args.agent_arg))
     try:
         report = bench_serving(config, log=lambda line: print(line, file=sys.stderr, flush=True))
     except ProcessFailed as exc:
@@ -179,6 +179,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv.add_argument("--serve-arg", action="append", default=[], metavar="FLAG",
                     help="one more `infersight serve` flag for every arm, e.g. --serve-arg=--scheduler-delay-factor=2 "
                          "(repeatable)")
+    sv.add_argument("--agent-arg", action="append", default=[], metavar="FLAG",
+                    help="one more `infersight agent` flag for every agent arm, e.g. --agent-arg=--recorder-initial-cost=0.05 "
+                         "where windows are known to be cheap (repeatable)")
     sv.set_defaults(func=_serving)
     ce = bench_sub.add_parser("ceilings", help="measure this device's copy bandwidth and GEMM throughput, and cache "
                               "them as the roofline's ceilings")
