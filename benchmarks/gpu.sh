@@ -28,7 +28,9 @@
 #   serving_drift `bench serving` on CUDA, no agent, ten 30-s phases: throughput over time under constant
 #                 load, with py-spy (GIL holders only) on serve early and late
 #   serving_arms  `bench serving` on CUDA, llama-1b-shape, 48 clients: no agent (twice: the A/A floor),
-#                 agent, agent + recorder, everything on
+#                 agent, agent + recorder, everything on; the recorder's first-window guess is
+#                 RECORDER_INITIAL_COST (default 0.1 s: H200 windows measured 0.034 +- 0.011 s), as the
+#                 agent's default 1.0 s takes no window in a short phase
 #   serving_delay `bench serving`'s no-agent arm at 48 clients with --scheduler-delay-factor in DELAY_FACTORS
 #                 (default "0 2 8") and --max-num-batched-tokens in BATCHED_TOKENS (default "512 2048");
 #                 then, unless SKIP_ARMS, the A/A and agent arms (ARMS, ROUNDS, PHASE_S) at the fastest pair
@@ -144,6 +146,7 @@ serving_arms() {
   timeout ${TIMEOUT_S:-330} python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 \
     --max-tokens 96 --phase-s ${PHASE_S:-15} --warmup-s 3 --rounds ${ROUNDS:-2} \
     --arms ${ARMS:-none,none_again,agent,agent_recorder,full} \
+    --agent-arg=--recorder-initial-cost=${RECORDER_INITIAL_COST:-0.1} \
     > "$OUT/serving_arms.txt" 2>&1
   tail -n 25 "$OUT/serving_arms.txt"
 }
