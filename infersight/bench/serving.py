@@ -46,7 +46,6 @@ import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.bench.agent import stop_agent
-from infersight.exporters import catalogue as C
 from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
 
 ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
@@ -250,6 +249,11 @@ def _agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink | N
     return cmd
 
 
+#: The agent's exposition names read here (exporters.catalogue's RECORDER_COST_RATIO and RECORDER_WINDOWS:
+#: bench reads the agent from outside, as a client does, and imports no exporter).
+RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE = "infersight_recorder_cost_ratio", "infersight_recorder_windows_total"
+
+
 def _recorder_figures(url: str) -> tuple[float, float]:
     """The recorder's own amortised cost figure (infersight_recorder_cost_ratio) and the windows it
     measured (analysed) in this agent's life, from /metrics; NaN where the agent did not say."""
@@ -260,9 +264,9 @@ def _recorder_figures(url: str) -> tuple[float, float]:
         return cost, windows
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == C.RECORDER_COST_RATIO.sample:
+            if sample.name == RECORDER_COST_SAMPLE:
                 cost = float(sample.value)
-            elif sample.name == C.RECORDER_WINDOWS.sample and sample.labels.get("outcome") == "analysed":
+            elif sample.name == RECORDER_WINDOWS_SAMPLE and sample.labels.get("outcome") == "analysed":
                 windows = float(sample.value)
     return cost, windows
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import torch
 
 from infersight.probes.control import CaptureDecode, CaptureState, CaptureTool, ControlBlock
+from infersight.probes.heap_trim import TRIM_ABOVE_BYTES, resident_bytes, trim_heap
 
 if TYPE_CHECKING:
     from infersight.runtime.model.model_config import ModelConfig
@@ -81,6 +82,8 @@ class StepCapture:
         self._dtype_bytes = 0
         self._first_step = 0
         self._steps: list[dict[str, Any]] = []
+        self._resident_at_start = 0
+        self.trims = 0  # windows after which the heap was trimmed (probes.heap_trim)
 
     def on_model(self, model: ModelConfig, dtype_bytes: int) -> None:
         self._model, self._dtype_bytes = dataclasses.asdict(model), dtype_bytes
@@ -156,6 +159,7 @@ class StepCapture:
         self._seen = self._seq
         self._left = max(1, steps)
         self._steps = []
+        self._resident_at_start = resident_bytes()
         try:
             if self._tool in (CaptureTool.TORCH, CaptureTool.TORCH_KERNELS):
                 activities = self._activities()
@@ -232,3 +236,5 @@ class StepCapture:
             release_results(self._profiler)
             self._profiler = None
             self._steps = []
+            if resident_bytes() - self._resident_at_start > TRIM_ABOVE_BYTES and trim_heap():
+                self.trims += 1  # a big window's freed events go back to the system (probes.heap_trim)
