@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from infersight.bench.agent import stop_agent  # noqa: E402
-from infersight.bench.serving import ServingBenchConfig, _free_port, _wait_health, phase_figures, run_phase  # noqa: E402
-
-SPIN = "import os\nos.nice(19)\nwhile True:\n    pass\n"
+from infersight.bench.serving import (  # noqa: E402
+    SPINNER, ServingBenchConfig, _free_port, _wait_health, phase_figures, run_phase,
+)
 
 
 def main() -> int:
@@ -58,7 +58,7 @@ def main() -> int:
         for pair in range(args.pairs):
             order = ("none", "spinner") if pair % 2 == 0 else ("spinner", "none")
             for arm in order:
-                spinner = subprocess.Popen([sys.executable, "-c", SPIN]) if arm == "spinner" else None
+                spinner = subprocess.Popen([sys.executable, "-c", SPINNER]) if arm == "spinner" else None
                 try:
                     records, t0, t1 = run_phase(url, config, seed=1000 + 2 * pair + (arm == "spinner"))
                 finally:
