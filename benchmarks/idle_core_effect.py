@@ -11,8 +11,10 @@ from going idle. Tokens/s by the clients' clock, per pair the ratio spinner / no
     python benchmarks/idle_core_effect.py --pairs 6 --phase-s 20
 
 If the spinner's phases are faster, a cost measured by adding load on this machine is biased low (an
-arm's own CPU use can speed serving), and arms must be compared on equal CPU load or on a machine without
-this effect. Prints one line per phase, then one JSON object as the last line.
+arm's own CPU use can speed serving). On the 2-core VM (2026-12-05) they were, 1.19x in 6 of 6 pairs; a
+spinner beside every arm of `bench serving` did not narrow its A/A floor there (0.86-1.07), so the cure
+is a machine without the effect, not a spinner (BENCHMARKS.md). Prints one line per phase, then one JSON
+object as the last line.
 """
 from __future__ import annotations
 
@@ -30,9 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from infersight.bench.agent import stop_agent  # noqa: E402
-from infersight.bench.serving import (  # noqa: E402
-    SPINNER, ServingBenchConfig, _free_port, _wait_health, phase_figures, run_phase,
-)
+from infersight.bench.serving import ServingBenchConfig, _free_port, _wait_health, phase_figures, run_phase  # noqa: E402
+
+#: Lowest priority, pure Python, no I/O: it only keeps a CPU from going idle.
+SPINNER = "import os\nos.nice(19)\nwhile True:\n    pass\n"
 
 
 def main() -> int:

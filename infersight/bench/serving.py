@@ -67,12 +67,6 @@ class ServingBenchConfig:
     seed: int = 0
     serve_args: tuple[str, ...] = ()  # more `infersight serve` flags (the engine's, e.g. --scheduler-delay-factor)
     agent_args: tuple[str, ...] = ()  # more `infersight agent` flags for every agent arm (e.g. --recorder-initial-cost)
-    # A lowest-priority spinner process for the whole run, every arm: on a VM an idle CPU halts, and waking it
-    # for the engine's thread hand-offs costs serving time that a busy CPU does not pay (the 2-core VM: a
-    # spinner alone made serve 1.19x faster, 6 of 6 pairs, benchmarks/idle_core_effect.py). Without it an
-    # arm's own CPU use can speed serving and hide its cost; with it every arm runs on busy CPUs, and the
-    # agent (normal priority) takes its CPU from the spinner first.
-    busy_spinner: bool = False
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.arms if a not in ARMS]
@@ -255,8 +249,6 @@ def _agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink | N
     return cmd
 
 
-#: The busy spinner (ServingBenchConfig.busy_spinner): nice 19, pure Python, no I/O.
-SPINNER = "import os\nos.nice(19)\nwhile True:\n    pass\n"
 #: The agent's exposition names read here (exporters.catalogue's RECORDER_COST_RATIO and RECORDER_WINDOWS:
 #: bench reads the agent from outside, as a client does, and imports no exporter).
 RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE = "infersight_recorder_cost_ratio", "infersight_recorder_windows_total"
@@ -291,7 +283,6 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                               "--ring", ring, "--seed", str(config.seed), *config.serve_args], stdout=serve_log, stderr=subprocess.STDOUT)
     sink = OtlpSink()
     tokens, requests, phases = [], [], []
-    spinner = subprocess.Popen([sys.executable, "-c", SPINNER]) if config.busy_spinner else None
     try:
         _wait_health(url, serve, "infersight serve", out_dir / "serve.log")
         run_phase(url, ServingBenchConfig(**{**config.__dict__, "phase_s": 2.0 + config.warmup_s}), seed=-1)
@@ -334,9 +325,6 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     f"its engine process {cpu['engine_rss_mb']:.0f} MB (anon {cpu['engine_anon_mb']:.0f}, shared "
                     f"{cpu['engine_shmem_mb']:.0f})")
     finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.wait()
         sink.close()
         stop_agent(serve)
         serve_log.close()

@@ -64,8 +64,7 @@ def _serving(args: argparse.Namespace) -> int:
     config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
                                 max_tokens=args.max_tokens, phase_s=args.phase_s, warmup_s=args.warmup_s,
                                 rounds=args.rounds, arms=tuple(a for a in args.arms.split(",") if a), seed=args.seed,
-                                serve_args=tuple(args.serve_arg), agent_args=tuple(args.agent_arg),
-                                busy_spinner=args.busy_spinner)
+                                serve_args=tuple(args.serve_arg), agent_args=tuple(args.agent_arg))
     try:
         report = bench_serving(config, log=lambda line: print(line, file=sys.stderr, flush=True))
     except ProcessFailed as exc:
@@ -183,9 +182,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv.add_argument("--agent-arg", action="append", default=[], metavar="FLAG",
                     help="one more `infersight agent` flag for every agent arm, e.g. --agent-arg=--recorder-initial-cost=0.05 "
                          "where windows are known to be cheap (repeatable)")
-    sv.add_argument("--busy-spinner", action="store_true",
-                    help="run a lowest-priority spinner beside every arm, so no CPU goes idle: on a VM an idle CPU's "
-                         "wake-up slows serving, and an arm's own CPU use can then hide its cost (BENCHMARKS.md)")
     sv.set_defaults(func=_serving)
     ce = bench_sub.add_parser("ceilings", help="measure this device's copy bandwidth and GEMM throughput, and cache "
                               "them as the roofline's ceilings")
