@@ -40,9 +40,10 @@ sys.path.insert(0, str(REPO))
 
 from infersight.bench.agent import stop_agent  # noqa: E402
 from infersight.bench.process_cpu import process_cpu_s, process_memory_mb, spawned_children  # noqa: E402
-from infersight.bench.serving import (  # noqa: E402
-    OtlpSink, ServingBenchConfig, _agent_cmd, _free_port, _wait_health, phase_figures, run_phase,
-)
+from infersight.bench.otlp_sink import OtlpSink  # noqa: E402
+from infersight.bench.serving import _agent_cmd, _free_port, _wait_health  # noqa: E402
+from infersight.bench.serving_clients import phase_figures, run_phase  # noqa: E402
+from infersight.bench.serving_config import ServingBenchConfig  # noqa: E402
 
 FIGURES = ("tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s",
            "front_rss_mb", "engine_rss_mb", "agent_rss_mb", "front_cores", "engine_cores", "agent_cores")

@@ -5,7 +5,7 @@ import argparse
 
 from infersight.commands.output import print_result
 
-#: The arms of `bench serving` (infersight.bench.serving.ARMS; not imported here: the CLI loads lazily).
+#: The arms of `bench serving` (infersight.bench.serving_config.ARMS; not imported here: the CLI loads lazily).
 SERVING_ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 
 
@@ -59,7 +59,9 @@ def _serving(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from infersight.bench.serving import ProcessFailed, ServingBenchConfig, bench_serving, print_report
+    from infersight.bench.serving import ProcessFailed, bench_serving
+    from infersight.bench.serving_config import ServingBenchConfig
+    from infersight.bench.serving_report import print_report
 
     config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
                                 max_tokens=args.max_tokens, phase_s=args.phase_s, warmup_s=args.warmup_s,

@@ -7,9 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from infersight.bench.serving import (
-    ARMS, ServingBenchConfig, bench_serving, median_interval, phase_figures, summarise,
-)
+from infersight.bench.serving import bench_serving
+from infersight.bench.serving_clients import phase_figures
+from infersight.bench.serving_config import ARMS, ServingBenchConfig
+from infersight.bench.serving_report import median_interval, summarise
 from infersight.commands.bench import SERVING_ARMS
 
 
