@@ -159,7 +159,7 @@ def test_agent_logs_its_token_path_and_refuses_a_planted_directory(env: Path) ->
 @pytest.mark.parametrize(("tool", "suffix"), [(CaptureTool.TORCH, ".json.gz"), (CaptureTool.TORCH_KERNELS, ".json")])
 def test_captures_are_written_0600_in_a_0700_directory(tmp_path: Path, tool: CaptureTool, suffix: str) -> None:
     """A user's capture is gzipped; a flight-recorder window's is plain JSON (read once, deleted),
-    written under a private temporary name and renamed: same mode, nothing left half-written."""
+    written under a temporary name, made 0600 and renamed: same mode, nothing left half-written."""
     control = ControlBlock(f"infersight-test-capfiles-{os.getpid()}-{time.monotonic_ns()}", create=True)
     out = tmp_path / "captures" / "nested"
     capture = StepCapture(control, out)

@@ -41,7 +41,6 @@ import pandas as pd
 from infersight.agent.recorder.config import INITIAL_COST_S
 
 
-
 @dataclass(frozen=True)
 class WindowCost:
     """cost_s: measured extra engine time (may be slightly negative: jitter); noise_s: its noise

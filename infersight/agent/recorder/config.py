@@ -21,8 +21,8 @@ class RecorderConfig:
     summaries go (None: memory only); keep / max_bytes bound them (memory and disk alike).
     min_interval_s: wall-clock floor between windows, however cheap. initial_cost_s: the cost
     assumed before the first is measured (INITIAL_COST_S: the dearest we measured; with a
-    directory, the costs its kept windows measured come first). keep_traces: keep each window's trace file (default: the
-    summary is kept, the trace deleted once read).
+    directory, the costs its kept windows measured come first). keep_traces: keep each window's
+    trace file (default: the summary is kept, the trace deleted once read).
     Triggers (agent.recorder.triggers), each None to turn it off: the SLOs are the agent's
     --slo-*-s, judged at slo_quantile over the last slo_window requests; preemption_storm:
     preemptions within storm_steps steps; step_jump: the decode-step slowdown factor. A trigger takes
