@@ -31,6 +31,10 @@
 #                 agent, agent + recorder, everything on; the recorder's first-window guess is
 #                 RECORDER_INITIAL_COST (default 0.1 s: H200 windows measured 0.034 +- 0.011 s), as the
 #                 agent's default 1.0 s takes no window in a short phase
+#   serving_switchback  `bench serving --switchback-block-s` on CUDA, 48 clients: per arm one phase of PAIRS
+#                 (default 40) pairs of BLOCK_S-second blocks (default 1), the agent stopped in one block of each
+#                 pair; arms none_again (A/A), agent, agent_recorder, full, and engine_paused (serve's engine
+#                 stopped for CALIBRATION (default 0.01) of its on blocks: the known answer)
 #   serving_delay `bench serving`'s no-agent arm at 48 clients with --scheduler-delay-factor in DELAY_FACTORS
 #                 (default "0 2 8") and --max-num-batched-tokens in BATCHED_TOKENS (default "512 2048");
 #                 then, unless SKIP_ARMS, the A/A and agent arms (ARMS, ROUNDS, PHASE_S) at the fastest pair
@@ -149,6 +153,16 @@ serving_arms() {
     --agent-arg=--recorder-initial-cost=${RECORDER_INITIAL_COST:-0.1} \
     > "$OUT/serving_arms.txt" 2>&1
   tail -n 25 "$OUT/serving_arms.txt"
+}
+
+serving_switchback() {
+  stamp "bench serving, switchback, 48 clients"
+  timeout ${TIMEOUT_S:-540} python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 \
+    --max-tokens 96 --warmup-s 5 --rounds 1 --switchback-block-s ${BLOCK_S:-1} --switchback-pairs ${PAIRS:-40} \
+    --arms ${ARMS:-none,none_again,agent,agent_recorder,full} --calibration-pause ${CALIBRATION:-0.01} \
+    --agent-arg=--recorder-initial-cost=${RECORDER_INITIAL_COST:-0.1} \
+    > "$OUT/serving_switchback.txt" 2>&1
+  tail -n 14 "$OUT/serving_switchback.txt" | cut -c1-600
 }
 
 # One `bench serving` phase, no agent, 48 clients (ONE_PHASE_S seconds, default 25): its JSON in

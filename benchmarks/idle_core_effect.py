@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from infersight.bench.agent import stop_agent  # noqa: E402
-from infersight.bench.serving import _free_port, _wait_health  # noqa: E402
+from infersight.bench.serving_processes import free_port, wait_health  # noqa: E402
 from infersight.bench.serving_clients import phase_figures, run_phase  # noqa: E402
 from infersight.bench.serving_config import ServingBenchConfig  # noqa: E402
 
@@ -49,7 +49,7 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=32)
     args = ap.parse_args()
     out = Path(tempfile.mkdtemp(prefix="infersight-idle-core-"))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     config = ServingBenchConfig(clients=args.clients, max_tokens=args.max_tokens, phase_s=args.phase_s,
                                 warmup_s=args.warmup_s)
@@ -58,7 +58,7 @@ def main() -> int:
                                   "--model", "tiny-moe", "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT)
     phases = []
     try:
-        _wait_health(url, serve, "infersight serve", out / "serve.log", timeout_s=600)
+        wait_health(url, serve, "infersight serve", out / "serve.log", timeout_s=600)
         run_phase(url, ServingBenchConfig(**{**config.__dict__, "phase_s": 5.0}), seed=-1)  # warm
         for pair in range(args.pairs):
             order = ("none", "spinner") if pair % 2 == 0 else ("spinner", "none")

@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from infersight.bench.agent import stop_agent  # noqa: E402
 from infersight.bench.process_cpu import process_cpu_s, process_memory_mb, spawned_children  # noqa: E402
 from infersight.bench.otlp_sink import OtlpSink  # noqa: E402
-from infersight.bench.serving import _agent_cmd, _free_port, _wait_health  # noqa: E402
+from infersight.bench.serving_processes import agent_cmd, free_port, wait_health  # noqa: E402
 from infersight.bench.serving_clients import phase_figures, run_phase  # noqa: E402
 from infersight.bench.serving_config import ServingBenchConfig  # noqa: E402
 
@@ -77,10 +77,10 @@ def kept_rows(agent_url: str | None) -> dict[str, float]:
 
 def agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink) -> list[str]:
     if arm == "recorder_otlp":
-        return _agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--otlp-endpoint", sink.url]
+        return agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--otlp-endpoint", sink.url]
     if arm == "recorder_parquet":
-        return _agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--parquet-dir", str(out_dir / "parquet")]
-    return _agent_cmd(arm, ring, port, out_dir, sink)
+        return agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--parquet-dir", str(out_dir / "parquet")]
+    return agent_cmd(arm, ring, port, out_dir, sink)
 
 
 def main() -> int:
@@ -106,7 +106,7 @@ def main() -> int:
     args = ap.parse_args()
 
     out_dir = Path(tempfile.mkdtemp(prefix="infersight-serving-soak-"))
-    ring, port = f"infersight-soak-{_free_port()}", _free_port()
+    ring, port = f"infersight-soak-{free_port()}", free_port()
     url = f"http://127.0.0.1:{port}"
     config = ServingBenchConfig(model=args.model, device=args.device, clients=args.clients, max_tokens=args.max_tokens,
                                 phase_s=args.window_s, warmup_s=0.0)
@@ -118,9 +118,9 @@ def main() -> int:
     agent = None
     rows = []
     try:
-        _wait_health(url, serve, "infersight serve", out_dir / "serve.log", timeout_s=600)
+        wait_health(url, serve, "infersight serve", out_dir / "serve.log", timeout_s=600)
         if args.arm != "none":
-            aport = _free_port()
+            aport = free_port()
             cmd = agent_cmd(args.arm, ring, aport, out_dir, sink)
             if args.traced_agent:
                 cmd[1:3] = [str(REPO / "benchmarks" / "agent_traced.py"), "--out", str(args.traced_agent.resolve()),
@@ -128,7 +128,7 @@ def main() -> int:
             env = {**os.environ, **dict(kv.split("=", 1) for kv in args.agent_env)}
             with open(out_dir / "agent.log", "w") as agent_log:
                 agent = subprocess.Popen(cmd, stdout=agent_log, stderr=subprocess.STDOUT, env=env)
-            _wait_health(f"http://127.0.0.1:{aport}", agent, "infersight agent", out_dir / "agent.log")
+            wait_health(f"http://127.0.0.1:{aport}", agent, "infersight agent", out_dir / "agent.log")
         agent_url = f"http://127.0.0.1:{aport}" if agent is not None else None
         engine = next(iter(spawned_children(serve.pid)), None)
         pids = {"front": serve.pid, "engine": engine, "agent": agent.pid if agent is not None else None}

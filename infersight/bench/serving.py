@@ -26,121 +26,48 @@ Frames:
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from prometheus_client.parser import text_string_to_metric_families
 
 from infersight.bench.agent import stop_agent
 from infersight.bench.otlp_sink import OtlpSink
 from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
 from infersight.bench.serving_clients import phase_figures, run_phase
 from infersight.bench.serving_config import ServingBenchConfig
+from infersight.bench.serving_processes import agent_cmd, agent_figures, free_port, start_serve, wait_health
 from infersight.bench.serving_report import summarise
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ProcessFailed(RuntimeError):
-    """A process the bench started exited or never answered; the message ends with its log's last line."""
-
-
-def _last_line(log_path: Path) -> str:
-    try:
-        lines = [ln for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1].strip() if lines else ""
-
-
-def _wait_health(url: str, proc: subprocess.Popen, what: str, log_path: Path, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            # The process's own last word, so the bench's one line says why (the run that lost the
-            # H200 full arm printed only an exit code).
-            raise ProcessFailed(f"{what} exited with code {proc.returncode}: {_last_line(log_path)} (log: {log_path})")
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1).read()  # noqa: S310 (loopback)
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise ProcessFailed(f"{what} did not answer on /health within {timeout_s:.0f} s (log: {log_path})")
-
-
-def _agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink | None) -> list[str]:
-    cmd = [sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen", f"127.0.0.1:{port}",
-           "--gpu-source", "auto" if arm == "full" else "none"]
-    if arm in ("agent_recorder", "full"):
-        # One directory per arm: each phase's fresh agent starts its budget from the window costs the arm's
-        # earlier phases measured (as a restarted agent does), not from the guess (which takes no window
-        # in a short phase). The first phase of the arm has only the guess.
-        cmd += ["--flight-recorder", "--recorder-dir", str(out_dir / f"recorder-{arm}")]
-    if arm == "full" and sink is not None:
-        cmd += ["--otlp-endpoint", sink.url, "--parquet-dir", str(out_dir / "parquet")]
-    return cmd
-
-
-#: The agent's exposition names read here (exporters.catalogue's RECORDER_COST_RATIO and RECORDER_WINDOWS:
-#: bench reads the agent from outside, as a client does, and imports no exporter).
-RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE = "infersight_recorder_cost_ratio", "infersight_recorder_windows_total"
-
-
-def _recorder_figures(url: str) -> tuple[float, float]:
-    """The recorder's own amortised cost figure (infersight_recorder_cost_ratio) and the windows it
-    measured (analysed) in this agent's life, from /metrics; NaN where the agent did not say."""
-    cost, windows = float("nan"), float("nan")
-    try:
-        text = urllib.request.urlopen(url + "/metrics", timeout=10).read().decode()  # noqa: S310 (loopback)
-    except OSError:
-        return cost, windows
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == RECORDER_COST_SAMPLE:
-                cost = float(sample.value)
-            elif sample.name == RECORDER_WINDOWS_SAMPLE and sample.labels.get("outcome") == "analysed":
-                windows = float(sample.value)
-    return cost, windows
 
 
 def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any]:
     """Run every round and arm; returns the report (summarise) with the raw frames under "frames"."""
     out_dir = Path(tempfile.mkdtemp(prefix="infersight-bench-serving-"))
-    ring = f"infersight-bench-serving-{_free_port()}"
-    port = _free_port()
+    ring = f"infersight-bench-serving-{free_port()}"
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     serve_log = open(out_dir / "serve.log", "w")
-    serve = subprocess.Popen([sys.executable, "-m", "infersight", "serve", "--listen", f"127.0.0.1:{port}",
-                              "--model", config.model, "--device", config.device, "--dtype", config.dtype,
-                              "--ring", ring, "--seed", str(config.seed), *config.serve_args], stdout=serve_log, stderr=subprocess.STDOUT)
+    serve = start_serve(config, ring, port, serve_log)
     sink = OtlpSink()
     tokens, requests, phases = [], [], []
     try:
-        _wait_health(url, serve, "infersight serve", out_dir / "serve.log")
+        wait_health(url, serve, "infersight serve", out_dir / "serve.log")
         run_phase(url, ServingBenchConfig(**{**config.__dict__, "phase_s": 2.0 + config.warmup_s}), seed=-1)
         for rnd in range(config.rounds):
             order = list(config.arms[rnd % len(config.arms):] + config.arms[:rnd % len(config.arms)])
             for arm in order:
                 agent, agent_url = None, ""
                 if arm.startswith(("agent", "full")):
-                    aport = _free_port()
+                    aport = free_port()
                     agent_url = f"http://127.0.0.1:{aport}"
                     with open(out_dir / f"agent_{rnd}_{arm}.log", "w") as agent_log:
-                        agent = subprocess.Popen([*_agent_cmd(arm, ring, aport, out_dir, sink), *config.agent_args],
+                        agent = subprocess.Popen([*agent_cmd(arm, ring, aport, out_dir, sink), *config.agent_args],
                                                  stdout=agent_log,
                                                  stderr=subprocess.STDOUT)
-                    _wait_health(agent_url, agent, "infersight agent", out_dir / f"agent_{rnd}_{arm}.log")
+                    wait_health(agent_url, agent, "infersight agent", out_dir / f"agent_{rnd}_{arm}.log")
                 try:
                     engine_pid = next(iter(spawned_children(serve.pid)), None)  # serve's engine process, if split
                     cpu_before = _cpu_reading(serve.pid, engine_pid, agent.pid if agent is not None else None)
@@ -150,7 +77,7 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                     for who, pid in (("serve", serve.pid), ("engine", engine_pid),
                                      ("agent", agent.pid if agent is not None else None)):
                         cpu.update({f"{who}_{k}_mb": v for k, v in process_memory_mb(pid).items()})
-                    cost, windows = _recorder_figures(agent_url) if agent is not None else (float("nan"),) * 2
+                    recorder = agent_figures(agent_url) if agent is not None else {}
                 finally:
                     if agent is not None:
                         stop_agent(agent)
@@ -159,7 +86,8 @@ def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any
                                                               "status"]).assign(arm=arm, round=rnd)
                 figures = phase_figures(tok, req, t0, t1)
                 phases.append({"arm": arm, "round": rnd, "t0_s": t0, "t1_s": t1, **figures,
-                               "recorder_cost_ratio": cost, "recorder_windows": windows, **cpu})
+                               "recorder_cost_ratio": recorder.get("cost_ratio", float("nan")),
+                               "recorder_windows": recorder.get("windows", float("nan")), **cpu})
                 tokens.append(tok)
                 requests.append(req)
                 log(f"round {rnd} {arm:<15} {figures['tokens_per_s']:9.1f} tok/s {figures['requests_per_s']:7.2f} req/s "

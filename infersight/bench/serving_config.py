@@ -5,6 +5,11 @@ from dataclasses import dataclass
 
 ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 REFERENCE = "none"
+#: The switchback's calibration arm (config.calibration_pause): not an observer, a known loss.
+CALIBRATION_ARM = "engine_paused"
+#: Its pause period: one stop of calibration_pause x this every period. Long beside a decode step (1-2 ms on the
+#: H200, ~15 ms on the CPU) so the work queued on a GPU when the engine stops absorbs little of the pause.
+PAUSE_PERIOD_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,13 @@ class ServingBenchConfig:
     seed: int = 0
     serve_args: tuple[str, ...] = ()  # more `infersight serve` flags (the engine's, e.g. --scheduler-delay-factor)
     agent_args: tuple[str, ...] = ()  # more `infersight agent` flags for every agent arm (e.g. --recorder-initial-cost)
+    # Switchback (bench.serving_switchback): > 0 runs each arm as one long phase of `switchback_pairs` pairs of
+    # blocks this long, the arm paused (SIGSTOP) in one block of each pair, instead of phases per arm.
+    switchback_block_s: float = 0.0
+    switchback_pairs: int = 30
+    # The switchback's calibration arm `engine_paused`: serve's engine stopped for this share of each
+    # PAUSE_PERIOD_S in its on blocks, a loss known in advance that the method must read back (0: no such arm).
+    calibration_pause: float = 0.0
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.arms if a not in ARMS]
@@ -31,3 +43,10 @@ class ServingBenchConfig:
             raise ValueError(f"--phase-s ({self.phase_s}) must exceed --warmup-s ({self.warmup_s}) >= 0")
         if self.clients < 1 or self.rounds < 1 or self.max_tokens < 1:
             raise ValueError("--clients, --rounds and --max-tokens are at least 1")
+        if self.switchback_block_s < 0 or (self.switchback_block_s > 0 and self.switchback_pairs < 5):
+            raise ValueError("--switchback-block-s is >= 0 (0: phases) and --switchback-pairs at least 5 "
+                             "(the fewest that give the median's 90% interval)")
+        if not 0.0 <= self.calibration_pause < 0.5:
+            raise ValueError(f"--calibration-pause is a share of engine time in [0, 0.5), got {self.calibration_pause}")
+        if self.calibration_pause > 0 and self.switchback_block_s <= 0:
+            raise ValueError("--calibration-pause needs --switchback-block-s (its arm runs in switchback blocks)")

@@ -59,22 +59,28 @@ def _serving(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from infersight.bench.serving import ProcessFailed, bench_serving
+    from infersight.bench.serving import bench_serving
     from infersight.bench.serving_config import ServingBenchConfig
+    from infersight.bench.serving_processes import ProcessFailed
     from infersight.bench.serving_report import print_report
+    from infersight.bench.serving_switchback import bench_serving_switchback, print_switchback_report
 
     config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
                                 max_tokens=args.max_tokens, phase_s=args.phase_s, warmup_s=args.warmup_s,
                                 rounds=args.rounds, arms=tuple(a for a in args.arms.split(",") if a), seed=args.seed,
-                                serve_args=tuple(args.serve_arg), agent_args=tuple(args.agent_arg))
+                                serve_args=tuple(args.serve_arg), agent_args=tuple(args.agent_arg),
+                                switchback_block_s=args.switchback_block_s, switchback_pairs=args.switchback_pairs,
+                                calibration_pause=args.calibration_pause)
+    switchback = config.switchback_block_s > 0
     try:
-        report = bench_serving(config, log=lambda line: print(line, file=sys.stderr, flush=True))
+        report = (bench_serving_switchback if switchback else bench_serving)(
+            config, log=lambda line: print(line, file=sys.stderr, flush=True))
     except ProcessFailed as exc:
         print(f"infersight bench serving: {exc}", file=sys.stderr)
         return 1
     report.pop("frames")
     if not args.json:
-        print_report(report)
+        (print_switchback_report if switchback else print_report)(report)
     print(json.dumps(report, default=float))
     return 0
 
@@ -184,6 +190,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     sv.add_argument("--agent-arg", action="append", default=[], metavar="FLAG",
                     help="one more `infersight agent` flag for every agent arm, e.g. --agent-arg=--recorder-initial-cost=0.05 "
                          "where windows are known to be cheap (repeatable)")
+    sv.add_argument("--switchback-block-s", type=float, default=0.0, metavar="S",
+                    help="switchback instead of phases: per arm one phase of --switchback-pairs pairs of S-second "
+                         "blocks, the arm's agent stopped (SIGSTOP) in one block of each pair; cancels drift slower "
+                         "than a pair (0: phases per arm, the default)")
+    sv.add_argument("--switchback-pairs", type=int, default=30, help="block pairs per switchback phase")
+    sv.add_argument("--calibration-pause", type=float, default=0.0, metavar="SHARE",
+                    help="with --switchback-block-s: add the arm engine_paused, serve's engine stopped for SHARE of "
+                         "every 0.5 s in its on blocks, a known loss the method must read back (e.g. 0.02)")
     sv.set_defaults(func=_serving)
     ce = bench_sub.add_parser("ceilings", help="measure this device's copy bandwidth and GEMM throughput, and cache "
                               "them as the roofline's ceilings")

@@ -119,7 +119,7 @@ def test_a_process_that_exits_is_named_with_its_last_log_line(tmp_path):
 
     import pytest
 
-    from infersight.bench.serving import ProcessFailed, _wait_health
+    from infersight.bench.serving_processes import ProcessFailed, wait_health
 
     log_path = tmp_path / "agent.log"
     with open(log_path, "w") as out:
@@ -127,13 +127,13 @@ def test_a_process_that_exits_is_named_with_its_last_log_line(tmp_path):
                                  "raise SystemExit(3)"], stdout=out, stderr=subprocess.STDOUT)
     proc.wait()
     with pytest.raises(ProcessFailed) as err:
-        _wait_health("http://127.0.0.1:9", proc, "infersight agent", log_path, timeout_s=5)
+        wait_health("http://127.0.0.1:9", proc, "infersight agent", log_path, timeout_s=5)
     assert str(err.value) == f"infersight agent exited with code 3: infersight: error: no ring (log: {log_path})"
 
 
 def test_the_recorder_names_it_reads_are_the_catalogues() -> None:
     """bench reads the agent's exposition from outside, by name: the names must be the ones the agent exports."""
-    from infersight.bench.serving import RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE
+    from infersight.bench.serving_processes import RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE
     from infersight.exporters import catalogue as C
 
     assert (RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE) == (C.RECORDER_COST_RATIO.sample, C.RECORDER_WINDOWS.sample)
