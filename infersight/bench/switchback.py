@@ -8,6 +8,12 @@ and what is left of it inside the pairs cancels between the two orders (switchba
 the mean on/off tokens/s ratio over pairs with a t interval; an arm that toggles nothing (none_again) is the
 A/A floor of the same method.
 
+What the figure bounds: a stopped agent's work waits (the ring keeps the records) and is done in its next on
+block, so on blocks carry the arm's work at up to twice its steady rate. Work that scales with the records
+(reading, folding, a recorder's windows, earned from engine time) lands there whole; work per poll does not.
+The on-block loss is therefore between the steady cost of running the arm all the time and twice it: an
+upper bound of the steady cost, and a check of the goal from the safe side.
+
 Frames (client monotonic seconds, serving_clients' clock):
   blocks  pair, state ("on" or "off"), start_s, end_s (when the switch actually happened)
   tokens  request, t_s (each streamed token; a chunk's tokens share its t_s)
@@ -111,4 +117,5 @@ HOW = ("switchback, client clock: one phase per arm of adjacent block pairs, the
        f"cancels), with a Student's t interval ({CONFIDENCE:.0%}; 'resolves': no wider than "
        f"{2 * RESOLVE:.1%}); none_again toggles nothing (the A/A floor); engine_paused stops serve's engine for "
        "a known share of its on blocks (the method's known answer); latency by the state of the block a request "
-       "was sent in (TTFT) or a chunk arrived in (ITL)")
+       "was sent in (TTFT) or a chunk arrived in (ITL); a stopped agent's work waits for its on blocks, so the "
+       "on-block loss bounds the steady cost from above (up to twice it)")
