@@ -121,7 +121,8 @@ serving_profile() {
   # serve's start (model build, graph capture) and the phase's warm-up, then 20 s of samples
   sleep 40
   PY_SPY=$(command -v py-spy || echo /tmp/site/bin/py-spy)
-  timeout 40 "$PY_SPY" record --pid "$pid" --duration 15 --rate 100 --idle --threads --format raw \
+  # --subprocesses: serve's engine runs in a child process (serve.engine_process) since 12-04
+  timeout 40 "$PY_SPY" record --pid "$pid" --subprocesses --duration 15 --rate 100 --idle --threads --format raw \
     --output "$OUT/serve_pyspy.txt" --nonblocking > "$OUT/pyspy.log" 2>&1
   tail -n 3 "$OUT/pyspy.log"
   wait $bench
