@@ -19,6 +19,10 @@
 #                 calibration runs of spec_speedup.MODEL_ERROR (benchmarks/spec_calibration.py)
 #   ceilings      `bench ceilings` on CUDA (bf16, then float32), then `analyze` naming the ceiling
 #   speculation_check  `bench speculation` on CUDA at another seed: the CUDA model error checked
+#   speculation_recheck  the CPU model error recalibrated on cores 8-15 while CUDA checks its own on other seeds
+#   demo_cuda     `infersight demo --device cuda`, its summary printed and its files kept
+#   trust_h200    issue 26 on a fresh machine: the demo twice, `bench speculation` on the demo's seed, the energy
+#                 split (TRUST_DEMOS, TRUST_SPEC_BATCHES, TRUST_SPEC_ARGS, TRUST_ENERGY_RUNS)
 #   energy        benchmarks/energy_split_check.py: request classes alone, then mixed (NVML energy),
 #                 the counter read every 1 s and every 0.1 s
 #   energy_once   the same, the counter read every 1 s only (ENERGY_MODEL, ENERGY_INTERVAL_S, ENERGY_ARGS)
@@ -35,6 +39,8 @@
 #                 (default 40) pairs of BLOCK_S-second blocks (default 1), the agent stopped in one block of each
 #                 pair; arms none_again (A/A), agent, agent_recorder, full, and engine_paused (serve's engine
 #                 stopped for CALIBRATION (default 0.01) of its on blocks: the known answer)
+#   serving_split `serve`'s engine in its own process against --engine-in-process, alternating fresh `serve`s
+#                 (SPLIT_PAIRS, ONE_PHASE_S), the engine's batch-48 rate beside them; then, unless SKIP_ARMS, arms
 #   serving_delay `bench serving`'s no-agent arm at 48 clients with --scheduler-delay-factor in DELAY_FACTORS
 #                 (default "0 2 8") and --max-num-batched-tokens in BATCHED_TOKENS (default "512 2048");
 #                 then, unless SKIP_ARMS, the A/A and agent arms (ARMS, ROUNDS, PHASE_S) at the fastest pair
@@ -424,7 +430,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="trust_h200 gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="trust_h200 gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
