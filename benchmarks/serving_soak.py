@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 from infersight.bench.agent import stop_agent  # noqa: E402
 from infersight.bench.process_cpu import process_cpu_s, process_memory_mb, spawned_children  # noqa: E402
 from infersight.bench.otlp_sink import OtlpSink  # noqa: E402
-from infersight.bench.serving_processes import agent_cmd, free_port, wait_health  # noqa: E402
+from infersight.bench.serving_processes import agent_cmd as bench_agent_cmd, free_port, wait_health  # noqa: E402
 from infersight.bench.serving_clients import phase_figures, run_phase  # noqa: E402
 from infersight.bench.serving_config import ServingBenchConfig  # noqa: E402
 
@@ -75,12 +75,12 @@ def kept_rows(agent_url: str | None) -> dict[str, float]:
     return {"kept_requests": kept.get("requests", -1), "kept_bytes": kept.get("bytes", -1)}
 
 
-def agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink) -> list[str]:
+def soak_agent_cmd(arm: str, ring: str, port: int, out_dir: Path, sink: OtlpSink) -> list[str]:
     if arm == "recorder_otlp":
-        return agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--otlp-endpoint", sink.url]
+        return bench_agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--otlp-endpoint", sink.url]
     if arm == "recorder_parquet":
-        return agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--parquet-dir", str(out_dir / "parquet")]
-    return agent_cmd(arm, ring, port, out_dir, sink)
+        return bench_agent_cmd("agent_recorder", ring, port, out_dir, sink) + ["--parquet-dir", str(out_dir / "parquet")]
+    return bench_agent_cmd(arm, ring, port, out_dir, sink)
 
 
 def main() -> int:
@@ -121,7 +121,7 @@ def main() -> int:
         wait_health(url, serve, "infersight serve", out_dir / "serve.log", timeout_s=600)
         if args.arm != "none":
             aport = free_port()
-            cmd = agent_cmd(args.arm, ring, aport, out_dir, sink)
+            cmd = soak_agent_cmd(args.arm, ring, aport, out_dir, sink)
             if args.traced_agent:
                 cmd[1:3] = [str(REPO / "benchmarks" / "agent_traced.py"), "--out", str(args.traced_agent.resolve()),
                             "--first-s", str(args.settle_s), "--every-s", str(5 * args.window_s), "--"]
