@@ -165,7 +165,8 @@ serving_arms() {
 serving_switchback() {
   stamp "bench serving, switchback, 48 clients"
   timeout ${TIMEOUT_S:-540} python3 -m infersight bench serving --model llama-1b-shape --device cuda --clients 48 \
-    --max-tokens 96 --warmup-s 5 --rounds 1 --switchback-block-s ${BLOCK_S:-1} --switchback-pairs ${PAIRS:-40} \
+    --max-tokens 96 --max-tokens-spread ${SPREAD:-0.5} --warmup-s 5 --rounds 1 --switchback-block-s ${BLOCK_S:-1} \
+    --switchback-pairs ${PAIRS:-40} \
     --arms ${ARMS:-none,none_again,agent,agent_recorder,full} --calibration-pause ${CALIBRATION:-0.01} \
     --agent-arg=--recorder-initial-cost=${RECORDER_INITIAL_COST:-0.1} \
     > "$OUT/serving_switchback.txt" 2>&1

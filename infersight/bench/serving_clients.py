@@ -74,6 +74,17 @@ def _prompts(config: ServingBenchConfig, n: int, seed: int) -> list[str]:
     return out
 
 
+def output_lengths(config: ServingBenchConfig, n: int, seed: int) -> list[int]:
+    """n requests' max_tokens: config.max_tokens each, or drawn uniformly from max_tokens x [1 - spread,
+    1 + spread] (at least 1)."""
+    if config.max_tokens_spread == 0:
+        return [config.max_tokens] * n
+    rng = random.Random(seed + 1)
+    low = max(1, round(config.max_tokens * (1 - config.max_tokens_spread)))
+    high = max(low, round(config.max_tokens * (1 + config.max_tokens_spread)))
+    return [rng.randint(low, high) for _ in range(n)]
+
+
 def run_phase(url: str, config: ServingBenchConfig, seed: int) -> tuple[PhaseRecords, float, float]:
     """Closed loop: each client sends its next request when the last one ends, until phase_s has
     passed; returns the records and the measured window (client monotonic seconds)."""
@@ -83,12 +94,13 @@ def run_phase(url: str, config: ServingBenchConfig, seed: int) -> tuple[PhaseRec
     counter = iter(range(1 << 30))
     lock = threading.Lock()
     prompts = _prompts(config, 512, seed)
+    lengths = output_lengths(config, 512, seed)
 
     def client() -> None:
         while time.monotonic() < window[1]:
             with lock:
                 rid = next(counter)
-            _stream_one(url, config.model, prompts[rid % len(prompts)], config.max_tokens, rid, records)
+            _stream_one(url, config.model, prompts[rid % len(prompts)], lengths[rid % len(lengths)], rid, records)
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(config.clients)]
     for t in threads:

@@ -19,6 +19,10 @@ class ServingBenchConfig:
     dtype: str = "auto"
     clients: int = 8
     max_tokens: int = 32
+    # Each request's output length drawn from max_tokens x [1 - spread, 1 + spread] (0: every request the same).
+    # Equal lengths keep closed-loop clients in lockstep: on the H200 at 48 clients they finished, and
+    # prefilled, together, in waves of ~0.5 s that a 1-s switchback block holds 2 or 3 of.
+    max_tokens_spread: float = 0.0
     prompt_chars: tuple[int, int] = (32, 400)
     phase_s: float = 20.0
     warmup_s: float = 3.0
@@ -43,6 +47,8 @@ class ServingBenchConfig:
             raise ValueError(f"--phase-s ({self.phase_s}) must exceed --warmup-s ({self.warmup_s}) >= 0")
         if self.clients < 1 or self.rounds < 1 or self.max_tokens < 1:
             raise ValueError("--clients, --rounds and --max-tokens are at least 1")
+        if not 0.0 <= self.max_tokens_spread < 1.0:
+            raise ValueError(f"--max-tokens-spread is in [0, 1), got {self.max_tokens_spread}")
         if self.switchback_block_s < 0 or (self.switchback_block_s > 0 and self.switchback_pairs < 5):
             raise ValueError("--switchback-block-s is >= 0 (0: phases) and --switchback-pairs at least 5 "
                              "(the fewest that give the median's 90% interval)")

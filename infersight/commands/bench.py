@@ -66,7 +66,8 @@ def _serving(args: argparse.Namespace) -> int:
     from infersight.bench.serving_switchback import bench_serving_switchback, print_switchback_report
 
     config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
-                                max_tokens=args.max_tokens, phase_s=args.phase_s, warmup_s=args.warmup_s,
+                                max_tokens=args.max_tokens, max_tokens_spread=args.max_tokens_spread,
+                                phase_s=args.phase_s, warmup_s=args.warmup_s,
                                 rounds=args.rounds, arms=tuple(a for a in args.arms.split(",") if a), seed=args.seed,
                                 serve_args=tuple(args.serve_arg), agent_args=tuple(args.agent_arg),
                                 switchback_block_s=args.switchback_block_s, switchback_pairs=args.switchback_pairs,
@@ -178,6 +179,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="auto: bfloat16 on CUDA, float32 on the CPU")
     sv.add_argument("--clients", type=int, default=8, help="closed-loop clients (each sends when its last ends)")
     sv.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
+    sv.add_argument("--max-tokens-spread", type=float, default=0.0, metavar="F",
+                    help="each request's output tokens drawn from --max-tokens x [1 - F, 1 + F] (0: all equal; "
+                         "equal lengths keep closed-loop clients in lockstep waves)")
     sv.add_argument("--phase-s", type=float, default=20.0, help="seconds of each arm's phase")
     sv.add_argument("--warmup-s", type=float, default=3.0, help="first seconds of a phase left out")
     sv.add_argument("--rounds", type=int, default=5, help="rounds; each runs every arm once, order rotated")

@@ -137,3 +137,15 @@ def test_the_recorder_names_it_reads_are_the_catalogues() -> None:
     from infersight.exporters import catalogue as C
 
     assert (RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE) == (C.RECORDER_COST_RATIO.sample, C.RECORDER_WINDOWS.sample)
+
+
+def test_output_lengths_are_equal_or_spread_uniformly_around_max_tokens() -> None:
+    from infersight.bench.serving_clients import output_lengths
+
+    assert output_lengths(ServingBenchConfig(max_tokens=96), 5, seed=0) == [96] * 5
+    spread = output_lengths(ServingBenchConfig(max_tokens=96, max_tokens_spread=0.5), 2000, seed=0)
+    assert min(spread) == 48 and max(spread) == 144  # 2,000 uniform draws over 97 values reach both ends
+    assert abs(sum(spread) / len(spread) - 96) < 2  # the mean stays (sd of the mean ~0.6)
+    assert output_lengths(ServingBenchConfig(max_tokens=96, max_tokens_spread=0.5), 2000, seed=0) == spread
+    with pytest.raises(ValueError):
+        ServingBenchConfig(max_tokens_spread=1.0)
