@@ -54,5 +54,7 @@ class ServingBenchConfig:
                              "(the fewest that give the median's 90% interval)")
         if not 0.0 <= self.calibration_pause < 0.5:
             raise ValueError(f"--calibration-pause is a share of engine time in [0, 0.5), got {self.calibration_pause}")
+        if self.switchback_block_s > 0 and len(set(self.arms) - {REFERENCE}) == 0 and self.calibration_pause == 0:
+            raise ValueError("a switchback needs an arm besides none (none_again is the A/A) or --calibration-pause")
         if self.calibration_pause > 0 and self.switchback_block_s <= 0:
             raise ValueError("--calibration-pause needs --switchback-block-s (its arm runs in switchback blocks)")

@@ -190,7 +190,7 @@ def bench_serving_switchback(config: ServingBenchConfig, log: Any = print) -> di
                     share = stopped_share(switch.stops, blocks)
                     extra[arm].setdefault("stops", []).extend(switch.stops)
                 one = switchback_summary(frames["blocks"][-1])
-                log(f"round {rnd} {arm:<15} on/off tokens/s median {one['tokens_per_s_ratio']:.4f} over {one['pairs']} "
+                log(f"round {rnd} {arm:<15} on/off tokens/s {one['tokens_per_s_ratio']:.4f} over {one['pairs']} "
                     f"pairs, totals {one['tokens_per_s_ratio_of_totals']:.4f} ({one['tokens_per_s_on']:.1f} / "
                     f"{one['tokens_per_s_off']:.1f} tok/s)" + (f"; engine stopped {share['on']:.4f} of on time, "
                                                               f"{share.get('off', 0.0):.4f} of off" if arm == CALIBRATION_ARM else ""))

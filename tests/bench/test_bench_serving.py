@@ -88,7 +88,9 @@ def test_a_run_resolves_half_a_percent_only_when_its_interval_is_that_narrow() -
 
 
 @pytest.mark.parametrize("kwargs", [{"arms": ("agent",)}, {"arms": ("none", "bogus")}, {"phase_s": 2, "warmup_s": 3},
-                                    {"clients": 0}])
+                                    {"clients": 0}, {"switchback_block_s": 1.0, "arms": ("none",)},
+                                    {"switchback_block_s": 1.0, "switchback_pairs": 4},
+                                    {"calibration_pause": 0.01}])
 def test_bad_configs_are_refused(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         ServingBenchConfig(**kwargs)
