@@ -82,8 +82,11 @@ class LoadedEngine(threading.Thread):
                 while not self.finish.is_set() and sum(r.times.finish_ns is None
                                                        for r in self.engine.requests.values()) < CONCURRENT:
                     # Lengths differ so requests end at different steps: equal ones would start and end
-                    # in lockstep cohorts, and a kill just after a cohort's end spans no request.
-                    tokens = MAX_TOKENS - 10 * (n % CONCURRENT)
+                    # in lockstep cohorts, and a kill just after a cohort's end spans no request. Not
+                    # cycling with the slots either: 110 - 10 x (n % 6) put every replacement's end on the
+                    # same step (the first six end at 60..110, their successors all at 170, and so on), and
+                    # a kill just after step 170k spanned none (CI run of 2026-12-05: "spanning 0").
+                    tokens = MAX_TOKENS - (n * 37) % 51
                     self.engine.add_request([1 + n % 50] * 10, SamplingParams(temperature=0, max_tokens=tokens,
                                                                                ignore_eos=True))
                     n += 1
