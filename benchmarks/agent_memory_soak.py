@@ -24,13 +24,17 @@ The last lines give the growth over the second half of the run (MB per minute): 
     # where the heap grows, by allocation site (tracemalloc in the agent: run it slower, e.g. --rate 8)
     python benchmarks/agent_memory_soak.py --rate 8 --duration 1500 --kv-events --otlp --window-s 300 \
         --traced-agent growth.txt
+    # the agent's CPU at an H200 `serve`'s rate (48 in a batch, 96 tokens, 115 requests/s), exporting spans
+    python benchmarks/agent_memory_soak.py --rate 115 --tokens 96 --wave 48 --duration 30 --sample-s 5 \
+        --window-s 20 --otlp-export
 
 --kv-events: a publisher written byte for byte as vLLM 0.32's (tests/vllm/kv_fake_vllm.py) connects to
 the agent's --vllm-kv-events endpoint and, per wave, stores --kv-blocks new blocks per request and
 removes those older than --kv-live blocks (a cache at steady occupancy). --otlp: the OpenTelemetry
 SDK's OTLP/HTTP exporter, as vLLM's --otlp-traces-endpoint uses it, sends one llm_request span per
 request to the agent's --otlp-receiver; their ids are vLLM-style and join no ring request, so every
-span waits --otlp-join-wait and leaves alone: the receiver's bound is what is soaked. Every sample also
+span waits --otlp-join-wait and leaves alone: the receiver's bound is what is soaked. --otlp-export: only
+the agent's own export, to a local sink that answers every request. Every sample also
 reads the agent's CPU time (/proc/PID/stat: utime + stime over the sample, as a share of one core) and,
 where the agent exposes it, its poll time over the sample (infersight_agent_poll_duration_seconds: the
 mean, and the p99 from its buckets). The summary compares the first and the last --window-s (default
@@ -256,6 +260,8 @@ def main() -> int:
     ap.add_argument("--kv-blocks", type=int, default=4, help="KV blocks stored per request (--kv-events)")
     ap.add_argument("--kv-live", type=int, default=4096, help="blocks held before the oldest are removed (--kv-events)")
     ap.add_argument("--otlp", action="store_true", help="also vLLM-style spans into the agent's OTLP receiver")
+    ap.add_argument("--otlp-export", action="store_true",
+                    help="the agent exports its request spans to a local OTLP sink (no receiver, no spans sent in)")
     ap.add_argument("--window-s", type=float, default=600.0,
                     help="the first and the last this many seconds are compared (poll time, CPU, RSS slope)")
     ap.add_argument("--traced-agent", type=Path, metavar="FILE",
@@ -278,9 +284,11 @@ def main() -> int:
     otlp_port = free_port()
     if args.kv_events:
         extra += ["--vllm-kv-events", kv_endpoint]
-    sink = OtlpSink() if args.otlp else None
+    sink = OtlpSink() if args.otlp or args.otlp_export else None
     if sink is not None:
-        extra += ["--otlp-receiver", f"127.0.0.1:{otlp_port}", "--otlp-endpoint", sink.url]
+        extra += ["--otlp-endpoint", sink.url]
+    if args.otlp:
+        extra += ["--otlp-receiver", f"127.0.0.1:{otlp_port}"]
     launcher = ["-m", "infersight"]
     if args.traced_agent:
         launcher = [str(REPO / "benchmarks" / "agent_traced.py"), "--out", str(args.traced_agent.resolve()),

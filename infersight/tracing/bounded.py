@@ -11,14 +11,14 @@ import threading
 from collections import OrderedDict, defaultdict
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-import pandas as pd
 
 K = TypeVar("K")
 V = TypeVar("V")
 #: Per-object overheads (CPython 3.11, 64-bit) used by the estimates below.
 DICT_ENTRY = 100
 TUPLE_ITEM = 80
-FRAME_OVERHEAD = 2_000
+INT_ITEM = 32
+STR_ITEM = 50
 
 
 class Evictions:
@@ -125,8 +125,3 @@ class BoundedTable(Generic[K, V]):
 def record_bytes(record: dict[str, Any]) -> int:
     """A record dict's estimated memory: per-key overhead plus its strings."""
     return sum(DICT_ENTRY + (len(v) if isinstance(v, (str, bytes)) else 8) for v in record.values())
-
-
-def frame_bytes(frame: pd.DataFrame) -> int:
-    """A small DataFrame's estimated memory (its columns' buffers and the frame's own objects)."""
-    return FRAME_OVERHEAD + int(frame.memory_usage(index=True, deep=False).sum()) + 200 * len(frame.columns)

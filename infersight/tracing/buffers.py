@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from infersight.correlate.frames import EventFrames, join_texts
-from infersight.tracing.bounded import TUPLE_ITEM, BoundedTable, Evictions, frame_bytes, record_bytes
-from infersight.tracing.spans import ServedInfo
+from infersight.tracing.bounded import TUPLE_ITEM, BoundedTable, Evictions, record_bytes
+from infersight.tracing.spans import RequestEvents, ServedInfo
 
 MAX_STEPS = 20_000
 MAX_REQUESTS = 50_000
@@ -82,11 +82,11 @@ class TraceBuffers:
             self.texts.append(int(row.request_id), chunk, TUPLE_ITEM + sum(
                 len(v) if isinstance(v, (str, bytes)) else 8 for v in chunk))
 
-    def add_row(self, row: dict[str, Any], events: pd.DataFrame, added: float) -> None:
+    def add_row(self, row: dict[str, Any], events: RequestEvents, added: float) -> None:
         """A finished row (and its events) waiting for its steps; the oldest beyond the rows table's
         limits is forgotten (counted), and so are its pieces in the other tables."""
         rid = int(row["request_id"])
-        self.rows.put(rid, (row, events, added), record_bytes(row) + frame_bytes(events))
+        self.rows.put(rid, (row, events, added), record_bytes(row) + events.estimated_bytes())
         for gone in self.rows.evicted():
             self.forget(gone)
 

@@ -28,6 +28,10 @@ class TracingConfig:
     otlp_export_timeout_s: float | None = None  # one export; None: OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, else 2 s
     otlp_shutdown_timeout_s: float = 3.0  # the whole flush at shutdown
     trace_buffer_bytes: int = 64 << 20  # the hook's and the span join's buffers together (estimated bytes)
+    # Steps a request span links at most: its prefill steps, then its slowest (tracing.spans.step_links). Each
+    # link is also a step span to send; every step of every request cost the agent most of a core at ~115
+    # requests/s of 96 tokens (BENCHMARKS.md, "The agent's OTLP export").
+    step_links: int = 8
 
     def __post_init__(self) -> None:
         """ValueError for a setting tracing cannot run with (the agent's CLI shows it as one line)."""
@@ -45,6 +49,8 @@ class TracingConfig:
             raise ValueError("the OTLP queue and trace buffer byte limits must be >= 65536")
         if self.otlp_export_timeout_s is not None and not 0 < self.otlp_export_timeout_s <= 60:
             raise ValueError(f"the OTLP export timeout must be in (0, 60] s, got {self.otlp_export_timeout_s}")
+        if not 0 <= self.step_links <= 128:
+            raise ValueError(f"--trace-step-links must be in [0, 128] (the SDK's link limit), got {self.step_links}")
         if not 0 < self.otlp_shutdown_timeout_s <= 5:
             raise ValueError(f"the OTLP shutdown timeout must be in (0, 5] s, got {self.otlp_shutdown_timeout_s}")
 
@@ -89,6 +95,9 @@ class TracingConfig:
                                   "and logged")
         tracing.add_argument("--trace-buffer-bytes", type=int, default=64 << 20, metavar="BYTES",
                              help="what the tracing hook and the span join keep between batches (default 64 MiB)")
+        tracing.add_argument("--trace-step-links", type=int, default=8, metavar="N",
+                             help="engine steps each request span links at most: its prefill steps, then its "
+                                  "slowest (0-128; default 8); each linked step is also exported as a span")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TracingConfig:
@@ -100,4 +109,4 @@ class TracingConfig:
                    otlp_queue_spans=args.otlp_queue_spans, otlp_queue_bytes=args.otlp_queue_bytes,
                    otlp_export_timeout_s=args.otlp_export_timeout,
                    otlp_shutdown_timeout_s=args.otlp_shutdown_timeout,
-                   trace_buffer_bytes=args.trace_buffer_bytes)
+                   trace_buffer_bytes=args.trace_buffer_bytes, step_links=args.trace_step_links)

@@ -35,7 +35,8 @@ from infersight.tracing.identity import identity_resource
 from infersight.tracing.exporter import ExportCounts, SpanEmitter, SpanPipeline, otlp_span_exporter
 from infersight.tracing.metrics import GenAIServerMetrics, otlp_metric_reader
 from infersight.tracing.span_join import DEFAULT_MAX_BYTES, DEFAULT_WAIT_S, EngineRequestSpan, SpanJoin, adopt, enrich
-from infersight.tracing.spans import RequestInputs, kernel_attributes, request_trace, step_span
+from infersight.tracing.spans import (DEFAULT_STEP_LINKS, NO_EVENTS, RequestEvents, RequestInputs, kernel_attributes,
+                                      request_events, request_trace, step_span)
 from infersight.tracing.step_links import StepSpanContexts
 
 if TYPE_CHECKING:
@@ -67,18 +68,21 @@ class TracingHook:
                  metrics: GenAIServerMetrics | None = None, buffers: TraceBuffers | None = None,
                  kernels_for_request: Callable[[int], Mapping[str, Any] | None] | None = None,
                  gpu_for_step: Callable[[int, int], Mapping[str, float]] | None = None,
-                 join: JoinSettings | None = None, mirror: Mapping[str, LabelledCounter] | None = None) -> None:
+                 join: JoinSettings | None = None, mirror: Mapping[str, LabelledCounter] | None = None,
+                 step_links: int = DEFAULT_STEP_LINKS) -> None:
         """kernels_for_request: request id -> its kernel summary from a capture, if one covered it.
         gpu_for_step: (start_ns, end_ns) -> GPU telemetry covering that step. join: set when the agent
         receives an engine's own request spans (tracing.receiver): ready rows then wait in span_join for
         their span and come back through export_row, joined with it or alone. mirror: the agent's
-        counters of TRACING_METRICS names, kept in step with the pipeline's counts."""
+        counters of TRACING_METRICS names, kept in step with the pipeline's counts. step_links: how many
+        steps a request span links at most (spans.step_links: its prefill steps, then its slowest)."""
         self.pipeline = pipeline
         self.emitter = SpanEmitter(pipeline)
         self.model, self.ratio, self.export_content, self.metrics = model, ratio, export_content, metrics
         self.buffers = buffers if buffers is not None else TraceBuffers()
         self.kept = self.sampled_out = 0
-        self._arrived: list[tuple[dict[str, Any], pd.DataFrame, float]] = []  # rows since the last process()
+        self.step_links = step_links
+        self._arrived: list[tuple[dict[str, Any], RequestEvents, float]] = []  # rows since the last process()
         self._anchors: dict[int, tuple[int, int]] = {}  # ring index -> (wall ns, monotonic ns)
         self._step_spans = StepSpanContexts(MAX_STEP_SPANS)
         self._mirror = dict(mirror or {})
@@ -110,7 +114,7 @@ class TracingHook:
         return cls(pipeline, model_name, config.trace_sample_ratio, config.export_content, metrics,
                    TraceBuffers(config.trace_buffer_bytes // 2),  # the span join has the other half
                    kernels_for_request, gpu_for_step, join,
-                   {s.name: counters[s.name] for s in C.TRACING_METRICS if s.name in counters})
+                   {s.name: counters[s.name] for s in C.TRACING_METRICS if s.name in counters}, config.step_links)
 
     # -- input ------------------------------------------------------------------------------------
     def add_rows(self, rows: pd.DataFrame, events: pd.DataFrame) -> None:
@@ -119,9 +123,9 @@ class TracingHook:
         wait for their steps are kept, in buffers.rows, bounded in entries and bytes (what it forgets is
         counted)."""
         now = time.monotonic()
-        by_request = {int(rid): g for rid, g in events.groupby("request_id", sort=False)}
+        by_request = request_events(events)
         for row in rows.to_dict("records"):
-            self._arrived.append((row, by_request.get(int(row["request_id"]), events.iloc[:0]), now))
+            self._arrived.append((row, by_request.get(int(row["request_id"]), NO_EVENTS), now))
 
     def ingest(self, frames: EventFrames, ring_index: int, anchor: tuple[int, int]) -> None:
         """One probe batch of ring `ring_index` (after AgentState ingested it); builds what is ready."""
@@ -159,7 +163,7 @@ class TracingHook:
             self.span_join.process(force)
         self._sync_mirror()
 
-    def export_row(self, row: dict[str, Any], events: pd.DataFrame, ring: int,
+    def export_row(self, row: dict[str, Any], events: RequestEvents, ring: int,
                    engine: EngineRequestSpan | None = None) -> None:
         """Build (sample, export) one finished row's spans. engine: the engine's own request span for
         this row (span_join), whose ids the request span keeps."""
@@ -175,8 +179,8 @@ class TracingHook:
             def to_wall(ns: int) -> int:
                 return ns - mono + wall
 
-            trace = request_trace(RequestInputs(row, events, served, spec, reloads, steps), to_wall, self.model,
-                                  self.ratio, self.export_content)
+            trace = request_trace(RequestInputs(row, events, served, spec, reloads, steps, self._step_ns(steps),
+                                                self.step_links), to_wall, self.model, self.ratio, self.export_content)
             if engine is not None:
                 enrich(engine, trace)
             if not trace.decision.keep:
@@ -190,6 +194,18 @@ class TracingHook:
             self.kept += 1
         except Exception:  # noqa: BLE001 -- a bad row must not stop the agent's ingest loop
             log.exception("could not build spans for request %s", row.get("request_id"))
+
+    def _step_ns(self, steps: list[tuple[int, int]]) -> dict[int, int]:
+        """The buffered steps' durations (ns), which rank a request's steps for its links; none needed
+        when it links them all."""
+        if len(steps) <= self.step_links:
+            return {}
+        out = {}
+        for step_id, _ in steps:
+            step = self.buffers.step(step_id)
+            if step is not None:
+                out[step_id] = int(step["end_ns"]) - int(step["start_ns"])
+        return out
 
     def _step_context(self, step_id: int, to_wall: Any) -> SpanContext | None:
         ctx = self._step_spans.get(step_id)

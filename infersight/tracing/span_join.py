@@ -26,13 +26,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Protocol
 
-import pandas as pd
 from opentelemetry.sdk.trace import ReadableSpan
 
-from infersight.tracing.bounded import Evictions, frame_bytes, record_bytes
+from infersight.tracing.bounded import Evictions, record_bytes
 from infersight.tracing.buffers import RING_SHIFT
 from infersight.tracing.export_queue import span_bytes
-from infersight.tracing.spans import RequestTrace, ServedInfo
+from infersight.tracing.spans import RequestEvents, RequestTrace, ServedInfo
 
 log = logging.getLogger("infersight.tracing")
 KEY_MASK = (1 << RING_SHIFT) - 1
@@ -62,7 +61,7 @@ Row = dict[str, Any]
 
 
 class ExportRow(Protocol):
-    def __call__(self, row: Row, events: pd.DataFrame, ring: int, engine: EngineRequestSpan | None) -> None: ...
+    def __call__(self, row: Row, events: RequestEvents, ring: int, engine: EngineRequestSpan | None) -> None: ...
 
 
 @dataclass
@@ -96,7 +95,7 @@ class SpanJoin:
         self._lock = threading.Lock()  # guards the inbox only
         self._inbox: list[tuple[EngineRequestSpan, float]] = []
         self._spans: OrderedDict[int, tuple[EngineRequestSpan, float]] = OrderedDict()
-        self._rows: OrderedDict[int, tuple[Row, pd.DataFrame, int, float]] = OrderedDict()
+        self._rows: OrderedDict[int, tuple[Row, RequestEvents, int, float]] = OrderedDict()
 
     # -- input --------------------------------------------------------------------------------------
     def add_spans(self, spans: list[ReadableSpan]) -> None:
@@ -113,7 +112,7 @@ class SpanJoin:
             with self._lock:
                 self._inbox.extend(waiting)
 
-    def add_row(self, row: Row, events: pd.DataFrame, ring: int) -> None:
+    def add_row(self, row: Row, events: RequestEvents, ring: int) -> None:
         """A finished row, ready to export: joined now if its span is here, else it waits."""
         key = int(row["request_id"]) & KEY_MASK
         self._drain()
@@ -125,7 +124,7 @@ class SpanJoin:
         if old is not None:  # the same key twice (an id reused): the older row goes alone
             self._row_alone(*old[:3])
         self._rows[key] = (row, events, ring, self.clock())
-        self._row_bytes[key] = size = record_bytes(row) + frame_bytes(events)
+        self._row_bytes[key] = size = record_bytes(row) + events.estimated_bytes()
         self.pending_bytes[1] += size
         while len(self._rows) > 1 and (len(self._rows) > self.max_pending
                                        or self.pending_bytes[1] > self.max_side_bytes):
@@ -142,7 +141,7 @@ class SpanJoin:
         for key in [k for k, (_, since) in self._spans.items() if force or now - since >= self.wait_s]:
             self._span_alone(self._pop_span(key)[0])
 
-    def _pop_row(self, key: int) -> tuple[Row, pd.DataFrame, int, float] | None:
+    def _pop_row(self, key: int) -> tuple[Row, RequestEvents, int, float] | None:
         found = self._rows.pop(key, None)
         if found is not None:
             self.pending_bytes[1] -= self._row_bytes.pop(key)
@@ -173,11 +172,11 @@ class SpanJoin:
                 self.evictions.add("join_spans", "entries" if len(self._spans) > self.max_pending else "bytes")
                 self._span_alone(self._pop_span(next(iter(self._spans)))[0])
 
-    def _joined(self, row: Row, events: pd.DataFrame, ring: int, engine: EngineRequestSpan) -> None:
+    def _joined(self, row: Row, events: RequestEvents, ring: int, engine: EngineRequestSpan) -> None:
         self.counts.joined += 1
         self.export_row(row, events, ring, engine)
 
-    def _row_alone(self, row: Row, events: pd.DataFrame, ring: int) -> None:
+    def _row_alone(self, row: Row, events: RequestEvents, ring: int) -> None:
         self.counts.row_alone += 1
         self.export_row(row, events, ring, None)
 

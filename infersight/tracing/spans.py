@@ -12,9 +12,15 @@ byte sent (from arrival to finish for requests that did not come over HTTP). Its
     prefill   one per prefill chunk, as the engine ran it
     decode    first token -> finish
 
-Preemptions, resumptions, KV reloads and the first token are span events. Each engine step the
-request took part in is linked (a span link to that step's own span, in its own trace, see
-step_span), so a slow step shared by many requests is one click away from each of them.
+Preemptions, resumptions, KV reloads and the first token are span events. The steps that tell
+most about the request are linked (a span link to that step's own span, in its own trace, see
+step_span): its prefill steps and its slowest steps, at most `step_links` of them (step_links()), so a
+slow step shared by many requests is one click away from each of them. Linking every step cost the
+agent most of a core at ~115 requests/s of 96 tokens (BENCHMARKS.md, "The agent's OTLP export").
+
+The request's events come in as RequestEvents, built for all requests of a batch in one pass over
+the request_events frame (request_events()): a per-request DataFrame cost ~1 ms a request in pandas
+calls, a fifth of what the agent spent per exported request.
 """
 from __future__ import annotations
 
@@ -24,10 +30,13 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from infersight.tracing import semconv as sc
+from infersight.tracing.bounded import INT_ITEM, STR_ITEM, TUPLE_ITEM
 from infersight.tracing.sampling import Decision, decide
 
-#: Links per request span (the SDK's default span limit is 128); the rest are counted in an attribute.
+#: Links per request span at most (the SDK's default span limit is 128); the rest are counted in an attribute.
 MAX_STEP_LINKS = 128
+#: Links per request span by default: its prefill steps and its slowest steps, up to this many.
+DEFAULT_STEP_LINKS = 8
 #: KV reload events closer than this are one burst (a swapped-in request reloads its blocks together).
 RELOAD_BURST_NS = 1_000_000
 
@@ -86,19 +95,73 @@ class ServedInfo:
     texts: dict[str, str] = field(default_factory=dict)   # session_id, user_id, tracestate, prompt, completion
 
 
+@dataclass(frozen=True)
+class RequestEvents:
+    """The request_events rows of one request that its spans show, in time order. chunks: its prefill
+    chunks as (start ns, end ns, tokens, start position); marks: its preemptions and resumptions as
+    (event, ts ns, reason)."""
+
+    chunks: tuple[tuple[int, int, int, int], ...] = ()
+    marks: tuple[tuple[str, int, str], ...] = ()
+
+    def estimated_bytes(self) -> int:
+        """Its memory as the buffers' byte bounds count it (tracing.bounded's per-object estimates)."""
+        chunk = TUPLE_ITEM + 4 * INT_ITEM
+        return TUPLE_ITEM * 2 + chunk * len(self.chunks) + sum(
+            TUPLE_ITEM + INT_ITEM + 2 * STR_ITEM + len(reason) for _, _, reason in self.marks)
+
+
+NO_EVENTS = RequestEvents()
+_MARKS = ("PREEMPTED", "RESUMED")
+
+
+def request_events(events: pd.DataFrame) -> dict[int, RequestEvents]:
+    """request id -> its RequestEvents, from a request_events frame (correlate.frames' columns), in one
+    pass: rows of other kinds are skipped, and a request with none of these rows is absent (NO_EVENTS)."""
+    ev = events[events["event"].isin(("PREFILL_CHUNK", *_MARKS))]
+    if ev.empty:
+        return {}
+    ev = ev.sort_values("ts_ns", kind="stable")
+    chunks: dict[int, list[tuple[int, int, int, int]]] = {}
+    marks: dict[int, list[tuple[str, int, str]]] = {}
+    for rid, kind, ts, end, v0, v1, reason in zip(ev["request_id"].tolist(), ev["event"].tolist(), ev["ts_ns"].tolist(),
+                                                  ev["end_ns"].tolist(), ev["value0"].tolist(), ev["value1"].tolist(),
+                                                  ev["reason"].tolist()):
+        if kind == "PREFILL_CHUNK":
+            chunks.setdefault(rid, []).append((ts, end, v0, v1))
+        else:
+            marks.setdefault(rid, []).append((kind, ts, str(reason)))
+    return {rid: RequestEvents(tuple(chunks.get(rid, ())), tuple(marks.get(rid, ()))) for rid in chunks.keys() | marks.keys()}
+
+
+def step_links(steps: list[tuple[int, int]], step_ns: Mapping[int, int], limit: int) -> list[tuple[int, int]]:
+    """The steps a request span links, in step order: its prefill steps (more than one token fed) first,
+    then its slowest steps by step_ns (step id -> duration), at most `limit`. Steps without a known
+    duration (no longer buffered) come last: their spans cannot be built anyway."""
+    if limit <= 0:
+        return []
+    if len(steps) <= limit:
+        return list(steps)
+    ranked = sorted(steps, key=lambda s: (s[1] <= 1, -step_ns.get(s[0], -1)))
+    return sorted(ranked[:limit])
+
+
 @dataclass
 class RequestInputs:
     """Everything one request's spans are built from. row: a request_table row plus its cost
-    (engine_seconds, energy_j, ...) and slow_cause; events: its request_events; spec: (accepted,
+    (engine_seconds, energy_j, ...) and slow_cause; events: its RequestEvents; spec: (accepted,
     proposed) draft tokens; reload_ns: its KV reload times; steps: (step id, tokens) of the steps
-    it took part in."""
+    it took part in; step_ns: the durations of those steps still buffered (step id -> ns), which
+    rank them for links; step_link_limit: how many it links (step_links())."""
 
     row: Mapping[str, Any]
-    events: pd.DataFrame
+    events: RequestEvents = NO_EVENTS
     served: ServedInfo | None = None
     spec: tuple[int, int] = (0, 0)
     reload_ns: list[int] = field(default_factory=list)
     steps: list[tuple[int, int]] = field(default_factory=list)
+    step_ns: Mapping[int, int] = field(default_factory=dict)
+    step_link_limit: int = DEFAULT_STEP_LINKS
 
 
 def request_trace(inp: RequestInputs, to_wall: ToWall, model: str, ratio: float,
@@ -127,7 +190,9 @@ def request_trace(inp: RequestInputs, to_wall: ToWall, model: str, ratio: float,
         attrs[sc.LANGFUSE_COMPLETION_START] = sc.iso8601(to_wall(t))
     if export_content:
         attrs.update(sc.content(served.operation, served.texts))
-    links = inp.steps[:MAX_STEP_LINKS]
+    links = step_links(inp.steps, inp.step_ns, min(inp.step_link_limit, MAX_STEP_LINKS))
+    if inp.steps:
+        attrs[sc.IS + "steps"] = len(inp.steps)
     if len(inp.steps) > len(links):
         attrs[sc.IS + "step_links_dropped"] = len(inp.steps) - len(links)
 
@@ -142,13 +207,11 @@ def _phases(inp: RequestInputs, a: int, s: int, t: int, f: int, to_wall: ToWall)
     """queue, prefill (per chunk) and decode, clamped into [arrival, finish] like request_table."""
     scheduled = min(max(s, a), f) if s >= 0 else f
     spans = [SpanDesc("queue", to_wall(a), to_wall(scheduled), attributes={sc.IS + "phase": "queue"})]
-    ev = inp.events
-    chunks = ev[ev["event"] == "PREFILL_CHUNK"].sort_values("ts_ns", kind="stable")
-    for c in chunks.itertuples(index=False):
-        lo, hi = min(max(int(c.ts_ns), a), f), min(max(int(c.end_ns), a), f)
+    for start, stop, tokens, position in inp.events.chunks:
+        lo, hi = min(max(start, a), f), min(max(stop, a), f)
         spans.append(SpanDesc("prefill", to_wall(lo), to_wall(max(lo, hi)), attributes={
-            sc.IS + "phase": "prefill", sc.IS + "prefill.tokens": int(c.value0),
-            sc.IS + "prefill.start_position": int(c.value1)}))
+            sc.IS + "phase": "prefill", sc.IS + "prefill.tokens": tokens,
+            sc.IS + "prefill.start_position": position}))
     if t >= 0:
         first = min(max(t, scheduled), f)
         attrs: sc.Attributes = {sc.IS + "phase": "decode", sc.GEN_AI_OUTPUT_TOKENS: int(inp.row["output_tokens"])}
@@ -160,13 +223,12 @@ def _phases(inp: RequestInputs, a: int, s: int, t: int, f: int, to_wall: ToWall)
 
 
 def _events(inp: RequestInputs, t: int, to_wall: ToWall) -> list[EventDesc]:
-    ev = inp.events
     out = [EventDesc("first_token", to_wall(t))] if t >= 0 else []
-    for r in ev[ev["event"].isin(["PREEMPTED", "RESUMED"])].itertuples(index=False):
-        if r.event == "PREEMPTED":
-            out.append(EventDesc("preempted", to_wall(int(r.ts_ns)), {sc.IS + "preemption.reason": str(r.reason)}))
+    for kind, ts, reason in inp.events.marks:
+        if kind == "PREEMPTED":
+            out.append(EventDesc("preempted", to_wall(ts), {sc.IS + "preemption.reason": reason}))
         else:
-            out.append(EventDesc("resumed", to_wall(int(r.ts_ns))))
+            out.append(EventDesc("resumed", to_wall(ts)))
     for start, count in _bursts(sorted(inp.reload_ns)):
         out.append(EventDesc("kv_reload", to_wall(start), {sc.IS + "kv.reloaded_blocks": count}))
     return sorted(out, key=lambda e: e.wall_ns)

@@ -1,8 +1,8 @@
 """A slow or dead OTLP endpoint never holds the agent: a real `infersight agent` process, under load,
 exporting to a TCP server that accepts and never replies (over OTLP/HTTP and over gRPC, whose HTTP/2
 connection then never comes up) or to a closed port, exits within 5 s of
-SIGTERM with code 0 and reports what it could not send; its RSS stays under a ceiling derived from
-its configured byte limits while the outage lasts."""
+SIGTERM with code 0 and reports what it could not send; while the outage lasts its RSS stays within its
+queue's byte limit above the same load's against a healthy endpoint."""
 from __future__ import annotations
 
 import ast
@@ -29,7 +29,6 @@ from infersight.probes.observer import ProbeObserver
 
 QUEUE_BYTES = 1 << 20
 BUFFER_BYTES = 4 << 20
-STATE_ALLOWANCE_MB = 100
 
 
 @contextmanager
@@ -78,14 +77,16 @@ def summary(port: int) -> dict:
     return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/summary", timeout=5).read())
 
 
-def start_agent(ring: str, port: int, endpoint: str, tmp: Path, protocol: str = "http/protobuf"
+def start_agent(ring: str, port: int, endpoint: str | None, tmp: Path, protocol: str = "http/protobuf"
                 ) -> tuple[subprocess.Popen, Path]:
+    """An agent exporting to endpoint with the module's limits (None: no OTLP export at all)."""
     log = tmp / "agent.log"
+    otlp = [] if endpoint is None else [
+        "--otlp-endpoint", endpoint, "--otlp-protocol", protocol, "--otlp-queue-bytes", str(QUEUE_BYTES),
+        "--trace-buffer-bytes", str(BUFFER_BYTES), "--otlp-export-timeout", "2"]  # the default shutdown timeout: 3 s
     proc = subprocess.Popen(
         [sys.executable, "-m", "infersight", "agent", "--ring", ring, "--listen", f"127.0.0.1:{port}",
-         "--poll-interval", "0.05", "--gpu-source", "none", "--otlp-endpoint", endpoint, "--otlp-protocol", protocol,
-         "--otlp-queue-bytes", str(QUEUE_BYTES), "--trace-buffer-bytes", str(BUFFER_BYTES),
-         "--otlp-export-timeout", "2"],  # the default shutdown timeout: 3 s
+         "--poll-interval", "0.05", "--gpu-source", "none", *otlp],
         stdout=subprocess.DEVNULL, stderr=log.open("w"),
         env={**os.environ, "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "50",
              "XDG_RUNTIME_DIR": str(tmp)})
@@ -155,46 +156,62 @@ def test_sigterm_with_a_dead_endpoint_exits_within_5_s_and_counts_the_unsent(end
         assert unsent >= queued - stats["dropped"]["export_failed"] - 100 > 0
 
 
-def test_rss_stays_bounded_through_an_outage_under_load(tmp_path: Path) -> None:
-    """Load against a black hole for INFERSIGHT_OUTAGE_S (20 s by default; 60 s for a long run): the
-    export queue fills to its byte limit and then drops (counted); RSS stays under the ceiling the
-    configured limits allow, and the last quarter's median is no higher than the second quarter's."""
-    outage_s = float(os.environ.get("INFERSIGHT_OUTAGE_S", "20"))
-    ring = f"infersight-test-outage-{os.getpid()}"
+def _load(endpoint: str | None, outage_s: float, tmp: Path) -> tuple[list[tuple[float, float]], dict, dict, int]:
+    """The outage load (waves of 64 requests, 16 steps each) for outage_s against an agent exporting to
+    endpoint (None: no export): its RSS samples (s, MB), its summary at the end, the ring's counts, and
+    how it exited."""
+    ring = f"infersight-test-outage-{os.getpid()}-{endpoint is None}"
     port = free_port()
-    with black_hole() as hole:
-        proc, log = start_agent(ring, port, f"http://127.0.0.1:{hole}", tmp_path)
-        probe = ProbeObserver(ProbeConfig(ring_name=ring, nvtx=False))
-        samples: list[tuple[float, float]] = []
-        try:
-            start = time.monotonic()
-            base = rss_mb(proc.pid)
-            first, step = 0, 0
-            while (now := time.monotonic() - start) < outage_s:
-                step = synthetic_workload(probe, 64, 16, pause_s=0.005, first_id=first, first_step=step)
-                first += 64
-                samples.append((now, rss_mb(proc.pid)))
-            stats = summary(port)["sources"]["otlp_export"]
-            rc, took = stop_and_time(proc)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            probe.close()
+    tmp.mkdir(exist_ok=True)
+    proc, log = start_agent(ring, port, endpoint, tmp)
+    probe = ProbeObserver(ProbeConfig(ring_name=ring, nvtx=False))
+    samples: list[tuple[float, float]] = []
+    try:
+        start = time.monotonic()
+        samples.append((0.0, rss_mb(proc.pid)))
+        first, step = 0, 0
+        while (now := time.monotonic() - start) < outage_s:
+            step = synthetic_workload(probe, 64, 16, pause_s=0.005, first_id=first, first_step=step)
+            first += 64
+            samples.append((now, rss_mb(proc.pid)))
+        end = summary(port)
+        ring_counts = probe.ring.stats()
+        rc, took = stop_and_time(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        probe.close()
     assert rc == 0 and took < 5.0, log.read_text()[-2000:]
+    return samples, end, ring_counts, first
+
+
+def test_rss_stays_bounded_through_an_outage_under_load(tmp_path: Path) -> None:
+    """Load for INFERSIGHT_OUTAGE_S (20 s by default; 60 s for a long run) against a healthy OTLP endpoint,
+    then the same load against a black hole: there the export queue fills to its byte limit and then drops
+    (counted); RSS stays within what the queue may hold (its limit, twice: estimates err) above the healthy
+    run's peak."""
+    from infersight.bench.otlp_sink import OtlpSink
+
+    outage_s = float(os.environ.get("INFERSIGHT_OUTAGE_S", "20"))
+    sink = OtlpSink()
+    try:
+        healthy, healthy_end, _, _ = _load(sink.url, outage_s, tmp_path / "healthy")
+    finally:
+        sink.close()
+    assert healthy_end["sources"]["otlp_export"]["spans_exported"] > 0 and sink.exports > 0
+    with black_hole() as hole:
+        samples, end, ring_counts, first = _load(f"http://127.0.0.1:{hole}", outage_s, tmp_path / "outage")
+    stats = end["sources"]["otlp_export"]
     assert stats["spans_exported"] == 0 and stats["dropped"]["queue_bytes"] + stats["dropped"]["queue_full"] > 0
     assert stats["queue_bytes"] <= QUEUE_BYTES
-    def median(values: list[float]) -> float:
-        return sorted(values)[len(values) // 2]
 
-    second_quarter = median([r for t, r in samples if outage_s / 4 <= t < outage_s / 2])
-    last_quarter = median([r for t, r in samples if t >= 3 * outage_s / 4])
-    peak = max(r for _, r in samples)
-    # The ceiling: the idle agent, plus the queue and the buffers at their limits (estimates err high,
-    # so twice them), plus what the agent keeps without tracing (AgentState's windows: 10,000 retained
-    # rows, 100,000 verifications, ...; 85-95 MB measured at this load with no OTLP endpoint at all).
-    ceiling = base + 2 * (QUEUE_BYTES + BUFFER_BYTES) / 2**20 + STATE_ALLOWANCE_MB
-    print(f"outage {outage_s:.0f} s: base {base:.0f} MB, 2nd-quarter median {second_quarter:.0f} MB, last-quarter "
-          f"median {last_quarter:.0f} MB, peak {peak:.0f} MB, ceiling {ceiling:.0f} MB, requests {first}, "
-          f"dropped {stats['dropped']}")
+    # The ceiling: the healthy run's peak above its base (the agent's state, the buffers and the exporter at
+    # this load; its RSS swings ~30 MB with each encoded batch), plus the queue full (its estimate errs high,
+    # so twice it), plus 16 MB: two runs' polls differ in size. A runaway passes it in a longer run.
+    base, peak, healthy_peak = samples[0][1], max(r for _, r in samples), max(r for _, r in healthy)
+    ceiling = base + healthy_peak - healthy[0][1] + 2 * QUEUE_BYTES / 2**20 + 16
+    kept_up = 1 - ring_counts["dropped"] / ring_counts["produced"]
+    print(f"outage {outage_s:.0f} s: base {base:.0f} MB (healthy run {healthy[0][1]:.0f} MB), peak {peak:.0f} MB "
+          f"(healthy {healthy_peak:.0f} MB), ceiling {ceiling:.0f} MB; requests {first}, ring slots read "
+          f"{kept_up:.3f}, dropped {stats['dropped']}")
     assert peak <= ceiling
-    assert last_quarter <= second_quarter + 32  # no runaway: the state windows fill early, poll sizes vary (32 MB)
