@@ -5,8 +5,9 @@ with everything on by default (the flight recorder, OTLP span export to a local 
 there is a GPU: bench serving's `full` arm), and closed-loop clients (bench serving's: each sends its next
 streamed request when the last one ends) for --duration seconds, read in windows of --window-s. Per window,
 all measured: the client's output tokens/s and requests/s, TTFT p50/p99 and ITL p50/p99 (the client's
-clock), and VmRSS and CPU cores (utime + stime over the window, /proc) of the HTTP front end, the engine
-process and the agent.
+clock), and VmRSS (with its RssAnon: the process's own heap, and RssShmem: shared pages such as the probe
+ring's, bounded by the ring's size) and CPU cores (utime + stime over the window, /proc) of the HTTP front
+end, the engine process and the agent.
 
 The summary fits a line to each figure over the windows after --settle-s (least squares against the
 window's midpoint) and gives its change per 10 minutes with a 95% interval (t x the slope's standard error),
@@ -16,6 +17,8 @@ line): the reader sees both numbers.
 
     python benchmarks/serving_soak.py --duration 1800 --window-s 60            # CPU, tiny-moe, 8 clients
     python benchmarks/serving_soak.py --device cuda --model llama-1b-shape --clients 48 --max-tokens 96
+    # where the engine process's Python heap grows (tracemalloc there: it slows the engine)
+    python benchmarks/serving_soak.py --duration 1500 --settle-s 300 --traced-engine engine_growth.txt
 
 Prints one line per window, then one JSON object as the last line.
 """
@@ -41,12 +44,13 @@ sys.path.insert(0, str(REPO))
 from infersight.bench.agent import stop_agent  # noqa: E402
 from infersight.bench.process_cpu import process_cpu_s, process_memory_mb, spawned_children  # noqa: E402
 from infersight.bench.otlp_sink import OtlpSink  # noqa: E402
-from infersight.bench.serving_processes import agent_cmd as bench_agent_cmd, free_port, wait_health  # noqa: E402
+from infersight.bench.serving_processes import agent_cmd as bench_agent_cmd, agent_figures, free_port, wait_health  # noqa: E402
 from infersight.bench.serving_clients import phase_figures, run_phase  # noqa: E402
 from infersight.bench.serving_config import ServingBenchConfig  # noqa: E402
 
 FIGURES = ("tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s",
-           "front_rss_mb", "engine_rss_mb", "agent_rss_mb", "front_cores", "engine_cores", "agent_cores")
+           "front_rss_mb", "engine_rss_mb", "agent_rss_mb", "engine_anon_mb", "engine_shmem_mb", "agent_anon_mb",
+           "front_cores", "engine_cores", "agent_cores")
 
 
 def trend(t_s: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -103,6 +107,10 @@ def main() -> int:
     ap.add_argument("--traced-agent", type=Path, metavar="FILE",
                     help="run the agent under benchmarks/agent_traced.py (tracemalloc; it slows the agent) and write "
                          "its growth by allocation site to FILE: first snapshot after --settle-s, then every 5 windows")
+    ap.add_argument("--traced-engine", type=Path, metavar="FILE",
+                    help="tracemalloc in serve's engine process (benchmarks/traced_engine/sitecustomize.py; it slows the "
+                         "engine): its heap's growth by allocation site to FILE, first after --settle-s, then every 5 "
+                         "windows")
     args = ap.parse_args()
 
     out_dir = Path(tempfile.mkdtemp(prefix="infersight-serving-soak-"))
@@ -111,9 +119,15 @@ def main() -> int:
     config = ServingBenchConfig(model=args.model, device=args.device, clients=args.clients, max_tokens=args.max_tokens,
                                 phase_s=args.window_s, warmup_s=0.0)
     serve_log = open(out_dir / "serve.log", "w")
+    serve_env = dict(os.environ)
+    if args.traced_engine:
+        serve_env.update(INFERSIGHT_TRACED_ENGINE=str(args.traced_engine.resolve()),
+                         INFERSIGHT_TRACED_FIRST_S=str(args.settle_s), INFERSIGHT_TRACED_EVERY_S=str(5 * args.window_s),
+                         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "benchmarks" / "traced_engine"),
+                                                                  os.environ.get("PYTHONPATH")])))
     serve = subprocess.Popen([sys.executable, "-m", "infersight", "serve", "--listen", f"127.0.0.1:{port}", "--model",
                               args.model, "--device", args.device, "--ring", ring, *args.serve_arg],
-                             stdout=serve_log, stderr=subprocess.STDOUT)
+                             stdout=serve_log, stderr=subprocess.STDOUT, env=serve_env)
     sink = OtlpSink()
     agent = None
     rows = []
@@ -143,15 +157,20 @@ def main() -> int:
             req = pd.DataFrame(records.requests, columns=["request", "sent_s", "first_s", "done_s", "tokens", "status"])
             row = {"window": n, "t_s": (t0 + t1) / 2 - start, **phase_figures(tok, req, t0, t1)}
             for k, p in pids.items():
-                row[f"{k}_rss_mb"] = process_memory_mb(p)["rss"]
+                memory = process_memory_mb(p)
+                row[f"{k}_rss_mb"] = memory["rss"]
+                row[f"{k}_anon_mb"], row[f"{k}_shmem_mb"] = memory["anon"], memory["shmem"]
                 row[f"{k}_cores"] = ((process_cpu_s(p) - cpu0[k]) / wall) if p else float("nan")
             row.update(kept_rows(agent_url))
+            # The recorder's windows so far (a window profiles the engine: its memory may step at one).
+            row["recorder_windows"] = agent_figures(agent_url)["windows"] if agent_url else float("nan")
             rows.append(row)
             print(f"window {n:3d} t={row['t_s']:7.0f} s {row['tokens_per_s']:8.1f} tok/s TTFT p99 "
                   f"{row['ttft_p99_s'] * 1e3:7.1f} ms ITL p99 {row['itl_p99_s'] * 1e3:6.1f} ms RSS front/engine/agent "
                   f"{row['front_rss_mb']:.0f}/{row['engine_rss_mb']:.0f}/{row['agent_rss_mb']:.0f} MB cores "
                   f"{row['front_cores']:.2f}/{row['engine_cores']:.2f}/{row['agent_cores']:.2f} errors {row['errors']} "
-                  f"kept {row['kept_requests']} ({row['kept_bytes'] / 2**20:.1f} MiB)",
+                  f"kept {row['kept_requests']} ({row['kept_bytes'] / 2**20:.1f} MiB) engine anon/shmem "
+                  f"{row['engine_anon_mb']:.0f}/{row['engine_shmem_mb']:.0f} MB windows {row['recorder_windows']:.0f}",
                   flush=True)
             n += 1
     finally:

@@ -35,6 +35,7 @@ from infersight.bench.process_cpu import spawned_children
 from infersight.bench.serving_clients import PhaseRecords, run_phase
 from infersight.bench.serving_config import CALIBRATION_ARM, PAUSE_PERIOD_S, REFERENCE, ServingBenchConfig
 from infersight.bench.serving_processes import agent_cmd, agent_figures, free_port, start_serve, wait_health
+from infersight.bench.serving_report import RESOLVE
 from infersight.bench.switchback import HOW, block_figures, latency_by_state, switchback_states, switchback_summary
 
 
@@ -236,7 +237,7 @@ def print_switchback_report(report: dict[str, Any]) -> None:
                                                           if modelled == modelled else "-"))
     for arm, a in report["arms"].items():
         verdict = ("too few pairs for an interval" if a["resolves"] is None else
-                   ("resolves" if a["resolves"] else "does not resolve") + " 0.5%")
+                   ("resolves" if a["resolves"] else "does not resolve") + f" {RESOLVE:.1%}")
         line = f"{arm:<15} client on-block loss {1 - a['tokens_per_s_ratio']:+.4f} (measured), {verdict}"
         if a.get("expected_ratio") is not None:
             line += f"; known answer {1 - a['expected_ratio']:+.4f} (engine stopped {a['stopped_share_on']:.4f} of on time)"
