@@ -20,6 +20,8 @@
 #   ceilings      `bench ceilings` on CUDA (bf16, then float32), then `analyze` naming the ceiling
 #   speculation_check  `bench speculation` on CUDA at another seed: the CUDA model error checked
 #   speculation_recheck  the CPU model error recalibrated on cores 8-15 while CUDA checks its own on other seeds
+#   speculation_demo  `bench speculation --demo-workload` on CUDA: the demo's predictions against an A/B of the
+#                 demo's own load (DEMO_SEEDS, DEMO_ROUNDS, TIMEOUT_S)
 #   demo_cuda     `infersight demo --device cuda`, its summary printed and its files kept
 #   trust_h200    issue 26 on a fresh machine: the demo twice, `bench speculation` on the demo's seed, the energy
 #                 split (TRUST_DEMOS, TRUST_SPEC_BATCHES, TRUST_SPEC_ARGS, TRUST_ENERGY_RUNS)
@@ -309,6 +311,24 @@ EOF2
   fi
 }
 
+speculation_demo() {
+  # Issue 26 item 1: the demo's own predictions against an A/B of the demo's own load (all tasks mixed, its
+  # arrivals, its KV pool and probe rate), on CUDA; DEMO_SEEDS (default "0 1"), DEMO_ROUNDS (default 2).
+  for seed in ${DEMO_SEEDS:-0 1}; do
+    stamp "bench speculation --demo-workload on CUDA, seed $seed"
+    timeout "${TIMEOUT_S:-240}" python3 -m infersight bench speculation --demo-workload --device cuda --json \
+      --rounds "${DEMO_ROUNDS:-2}" --seed "$seed" > "$OUT/spec_demo_s$seed.json"
+    python3 - "$OUT/spec_demo_s$seed.json" <<'EOF2'
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print("inside", d.get("tasks_inside"), "of", d.get("tasks"), "contradict", d.get("tasks_contradict"), "wall", d.get("wall_s"))
+for t in ("chat", "code", "creative", "json"):
+    print(t, d.get(t + ".measured_rounds"), d.get(t + ".predicted_speedup"), d.get(t + ".predicted_interval"),
+          d.get(t + ".inside"), d.get(t + ".advice"))
+EOF2
+  done
+}
+
 demo_cuda() {
   demo_events demo_cuda  # its summary printed, its files kept
 }
@@ -431,7 +451,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="trust_h200 gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="trust_h200 gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck speculation_demo demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"

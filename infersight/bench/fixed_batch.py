@@ -78,6 +78,29 @@ class StepKinds:
                 for kind, ns in sorted(self.engine_ns.items())}
 
 
+class DecodeClocks:
+    """Per in-flight request, the engine's and the client's ns of the steps it decoded in (after its first
+    token), and every step by kind; shared by the runs that time requests (FixedBatchRun, ArrivalRun)."""
+
+    def __init__(self) -> None:
+        self.kinds = StepKinds()
+        self.decode_ns: dict[int, int] = defaultdict(int)
+        self.client_ns: dict[int, int] = defaultdict(int)
+
+    def add(self, stats: StepStats, decoding: set[int], client_ns: int) -> None:
+        """One step: `decoding` held the requests that had their first token before it."""
+        if stats.batch:
+            self.kinds.add(step_kind(stats), stats.end_ns - stats.start_ns, client_ns)
+        for rid, _ in stats.batch:
+            if rid in decoding:
+                self.decode_ns[rid] += stats.end_ns - stats.start_ns
+                self.client_ns[rid] += client_ns
+
+    def take(self, rid: int) -> tuple[int, int]:
+        """A finished (or dropped) request's (engine ns, client ns), forgotten here."""
+        return self.decode_ns.pop(rid, 0), self.client_ns.pop(rid, 0)
+
+
 def step_kind(stats: StepStats) -> str:
     if stats.spec_probe:
         return "probe"
@@ -95,13 +118,12 @@ class FixedBatchRun:
         self._queue = list(requests)
         self._fillers = itertools.cycle(requests)
         self.in_flight: dict[int, WorkloadRequest | None] = {}  # request id -> listed request (None: filler)
-        self.decode_ns: dict[int, int] = defaultdict(int)
-        self.client_ns: dict[int, int] = defaultdict(int)
+        self.clocks = DecodeClocks()
+        self.kinds = self.clocks.kinds
         self.tally: dict[str, DecodeTally] = defaultdict(DecodeTally)
         self.remaining = len(self._queue)
         self.wall_ns = 0
         self.output_tokens = 0  # of the listed requests, as the client received them
-        self.kinds = StepKinds()
 
     def _admit(self) -> None:
         while len(self.in_flight) < self.batch:
@@ -124,17 +146,11 @@ class FixedBatchRun:
         decoding = {rid for rid in self.in_flight if self.engine.requests[rid].output_token_ids}
         called = time.perf_counter_ns()
         stats = self.engine.step()
-        returned = time.perf_counter_ns()
-        if stats.batch:
-            self.kinds.add(step_kind(stats), stats.end_ns - stats.start_ns, returned - called)
-        for rid, _ in stats.batch:
-            if rid in decoding:
-                self.decode_ns[rid] += stats.end_ns - stats.start_ns
-                self.client_ns[rid] += returned - called
+        self.clocks.add(stats, decoding, time.perf_counter_ns() - called)
         for rid in stats.finished:
             listed = self.in_flight.pop(rid)
             out = self.engine.release(rid)
-            ns, client_ns = self.decode_ns.pop(rid, 0), self.client_ns.pop(rid, 0)
+            ns, client_ns = self.clocks.take(rid)
             if listed is not None:
                 t = self.tally[listed.task]
                 t.tokens += len(out.token_ids) - 1
@@ -146,6 +162,5 @@ class FixedBatchRun:
             for rid in list(self.in_flight):  # only fillers are left
                 self.engine.abort_request(rid)
                 self.engine.release(rid)
-                self.decode_ns.pop(rid, None)
-                self.client_ns.pop(rid, None)
+                self.clocks.take(rid)
             self.in_flight.clear()

@@ -78,7 +78,7 @@ def _engine(model: str, draft: str | None, gamma: int, probe_every: int, device:
     return engine
 
 
-class _Records:
+class RingRecords:
     """Everything read from the probe ring, decoded once at the end."""
 
     def __init__(self, consumer: RingConsumer) -> None:
@@ -167,7 +167,7 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
                    **{f"spec@{g}": make(draft, g, 0) for g in gammas if g != gamma}}
         if device.startswith("cuda"):  # what a plain CUDA engine runs by default: async scheduling
             engines["plain-async"] = make(None, gamma, 0, async_scheduling=True)
-        records = _Records(consumer)
+        records = RingRecords(consumer)
         # Warm-up, not measured: first-use costs (allocations, kernel compiles) of every shape. On CUDA
         # the whole workload once: Triton compiles a kernel per verify shape met, and a first round
         # warmed on `batch` requests per task ran up to 3x slower on the speculative side (2026-12-03).
@@ -215,28 +215,28 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
         predicted = float(row.predicted_speedup)
         low, high = float(row.speedup_low), float(row.speedup_high)
         error = predicted / measured - 1.0
-        verdicts.append(verdict := _verdict((low, high), ratios))
+        verdicts.append(verdict := spec_verdict((low, high), ratios))
         within += bool(abs(error) <= TOLERANCE)
         inside += bool(low <= measured <= high)
         engine_clock = [s / p for s, p in zip(rates["spec"][task], rates["plain"][task])]
         result |= {
-            f"{task}.measured_speedup": _num(measured),
+            f"{task}.measured_speedup": rounded(measured),
             f"{task}.measured_rounds": [round(x, 4) for x in ratios],
             f"{task}.noise": round(max(abs(x / measured - 1.0) for x in ratios), 4),
             f"{task}.plain_wall_s": round(statistics.median(wall["plain"][task]), 4),
             f"{task}.spec_wall_s": round(statistics.median(wall["spec"][task]), 4),
             f"{task}.output_tokens": measured_runs.output_tokens["plain"][task][0],
-            f"{task}.engine_clock_speedup": _num(statistics.median(engine_clock)),
-            f"{task}.makespan_speedup": _num(statistics.median(makespan)),
-            **({f"{task}.measured_speedup_vs_async_plain": _num(statistics.median(
+            f"{task}.engine_clock_speedup": rounded(statistics.median(engine_clock)),
+            f"{task}.makespan_speedup": rounded(statistics.median(makespan)),
+            **({f"{task}.measured_speedup_vs_async_plain": rounded(statistics.median(
                 [s / p for s, p in zip(client["spec"][task], client["plain-async"][task])]))}
                if "plain-async" in client else {}),
-            f"{task}.predicted_speedup": _num(predicted),
-            f"{task}.predicted_interval": [_num(low), _num(high)],
+            f"{task}.predicted_speedup": rounded(predicted),
+            f"{task}.predicted_interval": [rounded(low), rounded(high)],
             f"{task}.inside": bool(low <= measured <= high),
-            f"{task}.error": _num(error),
-            f"{task}.model_speedup": _num(float(row.model_speedup)),
-            f"{task}.tau": _num(float(row.mean_accepted_length)),
+            f"{task}.error": rounded(error),
+            f"{task}.model_speedup": rounded(float(row.model_speedup)),
+            f"{task}.tau": rounded(float(row.mean_accepted_length)),
             f"{task}.samples": f"predicted from {row.verifications} verifications, {row.spec_steps} speculative and "
                                f"{row.probe_steps} plain probe steps",
             f"{task}.advice": advice.get(task, {}).get("action", "none"),
@@ -259,12 +259,12 @@ def _side(low: float, high: float) -> int:
     return 1 if low >= 1.0 else -1 if high < 1.0 else 0
 
 
-def _verdict(predicted: tuple[float, float], rounds: list[float]) -> str:
+def spec_verdict(predicted: tuple[float, float], rounds: list[float]) -> str:
     p, m = _side(*predicted), _side(min(rounds), max(rounds))
     return "inconclusive" if p * m == 0 else "agrees" if p == m else "contradicts"
 
 
-def _num(x: float) -> float | None:
+def rounded(x: float) -> float | None:
     """Rounded for printing; None (JSON null) when not finite (nothing predicted)."""
     return round(x, 4) if math.isfinite(x) else None
 
@@ -278,7 +278,7 @@ def _other_gammas(task: str, gamma: int, measured: float, client: dict[str, dict
     for name in sorted(n for n in client if n.startswith("spec@")):
         g = int(name.split("@")[1])
         ratios = [s / p for s, p in zip(client[name][task], client["plain"][task])]
-        out[f"{task}.measured_speedup_gamma_{g}"] = _num(statistics.median(ratios))
+        out[f"{task}.measured_speedup_gamma_{g}"] = rounded(statistics.median(ratios))
         if all(x > y for x, y in zip(ratios, spec_rounds)) and statistics.median(ratios) > best_s:
             best, best_s = g, statistics.median(ratios)
     if out:

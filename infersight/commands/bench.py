@@ -46,6 +46,8 @@ def _agent(args: argparse.Namespace) -> int:
 def _speculation(args: argparse.Namespace) -> int:
     from infersight.bench.speculation import bench_speculation
 
+    if args.demo_workload:
+        return _speculation_demo_workload(args)
     return print_result(bench_speculation(model=args.model, draft=args.draft, gamma=args.gamma, requests=args.requests,
                                           batch=args.batch, rounds=args.rounds, probe_every=args.probe_every,
                                           max_tokens=args.max_tokens, device=args.device,
@@ -53,6 +55,27 @@ def _speculation(args: argparse.Namespace) -> int:
                                           dtype=args.dtype, frames_out=args.frames_out,
                                           num_kv_blocks=args.num_kv_blocks,
                                           cpu_offload_blocks=args.cpu_offload_blocks), args.json)
+
+
+def _speculation_demo_workload(args: argparse.Namespace) -> int:
+    """The demo's engine and workload (its defaults; --seed, --rounds, --device, --threads honoured)."""
+    import torch
+
+    from infersight.bench.spec_arrivals import bench_speculation_on_arrivals
+    from infersight.demo import DemoConfig, demo_engine_config
+    from infersight.workload import WorkloadConfig, build_workload
+
+    demo = DemoConfig(seed=args.seed, device=args.device)
+    workload = build_workload(WorkloadConfig(num_requests=demo.num_requests, rate_per_s=demo.rate_per_s,
+                                             max_tokens=demo.max_tokens, seed=demo.seed))
+    old = torch.get_num_threads()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        result = bench_speculation_on_arrivals(demo_engine_config(demo, args.device), workload, rounds=args.rounds)
+    finally:
+        torch.set_num_threads(old)
+    return print_result(result, args.json)
 
 
 def _serving(args: argparse.Namespace) -> int:
@@ -168,6 +191,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "the demo's 160 times an engine under the demo's KV pressure")
     sp.add_argument("--cpu-offload-blocks", type=int, default=0, metavar="N",
                     help="every engine's CPU swap tier (default 0; the demo's: 64)")
+    sp.add_argument("--demo-workload", action="store_true",
+                    help="the demo's engine and workload instead (every task mixed, its arrivals, its KV pool and "
+                         "probe rate): its predictions against an A/B of that load (--model, --draft, --batch, "
+                         "--requests, --probe-every, the pool flags are then the demo's)")
     sp.add_argument("--frames-out", default=None, metavar="DIR",
                     help="write the predicting engine's spec and step_timing frames here (parquet), for offline study")
     sp.set_defaults(func=_speculation)

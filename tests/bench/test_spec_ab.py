@@ -19,9 +19,9 @@ import time
 from dataclasses import replace
 
 import pytest
+from spec_checks import advice_contradictions, agent_prediction, not_from_probe_steps, step_in_turn
 from testkit import one_torch_thread, unique_ring
 
-from infersight.agent.api import report
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
 from infersight.bench.switch import SwitchObserver
@@ -96,20 +96,13 @@ def ab() -> dict:
                 for task in tasks:
                     listed = [r for r in workload if r.task == task][:BATCH if rnd == 0 else None]
                     loops = {name: ClosedLoop(e, listed) for name, e in engines.items()}
-                    order = list(loops.values())
-                    turn = 0
-                    while any([lp.step() for lp in order[turn % 3:] + order[:turn % 3]]):
-                        turn += 1
-                        if turn % 8 == 0:  # as an agent beside the engine polls: the ring never fills
-                            agent.poll_once()
+                    step_in_turn(list(loops.values()), 0, agent.poll_once)
                     if rnd:
                         for name in ("plain", "spec"):
                             rates[name][task].append(loops[name].tokens_per_s)
                         assert loops["plain"].tokens == loops["spec"].tokens  # the same work on both
                 switch.select("probes")  # after the warm-up, which is no part of the prediction
-        agent.poll_once()
-        predicted = report.summary(agent.state)["spec"]["by_task"]
-        advice = {a["task"]: a for a in report.diagnosis(agent.state)["speculation_recommendations"]}
+        predicted, advice = agent_prediction(agent)
     finally:
         agent.close()
         probe.close()
@@ -118,11 +111,7 @@ def ab() -> dict:
 
 
 def test_every_task_is_predicted_from_probe_steps(ab: dict) -> None:
-    assert set(ab["predicted"]) == set(ab["tasks"])
-    for task, p in ab["predicted"].items():
-        assert p["basis"] == "predicted_from_probe_steps", (task, p["how"])
-        assert p["how"].startswith("predicted, not measured: estimated from ")
-        assert p["samples"]["probe_steps"] > 0 and p["samples"]["spec_steps"] > 0
+    assert not (wrong := not_from_probe_steps(ab["predicted"], ab["tasks"])), wrong
 
 
 def test_measured_speedup_lies_inside_the_printed_interval(ab: dict) -> None:
@@ -139,11 +128,5 @@ def test_measured_speedup_lies_inside_the_printed_interval(ab: dict) -> None:
 
 def test_no_advice_contradicts_the_measured_sign(ab: dict) -> None:
     assert ab["advice"], "no advice at all"
-    for task, a in ab["advice"].items():
-        m = statistics.median(ab["measured"][task])
-        if a["action"] == "disable_speculation":
-            assert m < 1.0, (task, m, a["reason"])
-        elif a["action"] == "keep_speculation":
-            assert m >= 1.0, (task, m, a["reason"])
-        else:
-            assert a["action"] == "inconclusive" and a["speedup_low"] < 1.0 <= a["speedup_high"]
+    wrong = advice_contradictions(ab["advice"], ab["measured"])
+    assert not wrong, wrong

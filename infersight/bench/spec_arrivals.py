@@ -1,0 +1,129 @@
+"""`infersight bench speculation --demo-workload`: the demo's own speculation predictions against an A/B of
+the demo's own workload, measured with the client's clock.
+
+`bench speculation` times each task alone at a fixed batch; the demo predicts for its own load: every task
+mixed in one batch, Poisson arrivals with bursts, a small KV pool that preempts and swaps. A prediction for
+one workload checked against a measurement of another agrees only where the two mixes agree (on the H200,
+2026-12-04, the demo's creative prediction missed the bench's measurement for that reason: its speculative
+steps were 17% mixed against the bench's 12%). Here three engines built from the demo's engine config run
+the demo's workload, stepped in turn in one process, each fed by the workload's arrival times on its own
+clock (bench.arrival_run):
+
+    plain      no draft model                               measured (client's clock)
+    spec       the demo's draft, no probe steps              measured (client's clock)
+    probed     the demo's engine as it runs (its probe       predicted: the agent's spec_speedup over its
+               rate), its records read from a probe ring    records (a prediction, as the demo prints it)
+
+Measured per task and round: decode tokens/s of `spec` over `plain` (every request's tokens after its
+first over the client's time around the steps it decoded in, summed over the task's requests), the median
+over rounds reported with the rounds. Both arms serve the same requests greedily: the same output tokens
+(checked). verdict and `inside` as in bench.speculation. Also per arm: TTFT p50 and the makespan on each
+run's clock (measured), which include queueing: an engine slower than the arrivals queues more.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import replace
+from typing import Any
+
+from infersight.bench.arrival_run import ArrivalRun
+from infersight.bench.speculation import RingRecords, rounded, spec_verdict
+from infersight.correlate import spec_advice, spec_speedup
+from infersight.probes.config import ProbeConfig
+from infersight.probes.observer import ProbeObserver
+from infersight.probes.records import record_registry
+from infersight.probes.ring import RingConsumer
+from infersight.runtime import Engine, EngineConfig
+from infersight.workload import TASKS, WorkloadRequest
+
+ARMS = ("plain", "spec", "probed")
+
+
+def _run_in_turn(engines: dict[str, Engine], workload: list[WorkloadRequest], turn0: int,
+                 after_turn: Any) -> dict[str, ArrivalRun]:
+    runs = {name: ArrivalRun(e, workload) for name, e in engines.items()}
+    order = list(runs.values())
+    turn = turn0
+    while any([r.step() for r in order[turn % len(order):] + order[:turn % len(order)]]):
+        turn += 1
+        after_turn()
+    return runs
+
+
+def bench_speculation_on_arrivals(config: EngineConfig, workload: list[WorkloadRequest], rounds: int = 2,
+                                  warmup_requests: int = 8) -> dict[str, Any]:
+    """config: the predicting engine's (the demo's: its draft and spec_probe_every); the plain and spec arms
+    are it without the draft, and without probe steps. Returns the flat result (module docstring)."""
+    if rounds < 1 or not config.speculative_model or config.spec_probe_every < 2:
+        raise ValueError("need rounds >= 1 and a config with a draft model and spec_probe_every >= 2")
+    started = time.perf_counter()
+    probe = ProbeObserver(ProbeConfig(ring_name=f"infersight-bench-arrivals-{time.monotonic_ns()}",
+                                      task_labels=TASKS, nvtx=False))
+    consumer = RingConsumer.attach(probe.ring_name, record_registry())
+    try:
+        engines = {"plain": Engine(replace(config, speculative_model=None, spec_probe_every=0)),
+                   "spec": Engine(replace(config, spec_probe_every=0)),
+                   "probed": Engine(config, probe)}
+        for engine in engines.values():
+            engine.capture_decode_graphs()  # on CUDA: no measured step pays a capture (as the demo warms up)
+        records = RingRecords(consumer)
+        # Warm-up, not measured: first-use costs of the shapes the first requests meet, all at once.
+        _run_in_turn(engines, [replace(r, arrival_s=0.0) for r in workload[:warmup_requests]], 0, records.read)
+        records.parts.clear()
+        runs = [_run_in_turn(engines, workload, i, records.read) for i in range(rounds)]
+        frames = records.frames()
+        dropped = consumer.stats()["dropped"]
+        on_gpu = config.device.startswith("cuda")
+        by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing, spec_speedup.model_error(on_gpu))
+        advice = {str(a["task"]): a for a in spec_advice.recommendations(by_task)}
+        probes = engines["probed"].spec_probe
+    finally:
+        consumer.close()
+        probe.close()
+    result: dict[str, Any] = {
+        "workload": f"{len(workload)} requests, arrivals over {workload[-1].arrival_s:.1f} s, max_tokens "
+                    f"{max(r.max_tokens for r in workload)}", "device": config.device, "dtype": str(config.dtype),
+        "num_kv_blocks": config.num_kv_blocks, "cpu_offload_blocks": config.cpu_offload_blocks,
+        "max_num_seqs": config.max_num_seqs, "probe_every": config.spec_probe_every, "rounds": rounds,
+        "probe_steps": probes.num_probes, "mixed_probe_steps": probes.num_mixed_probes, "dropped": dropped,
+        "model_error": spec_speedup.model_error(on_gpu)}
+    for arm in ARMS:
+        result[f"{arm}.makespan_s"] = [round(r[arm].clock_ns / 1e9, 3) for r in runs]
+        ttft = [t for r in runs for ts in r[arm].ttft_ns.values() for t in ts]
+        result[f"{arm}.ttft_p50_s"] = round(statistics.median(ttft) / 1e9, 4) if ttft else None
+        result[f"{arm}.steps_by_kind"] = runs[-1][arm].kinds.summary()
+    verdicts, inside = [], 0
+    for row in by_task.itertuples(index=False):
+        task = str(row.task)
+        if task not in runs[0]["plain"].tally:
+            continue
+        for r in runs:
+            if r["plain"].tally[task].tokens != r["spec"].tally[task].tokens:
+                raise RuntimeError(f"{task}: the arms served different work ({r['plain'].tally[task].tokens} vs "
+                                   f"{r['spec'].tally[task].tokens} decode tokens)")
+        ratios = [r["spec"].tally[task].client_tokens_per_s / r["plain"].tally[task].client_tokens_per_s for r in runs]
+        measured = statistics.median(ratios)
+        low, high = float(row.speedup_low), float(row.speedup_high)
+        verdicts.append(verdict := spec_verdict((low, high), ratios))
+        inside += bool(low <= measured <= high)
+        result |= {
+            f"{task}.measured_speedup": rounded(measured),
+            f"{task}.measured_rounds": [round(x, 4) for x in ratios],
+            f"{task}.predicted_speedup": rounded(float(row.predicted_speedup)),
+            f"{task}.predicted_interval": [rounded(low), rounded(high)],
+            f"{task}.inside": bool(low <= measured <= high),
+            f"{task}.tau": rounded(float(row.mean_accepted_length)),
+            f"{task}.samples": f"predicted from {row.verifications} verifications, {row.spec_steps} speculative and "
+                               f"{row.probe_steps} plain probe steps",
+            f"{task}.advice": advice.get(task, {}).get("action", "none"),
+            f"{task}.verdict": verdict,
+            **{f"{task}.{arm}_ttft_p50_s": rounded(statistics.median(
+                [t for r in runs for t in r[arm].ttft_ns[task]]) / 1e9) for arm in ("plain", "spec")},
+        }
+    result |= {"measured_by": "the client's clock (perf_counter around each engine step call) on each run's own "
+                              "clock of arrivals: decode tokens/s over every request's first-to-last-token time",
+               "predicted_by": "the agent's spec_speedup over the probed engine's records (a prediction)",
+               "tasks_agree": verdicts.count("agrees"), "tasks_contradict": verdicts.count("contradicts"),
+               "tasks_inside": inside, "tasks": len(verdicts), "wall_s": round(time.perf_counter() - started, 1)}
+    return result
