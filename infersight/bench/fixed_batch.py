@@ -29,7 +29,7 @@ import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from infersight.runtime import Engine, SamplingParams
 from infersight.runtime.stats import StepStats
@@ -99,6 +99,16 @@ class DecodeClocks:
     def take(self, rid: int) -> tuple[int, int]:
         """A finished (or dropped) request's (engine ns, client ns), forgotten here."""
         return self.decode_ns.pop(rid, 0), self.client_ns.pop(rid, 0)
+
+
+def step_in_turn(runs: Sequence, first: int, after_turn: Callable[[], None]) -> None:
+    """Step every run (each has step() -> bool) in turn until all are done, who goes first rotating from
+    `first` each turn, so that the machine's drift hits them alike; after_turn() after each turn."""
+    order = list(runs)
+    turn = first
+    while any([r.step() for r in order[turn % len(order):] + order[:turn % len(order)]]):
+        turn += 1
+        after_turn()
 
 
 def step_kind(stats: StepStats) -> str:

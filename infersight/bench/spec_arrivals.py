@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from infersight.bench.arrival_run import ArrivalRun
+from infersight.bench.fixed_batch import step_in_turn
 from infersight.bench.speculation import RingRecords, rounded, spec_verdict
 from infersight.correlate import spec_advice, spec_speedup
 from infersight.probes.config import ProbeConfig
@@ -43,11 +44,7 @@ ARMS = ("plain", "spec", "probed")
 def _run_in_turn(engines: dict[str, Engine], workload: list[WorkloadRequest], turn0: int,
                  after_turn: Any) -> dict[str, ArrivalRun]:
     runs = {name: ArrivalRun(e, workload) for name, e in engines.items()}
-    order = list(runs.values())
-    turn = turn0
-    while any([r.step() for r in order[turn % len(order):] + order[:turn % len(order)]]):
-        turn += 1
-        after_turn()
+    step_in_turn(runs.values(), turn0, after_turn)
     return runs
 
 

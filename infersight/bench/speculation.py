@@ -46,7 +46,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from infersight.bench.fixed_batch import FixedBatchRun, StepKinds
+from infersight.bench.fixed_batch import FixedBatchRun, StepKinds, step_in_turn
 from infersight.correlate import spec_advice, spec_speedup
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig
@@ -117,11 +117,7 @@ def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks:
         for task in tasks:
             listed = [r for r in workload if r.task == task]
             runs = {name: FixedBatchRun(e, listed, batch) for name, e in engines.items()}
-            order = list(runs.values())
-            turn = 0
-            while any([r.step() for r in order[turn % len(order):] + order[:turn % len(order)]]):
-                turn += 1
-                after_turn()
+            step_in_turn(runs.values(), 0, after_turn)
             for name, run in runs.items():
                 m.step_kinds.setdefault(name, {}).setdefault(task, StepKinds()).extend(run.kinds)
                 m.client_rates[name][task].append(run.tally[task].client_tokens_per_s)
