@@ -60,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from infersight.bench.agent import stop_agent, synthetic_workload  # noqa: E402
-from infersight.bench.otlp_sink import OtlpSink  # noqa: E402
+from infersight.bench.serving.otlp_sink import OtlpSink  # noqa: E402
 from infersight.probes.config import ProbeConfig  # noqa: E402
 from infersight.probes.observer import ProbeObserver  # noqa: E402
 

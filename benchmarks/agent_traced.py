@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from infersight.bench.process_cpu import process_memory_mb  # noqa: E402
+from infersight.bench.serving.process_cpu import process_memory_mb  # noqa: E402
 
 
 def report(out: Path, label: str, now: tracemalloc.Snapshot, base: tracemalloc.Snapshot, top: int) -> None:

@@ -129,7 +129,7 @@ def decode_profile(batch: int, fused: bool, prompt_len: int, steps: int, compile
                               "graphs": graphs is not None, "host_us": clock.medians_us(),
                               "replay_in_step_ms": round(statistics.median(replay_ms), 4) if replay_ms else None}
     if graphs is not None and graphs.graphs:
-        from infersight.bench.runtime import replay_alone_ms
+        from infersight.bench.engine.runtime import replay_alone_ms
 
         graph = list(graphs.graphs.values())[-1][0]
         out["replay_alone_ms"] = replay_alone_ms(graphs)

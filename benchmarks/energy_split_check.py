@@ -149,7 +149,7 @@ def run(args: argparse.Namespace, counter_mj: Callable[[], int], gpu_collector: 
     from infersight.agent.gpu_config import GpuConfig
     from infersight.agent.energy_summary import describe_energy
     from infersight.agent.service import Agent
-    from infersight.bench.switch import SwitchObserver
+    from infersight.bench.engine.switch import SwitchObserver
     from infersight.demo import warm_up
     from infersight.probes.config import ProbeConfig
     from infersight.probes.observer import ProbeObserver

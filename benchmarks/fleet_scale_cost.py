@@ -51,7 +51,7 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from infersight.bench import agent as bench_agent  # noqa: E402  (its record types, wherever the runtime puts them)
-from infersight.bench.process_cpu import process_cpu_s  # noqa: E402
+from infersight.bench.serving.process_cpu import process_cpu_s  # noqa: E402
 from infersight.exporters.rules import RulesConfig, write_rules  # noqa: E402
 from infersight.probes.config import ProbeConfig  # noqa: E402
 from infersight.probes.observer import ProbeObserver  # noqa: E402

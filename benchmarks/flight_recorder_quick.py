@@ -48,7 +48,7 @@ from flight_recorder_cost import (  # noqa: E402
     summary, window_comparison,
 )
 
-from infersight.bench.switch import SwitchObserver  # noqa: E402
+from infersight.bench.engine.switch import SwitchObserver  # noqa: E402
 from infersight.probes.config import ProbeConfig  # noqa: E402
 from infersight.probes.control import CaptureState, ControlBlock  # noqa: E402
 from infersight.probes.observer import ProbeObserver  # noqa: E402

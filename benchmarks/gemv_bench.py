@@ -12,7 +12,7 @@ import json
 import torch
 import torch.nn.functional as F
 
-from infersight.bench.timing import captured, replay_ms
+from infersight.bench.engine.timing import captured, replay_ms
 from infersight.runtime.model.triton_fused import silu_mul
 from infersight.runtime.model.triton_gemv import _launch, gemv, gemv_silu_mul
 

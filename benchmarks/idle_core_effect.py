@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from infersight.bench.agent import stop_agent  # noqa: E402
-from infersight.bench.serving_processes import free_port, wait_health  # noqa: E402
-from infersight.bench.serving_clients import phase_figures, run_phase  # noqa: E402
-from infersight.bench.serving_config import ServingBenchConfig  # noqa: E402
+from infersight.bench.serving.processes import free_port, wait_health  # noqa: E402
+from infersight.bench.serving.clients import phase_figures, run_phase  # noqa: E402
+from infersight.bench.serving.config import ServingBenchConfig  # noqa: E402
 
 #: Lowest priority, pure Python, no I/O: it only keeps a CPU from going idle.
 SPINNER = "import os\nos.nice(19)\nwhile True:\n    pass\n"

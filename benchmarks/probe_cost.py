@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from infersight.bench.switch import SwitchObserver
-from infersight.bench.timing import sync
+from infersight.bench.engine.switch import SwitchObserver
+from infersight.bench.engine.timing import sync
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver, make_observer
 from infersight.probes.records import record_registry

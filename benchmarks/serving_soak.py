@@ -42,11 +42,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from infersight.bench.agent import stop_agent  # noqa: E402
-from infersight.bench.process_cpu import process_cpu_s, process_memory_mb, spawned_children  # noqa: E402
-from infersight.bench.otlp_sink import OtlpSink  # noqa: E402
-from infersight.bench.serving_processes import agent_cmd as bench_agent_cmd, agent_figures, free_port, wait_health  # noqa: E402
-from infersight.bench.serving_clients import phase_figures, run_phase  # noqa: E402
-from infersight.bench.serving_config import ServingBenchConfig  # noqa: E402
+from infersight.bench.serving.process_cpu import process_cpu_s, process_memory_mb, spawned_children  # noqa: E402
+from infersight.bench.serving.otlp_sink import OtlpSink  # noqa: E402
+from infersight.bench.serving.processes import agent_cmd as bench_agent_cmd, agent_figures, free_port, wait_health  # noqa: E402
+from infersight.bench.serving.clients import phase_figures, run_phase  # noqa: E402
+from infersight.bench.serving.config import ServingBenchConfig  # noqa: E402
 
 FIGURES = ("tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s",
            "front_rss_mb", "engine_rss_mb", "agent_rss_mb", "engine_anon_mb", "engine_shmem_mb", "agent_anon_mb",

@@ -1,5 +1,5 @@
 """Calibrate spec_speedup.MODEL_ERROR: how far the predicted speedup falls from the measured one
-on runs of `infersight bench speculation` that are NOT the CI test's (tests/bench/test_spec_ab.py
+on runs of `infersight bench speculation` that are NOT the CI test's (tests/bench/speculation/test_spec_ab.py
 uses seed 0; these use other seeds and batch sizes).
 
 Each run is a worker process pinned to one core (taskset), one torch thread, so that runs in

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from infersight.bench.switch import SwitchObserver
+from infersight.bench.engine.switch import SwitchObserver
 from infersight.demo_ceilings import demo_ceilings
 from infersight.demo_recorder import recorder_rows
 from infersight.probes.config import ProbeConfig

@@ -5,12 +5,12 @@ import argparse
 
 from infersight.commands.output import print_result
 
-#: The arms of `bench serving` (infersight.bench.serving_config.ARMS; not imported here: the CLI loads lazily).
+#: The arms of `bench serving` (infersight.bench.serving.config.ARMS; not imported here: the CLI loads lazily).
 SERVING_ARMS = ("none", "none_again", "agent", "agent_recorder", "full")
 
 
 def _runtime(args: argparse.Namespace) -> int:
-    from infersight.bench.runtime import as_dict, bench_runtime
+    from infersight.bench.engine.runtime import as_dict, bench_runtime
 
     return print_result(as_dict(bench_runtime(model=args.model, device=args.device, dtype=args.dtype,
                                               batch=args.batch, prompt_len=args.prompt_len,
@@ -25,7 +25,7 @@ def _runtime(args: argparse.Namespace) -> int:
 
 
 def _overhead(args: argparse.Namespace) -> int:
-    from infersight.bench.overhead import as_dict, bench_overhead
+    from infersight.bench.engine.overhead import as_dict, bench_overhead
 
     return print_result(as_dict(bench_overhead(model=args.model, device=args.device, dtype=args.dtype,
                                                batch=args.batch, steps=args.steps)), args.json)
@@ -44,7 +44,7 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def _speculation(args: argparse.Namespace) -> int:
-    from infersight.bench.speculation import bench_speculation
+    from infersight.bench.speculation.fixed_batch_ab import bench_speculation
 
     if args.demo_workload:
         return _speculation_demo_workload(args)
@@ -61,7 +61,7 @@ def _speculation_demo_workload(args: argparse.Namespace) -> int:
     """The demo's engine and workload (its defaults; --seed, --rounds, --device, --threads honoured)."""
     import torch
 
-    from infersight.bench.spec_arrivals import bench_speculation_on_arrivals
+    from infersight.bench.speculation.arrivals_ab import bench_speculation_on_arrivals
     from infersight.demo import DemoConfig, demo_engine_config
     from infersight.workload import WorkloadConfig, build_workload
 
@@ -82,11 +82,11 @@ def _serving(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from infersight.bench.serving import bench_serving
-    from infersight.bench.serving_config import ServingBenchConfig
-    from infersight.bench.serving_processes import ProcessFailed
-    from infersight.bench.serving_report import print_report
-    from infersight.bench.serving_switchback import bench_serving_switchback, print_switchback_report
+    from infersight.bench.serving.run import bench_serving
+    from infersight.bench.serving.config import ServingBenchConfig
+    from infersight.bench.serving.processes import ProcessFailed
+    from infersight.bench.serving.report import print_report
+    from infersight.bench.serving.switchback_run import bench_serving_switchback, print_switchback_report
 
     config = ServingBenchConfig(model=args.model, device=args.device, dtype=args.dtype, clients=args.clients,
                                 max_tokens=args.max_tokens, max_tokens_spread=args.max_tokens_spread,

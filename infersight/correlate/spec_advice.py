@@ -4,7 +4,7 @@ Only tasks whose speedup was predicted from timed plain probe steps (basis
 "predicted_from_probe_steps") get advice: a guess from acceptance alone is what this replaces.
 The prediction rests on measured step times, but it is a prediction: `infersight bench
 speculation` measures the speedup itself, and CI checks that no advice contradicts that
-measurement's sign (tests/bench/test_spec_ab.py). The advice is about speculation at the gamma it runs with: the
+measurement's sign (tests/bench/speculation/test_spec_ab.py). The advice is about speculation at the gamma it runs with: the
 engine measures no other draft length, and a model of one (fewer draft forwards, the same
 verify) predicted 1.4-1.7x at gamma 1 on a CPU where `infersight bench speculation` measured
 0.76-0.87x, so no gamma is advised on a model's word.

@@ -4,7 +4,7 @@ The step times are measured; the speedup is a prediction from them (what an engi
 draft would do), never a measurement of one: `infersight bench speculation` measures it, by
 running the same requests on an engine with and one without the draft and timing both with the
 client's wall clock, and CI checks that the measurement lies in the interval printed here
-(tests/bench/test_spec_ab.py).
+(tests/bench/speculation/test_spec_ab.py).
 
 Inputs: the `spec` frame (one row per verification) and the `step_timing` frame (one row per
 step; spec_probe marks the plain decode steps an engine ran on purpose, runtime.speculative.spec_probe).
@@ -77,7 +77,7 @@ from infersight.correlate.speculation import acceptance_by_task
 #: `infersight bench speculation` (client-clock A/B) with seeds 101-108 at batch 4 and 8 on pinned
 #: cores of the H200 host's CPU, 2026-12-04 (`bash benchmarks/gpu.sh speculation_recheck`, which runs
 #: `benchmarks/spec_calibration.py --seeds 101-108 --batches 4 8`). The CI check
-#: (tests/bench/test_spec_ab.py) runs seed 0, none of these. This term is the CPU's (MODEL_ERROR_CUDA
+#: (tests/bench/speculation/test_spec_ab.py) runs seed 0, none of these. This term is the CPU's (MODEL_ERROR_CUDA
 #: is CUDA's).
 MODEL_ERROR = 0.086
 #: The same term on CUDA, where the prediction misses more (a plain pure-decode step is a graph

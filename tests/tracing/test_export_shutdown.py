@@ -190,7 +190,7 @@ def test_rss_stays_bounded_through_an_outage_under_load(tmp_path: Path) -> None:
     then the same load against a black hole: there the export queue fills to its byte limit and then drops
     (counted); RSS stays within what the queue may hold (its limit, twice: estimates err) above the healthy
     run's peak."""
-    from infersight.bench.otlp_sink import OtlpSink
+    from infersight.bench.serving.otlp_sink import OtlpSink
 
     outage_s = float(os.environ.get("INFERSIGHT_OUTAGE_S", "20"))
     sink = OtlpSink()

@@ -18,7 +18,7 @@ from infersight.agent.config import AgentConfig
 from infersight.agent.gpu_config import GpuConfig
 from infersight.exporters.exposition_config import ExpositionConfig
 from infersight.agent.service import Agent
-from infersight.bench.otlp_sink import OtlpSink
+from infersight.bench.serving.otlp_sink import OtlpSink
 from infersight.exporters import catalogue as C
 from infersight.tracing.config import TracingConfig
 from infersight.tracing.identity import IdentityConfig, identity_resource

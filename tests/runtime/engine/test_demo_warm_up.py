@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from infersight.bench.switch import SwitchObserver
+from infersight.bench.engine.switch import SwitchObserver
 from infersight.demo import DemoConfig, demo_engine_config, warm_up
 from infersight.runtime import Engine
 from infersight.runtime.observer import EngineObserver

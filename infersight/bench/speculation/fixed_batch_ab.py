@@ -2,7 +2,7 @@
 the client's wall clock, against the speedup the agent predicts from its probe records.
 
 Three engines of one process run the same task-labelled requests (infersight.workload), one
-task at a time at a fixed batch size (bench.fixed_batch), stepped in turn so that drift in the
+task at a time at a fixed batch size (bench.speculation.fixed_batch), stepped in turn so that drift in the
 machine's speed hits them alike. Output lengths differ (spread over 1/2 .. 3/2 of max_tokens), so
 requests finish at different steps with or without speculation, as in service: with one length
 for all, a plain batch would finish and refill in lockstep, its prefills never beside decodes.
@@ -46,7 +46,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from infersight.bench.fixed_batch import FixedBatchRun, StepKinds, step_in_turn
+from infersight.bench.speculation.fixed_batch import FixedBatchRun, StepKinds, step_in_turn
 from infersight.correlate import spec_advice, spec_speedup
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig

@@ -7,7 +7,7 @@ one workload checked against a measurement of another agrees only where the two 
 2026-12-04, the demo's creative prediction missed the bench's measurement for that reason: its speculative
 steps were 17% mixed against the bench's 12%). Here three engines built from the demo's engine config run
 the demo's workload, stepped in turn in one process, each fed by the workload's arrival times on its own
-clock (bench.arrival_run):
+clock (bench.speculation.arrival_run):
 
     plain      no draft model                               measured (client's clock)
     spec       the demo's draft, no probe steps              measured (client's clock)
@@ -17,7 +17,7 @@ clock (bench.arrival_run):
 Measured per task and round: decode tokens/s of `spec` over `plain` (every request's tokens after its
 first over the client's time around the steps it decoded in, summed over the task's requests), the median
 over rounds reported with the rounds. Both arms serve the same requests greedily: the same output tokens
-(checked). verdict and `inside` as in bench.speculation. Also per arm: TTFT p50 and the makespan on each
+(checked). verdict and `inside` as in bench.speculation.fixed_batch_ab. Also per arm: TTFT p50 and the makespan on each
 run's clock (measured), which include queueing: an engine slower than the arrivals queues more.
 """
 from __future__ import annotations
@@ -27,9 +27,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from infersight.bench.arrival_run import ArrivalRun
-from infersight.bench.fixed_batch import step_in_turn
-from infersight.bench.speculation import RingRecords, rounded, spec_verdict
+from infersight.bench.speculation.arrival_run import ArrivalRun
+from infersight.bench.speculation.fixed_batch import step_in_turn
+from infersight.bench.speculation.fixed_batch_ab import RingRecords, rounded, spec_verdict
 from infersight.correlate import spec_advice, spec_speedup
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver

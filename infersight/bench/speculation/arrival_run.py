@@ -8,7 +8,7 @@ has nothing to run, a jump to the next arrival (an idle server waits for it). A 
 the same arrivals as it would alone: more requests waiting at each step, a larger batch. A run's clock is
 the demo's wall clock with the other engines' turns taken out.
 
-Per request, as FixedBatchRun counts it (bench.fixed_batch): decode tokens (its output tokens less the
+Per request, as FixedBatchRun counts it (bench.speculation.fixed_batch): decode tokens (its output tokens less the
 first) and the client's time around the steps it decoded in (a streaming client's first-to-last-token
 time), summed per task in `tally`; also its TTFT on the run's clock (first token less arrival), per task.
 """
@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from typing import Sequence
 
-from infersight.bench.fixed_batch import DecodeClocks, DecodeTally
+from infersight.bench.speculation.fixed_batch import DecodeClocks, DecodeTally
 from infersight.runtime import Engine, SamplingParams
 from infersight.workload import WorkloadRequest
 

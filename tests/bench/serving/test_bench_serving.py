@@ -1,4 +1,4 @@
-"""bench.serving: the phase figures and the summary by hand on tiny frames, then one short real run
+"""bench.serving.run: the phase figures and the summary by hand on tiny frames, then one short real run
 (serve + clients + an agent arm) whose figures are recomputed from its raw client records."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 import pandas as pd
 import pytest
 
-from infersight.bench.serving import bench_serving
-from infersight.bench.serving_clients import phase_figures
-from infersight.bench.serving_config import ARMS, ServingBenchConfig
-from infersight.bench.serving_report import median_interval, summarise
+from infersight.bench.serving.run import bench_serving
+from infersight.bench.serving.clients import phase_figures
+from infersight.bench.serving.config import ARMS, ServingBenchConfig
+from infersight.bench.serving.report import median_interval, summarise
 from infersight.commands.bench import SERVING_ARMS
 
 
@@ -121,7 +121,7 @@ def test_a_process_that_exits_is_named_with_its_last_log_line(tmp_path):
 
     import pytest
 
-    from infersight.bench.serving_processes import ProcessFailed, wait_health
+    from infersight.bench.serving.processes import ProcessFailed, wait_health
 
     log_path = tmp_path / "agent.log"
     with open(log_path, "w") as out:
@@ -135,14 +135,14 @@ def test_a_process_that_exits_is_named_with_its_last_log_line(tmp_path):
 
 def test_the_recorder_names_it_reads_are_the_catalogues() -> None:
     """bench reads the agent's exposition from outside, by name: the names must be the ones the agent exports."""
-    from infersight.bench.serving_processes import RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE
+    from infersight.bench.serving.processes import RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE
     from infersight.exporters import catalogue as C
 
     assert (RECORDER_COST_SAMPLE, RECORDER_WINDOWS_SAMPLE) == (C.RECORDER_COST_RATIO.sample, C.RECORDER_WINDOWS.sample)
 
 
 def test_output_lengths_are_equal_or_spread_uniformly_around_max_tokens() -> None:
-    from infersight.bench.serving_clients import output_lengths
+    from infersight.bench.serving.clients import output_lengths
 
     assert output_lengths(ServingBenchConfig(max_tokens=96), 5, seed=0) == [96] * 5
     spread = output_lengths(ServingBenchConfig(max_tokens=96, max_tokens_spread=0.5), 2000, seed=0)

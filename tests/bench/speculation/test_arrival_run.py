@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from testkit import one_torch_thread
 
-from infersight.bench.arrival_run import ArrivalRun
+from infersight.bench.speculation.arrival_run import ArrivalRun
 from infersight.runtime import Engine, EngineConfig
 from infersight.workload import WorkloadRequest
 

@@ -1,4 +1,4 @@
-"""bench.switchback: block states, block figures and the summary by hand on tiny frames, and a drifting
+"""bench.serving.switchback: block states, block figures and the summary by hand on tiny frames, and a drifting
 synthetic load whose on-block effect is known in advance."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from infersight.bench.switchback import block_figures, latency_by_state, switchback_states, switchback_summary
+from infersight.bench.serving.switchback import block_figures, latency_by_state, switchback_states, switchback_summary
 
 
 def test_each_pair_holds_one_on_and_one_off_in_a_drawn_order() -> None:

@@ -1,4 +1,4 @@
-"""bench.process_cpu: a thread that spins for a known wall time reads as about one core; an idle one
+"""bench.serving.process_cpu: a thread that spins for a known wall time reads as about one core; an idle one
 as about none; a process that is gone reads NaN."""
 import math
 import multiprocessing
@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 
-from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
+from infersight.bench.serving.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
 
 
 def test_a_spinning_thread_reads_as_one_core_and_a_sleeping_one_as_none() -> None:

@@ -21,7 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from infersight.bench.timing import sync
+from infersight.bench.engine.timing import sync
 
 
 @dataclass

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from infersight.bench.serving_config import ServingBenchConfig
+from infersight.bench.serving.config import ServingBenchConfig
 
 
 @dataclass

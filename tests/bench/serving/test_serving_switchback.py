@@ -1,4 +1,4 @@
-"""bench.serving_switchback: the switches on real processes, the stopped share by hand, and one short
+"""bench.serving.switchback_run: the switches on real processes, the stopped share by hand, and one short
 real run against `serve` whose calibration arm stops the engine for a share of time known in advance."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from infersight.bench.serving_config import CALIBRATION_ARM, ServingBenchConfig
-from infersight.bench.serving_switchback import EnginePause, StopSwitch, bench_serving_switchback, stopped_share
+from infersight.bench.serving.config import CALIBRATION_ARM, ServingBenchConfig
+from infersight.bench.serving.switchback_run import EnginePause, StopSwitch, bench_serving_switchback, stopped_share
 
 
 def _state(pid: int) -> str:

@@ -24,7 +24,7 @@ from testkit import one_torch_thread, unique_ring
 
 from infersight.agent.config import AgentConfig
 from infersight.agent.service import Agent
-from infersight.bench.switch import SwitchObserver
+from infersight.bench.engine.switch import SwitchObserver
 from infersight.probes.config import ProbeConfig
 from infersight.probes.observer import ProbeObserver
 from infersight.runtime import Engine, EngineConfig, SamplingParams

@@ -17,7 +17,7 @@ creative outside in 6 of 7 runs, measured 0.30-0.36 against lower bounds 0.304-0
 and json outside; seed 2: all four inside). The prediction prices the plain engine at the speculative
 engine's own schedule: the batch sizes it ran and the prefill chunks that landed beside each request while
 it decoded. Under a closed loop (bench speculation's fixed batch, where CI does check the interval:
-tests/bench/test_spec_ab.py) the plain engine would meet the same; under open arrivals a faster plain engine
+tests/bench/speculation/test_spec_ab.py) the plain engine would meet the same; under open arrivals a faster plain engine
 meets fewer prefills per request, and at other batch sizes. BENCHMARKS.md ("The demo's own load") has the
 runs and what was found; `infersight bench speculation --demo-workload` measures it. The interval is printed
 here beside the measurement for the reader.

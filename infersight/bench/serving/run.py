@@ -35,12 +35,12 @@ from typing import Any
 import pandas as pd
 
 from infersight.bench.agent import stop_agent
-from infersight.bench.otlp_sink import OtlpSink
-from infersight.bench.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
-from infersight.bench.serving_clients import phase_figures, run_phase
-from infersight.bench.serving_config import ServingBenchConfig
-from infersight.bench.serving_processes import agent_cmd, agent_figures, free_port, start_serve, wait_health
-from infersight.bench.serving_report import summarise
+from infersight.bench.serving.otlp_sink import OtlpSink
+from infersight.bench.serving.process_cpu import cores_used, process_cpu_s, process_memory_mb, spawned_children, thread_cpu_s
+from infersight.bench.serving.clients import phase_figures, run_phase
+from infersight.bench.serving.config import ServingBenchConfig
+from infersight.bench.serving.processes import agent_cmd, agent_figures, free_port, start_serve, wait_health
+from infersight.bench.serving.report import summarise
 
 
 def bench_serving(config: ServingBenchConfig, log: Any = print) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from infersight.bench.serving_report import CONFIDENCE, RESOLVE
+from infersight.bench.serving.report import CONFIDENCE, RESOLVE
 
 STATES = ("on", "off")
 

@@ -1,4 +1,4 @@
-"""`infersight bench serving`'s arms and its one config object (bench.serving runs it)."""
+"""`infersight bench serving`'s arms and its one config object (bench.serving.run runs it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,7 +31,7 @@ class ServingBenchConfig:
     seed: int = 0
     serve_args: tuple[str, ...] = ()  # more `infersight serve` flags (the engine's, e.g. --scheduler-delay-factor)
     agent_args: tuple[str, ...] = ()  # more `infersight agent` flags for every agent arm (e.g. --recorder-initial-cost)
-    # Switchback (bench.serving_switchback): > 0 runs each arm as one long phase of `switchback_pairs` pairs of
+    # Switchback (bench.serving.switchback_run): > 0 runs each arm as one long phase of `switchback_pairs` pairs of
     # blocks this long, the arm paused (SIGSTOP) in one block of each pair, instead of phases per arm.
     switchback_block_s: float = 0.0
     switchback_pairs: int = 30

@@ -9,8 +9,8 @@ import time
 import pytest
 from testkit import one_torch_thread
 
-from infersight.bench.decode_block import DecodeBlockClock
-from infersight.bench.runtime import bench_runtime
+from infersight.bench.engine.decode_block import DecodeBlockClock
+from infersight.bench.engine.runtime import bench_runtime
 from infersight.runtime import ModelConfig
 from infersight.runtime.engine.engine import Engine
 from infersight.runtime.stats import StepStats

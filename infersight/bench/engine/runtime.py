@@ -3,7 +3,7 @@
 Prefill: a batch of prompts fed through one step each (max_tokens=1, prefix cache off).
 Decode: a batch of requests already past prefill; the median wall time of whole engine steps
 (schedule, inputs, forward, sampling: what a user waits for), each between device syncs (with async
-scheduling, back to back). The same steps are also timed as one block (bench.decode_block:
+scheduling, back to back). The same steps are also timed as one block (bench.engine.decode_block:
 decode_block, the wall clock of all of them over their number, against the median).
 With CUDA graphs on, compare_eager runs the first half of the decode steps as graphs and the
 second half eagerly, on the same engine and requests (the graphs are switched off). Blocks, not
@@ -14,10 +14,10 @@ The roofline is the decode step's bytes (weights read once, plus the KV cache at
 decode context: infersight.kernels.analysis.roofline) over the device's copy bandwidth, measured by
 `infersight bench ceilings` when cached, else its datasheet's (kernels.ceilings.ceiling_lookup;
 roofline_ceiling names which); roofline_share = roofline time / step time. hf_anchor adds Hugging
-Face transformers on the same shape in the same process (bench.hf_anchor): "eager", or "all" for
+Face transformers on the same shape in the same process (bench.engine.hf_anchor): "eager", or "all" for
 eager and static-cache + torch.compile. The KV pool is sized for this run only: max_model_len = prompt + decode steps.
 prefill_len N adds one N-token prompt prefilled in one step, in modelled TFLOP/s against the GEMM
-ceiling (bench.runtime_prefill), in a second engine after the first is gone.
+ceiling (bench.engine.runtime_prefill), in a second engine after the first is gone.
 fused_forward (default) runs CUDA forwards through runtime.model.forward_fused; False (--unfused) through
 Transformer.forward. graph_io says whether the decode graphs copy their inputs and greedy tokens
 themselves (runtime.runner.graph_tokens), so a greedy step is one launch.
@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from infersight.bench.decode_block import DecodeBlockClock, DecodeBlockTiming
-from infersight.bench.runtime_prefill import LongPrefillResult, bench_long_prefill
-from infersight.bench.timing import replay_ms, sync, timed_step
+from infersight.bench.engine.decode_block import DecodeBlockClock, DecodeBlockTiming
+from infersight.bench.engine.runtime_prefill import LongPrefillResult, bench_long_prefill
+from infersight.bench.engine.timing import replay_ms, sync, timed_step
 from infersight.runtime import Engine, EngineConfig, SamplingParams
 from infersight.runtime.runner.cuda_graphs import DecodeGraphs
 
@@ -68,7 +68,7 @@ class RuntimeBenchResult:
     temperature: float = 0.0
     decode_gemv: bool = False          # batch-1 projections through runtime.model.triton_gemv (fused forward only)
     launched_ahead_share: float | None = None  # async: the timed steps launched before the one before was read
-    decode_block: DecodeBlockTiming | None = None  # decode_step_ms's steps timed as one block (bench.decode_block)
+    decode_block: DecodeBlockTiming | None = None  # decode_step_ms's steps timed as one block (bench.engine.decode_block)
 
 
 def roofline_step_ms(engine: Engine, batch: int, context: int, gbps: float | None = None) -> float:
@@ -89,7 +89,7 @@ def replay_alone_ms(graphs: DecodeGraphs, n: int = 20) -> float:
 
 def _hf_anchor(result: RuntimeBenchResult, config: EngineConfig, modes: list[str], steps: int) -> None:
     try:
-        from infersight.bench.hf_anchor import hf_decode_step_ms, hf_model
+        from infersight.bench.engine.hf_anchor import hf_decode_step_ms, hf_model
 
         model = hf_model(config.model_config, config.torch_dtype, config.device)
     except (ImportError, ValueError) as exc:

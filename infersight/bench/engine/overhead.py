@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from infersight.bench.switch import SwitchObserver
-from infersight.bench.timing import sync
+from infersight.bench.engine.switch import SwitchObserver
+from infersight.bench.engine.timing import sync
 from infersight.probes.config import ProbeConfig
 from infersight.probes.nvtx import NvtxRanges
 from infersight.probes.observer import ProbeObserver, make_observer

@@ -12,8 +12,8 @@ from typing import IO
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from infersight.bench.otlp_sink import OtlpSink
-from infersight.bench.serving_config import ServingBenchConfig
+from infersight.bench.serving.otlp_sink import OtlpSink
+from infersight.bench.serving.config import ServingBenchConfig
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""`infersight bench serving --switchback-block-s S`: each arm as one phase of switchback blocks (bench.switchback).
+"""`infersight bench serving --switchback-block-s S`: each arm as one phase of switchback blocks (bench.serving.switchback).
 
 One `serve`, warmed up once. Per arm, one phase of closed-loop clients (serving_clients) while this thread
 switches the arm at each block's start and notes when the switch happened:
@@ -30,13 +30,13 @@ from typing import Any, Callable
 import pandas as pd
 
 from infersight.bench.agent import stop_agent
-from infersight.bench.otlp_sink import OtlpSink
-from infersight.bench.process_cpu import spawned_children
-from infersight.bench.serving_clients import PhaseRecords, run_phase
-from infersight.bench.serving_config import CALIBRATION_ARM, PAUSE_PERIOD_S, REFERENCE, ServingBenchConfig
-from infersight.bench.serving_processes import agent_cmd, agent_figures, free_port, start_serve, wait_health
-from infersight.bench.serving_report import RESOLVE
-from infersight.bench.switchback import HOW, block_figures, latency_by_state, switchback_states, switchback_summary
+from infersight.bench.serving.otlp_sink import OtlpSink
+from infersight.bench.serving.process_cpu import spawned_children
+from infersight.bench.serving.clients import PhaseRecords, run_phase
+from infersight.bench.serving.config import CALIBRATION_ARM, PAUSE_PERIOD_S, REFERENCE, ServingBenchConfig
+from infersight.bench.serving.processes import agent_cmd, agent_figures, free_port, start_serve, wait_health
+from infersight.bench.serving.report import RESOLVE
+from infersight.bench.serving.switchback import HOW, block_figures, latency_by_state, switchback_states, switchback_summary
 
 
 class StopSwitch:

@@ -1,6 +1,6 @@
 """bench serving's report: per arm, each figure's median over rounds and its ratio to the same round's
 no-agent phase, with a distribution-free interval on the tokens/s ratio, the A/A floor, and the text table.
-Pure over the phases frame (one row per arm and round, bench.serving.bench_serving's)."""
+Pure over the phases frame (one row per arm and round, bench.serving.run.bench_serving's)."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from infersight.bench.serving_config import REFERENCE, ServingBenchConfig
+from infersight.bench.serving.config import REFERENCE, ServingBenchConfig
 
 
 FIGURES = ("tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from infersight.bench.timing import timed_step
+from infersight.bench.engine.timing import timed_step
 from infersight.runtime import Engine, EngineConfig, SamplingParams
 from infersight.runtime.model.model_config import ModelConfig, resolve_model
 

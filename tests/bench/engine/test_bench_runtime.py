@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from infersight.bench.runtime import bench_runtime, roofline_step_ms
+from infersight.bench.engine.runtime import bench_runtime, roofline_step_ms
 from infersight.runtime import EngineConfig, ModelConfig
 from infersight.runtime.engine.engine import Engine
 
@@ -33,7 +33,7 @@ def test_roofline_counts_weights_once_and_the_kv_of_every_sequence() -> None:
 
 
 def test_prefill_flops_count_the_matmuls_and_the_causal_triangle() -> None:
-    from infersight.bench.runtime_prefill import prefill_flops
+    from infersight.bench.engine.runtime_prefill import prefill_flops
 
     d, L, h, H, K, f, V, n = 32, 2, 8, 4, 2, 64, LONG.vocab_size, 100
     matmuls = 2 * n * L * (d * H * h + 2 * d * K * h + H * h * d + 3 * d * f) + 2 * d * V  # one logits row
@@ -42,7 +42,7 @@ def test_prefill_flops_count_the_matmuls_and_the_causal_triangle() -> None:
 
 
 def test_long_prefill_runs_in_one_step_past_the_model_length(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    from infersight.bench.runtime_prefill import prefill_flops
+    from infersight.bench.engine.runtime_prefill import prefill_flops
     from infersight.kernels.ceilings.ceiling_cache import CeilingMeasurement, host_cpu_name, torch_version, write_cache
 
     monkeypatch.setenv("INFERSIGHT_CEILINGS", str(tmp_path / "ceilings.json"))  # this host's CPU: none measured

@@ -1,4 +1,4 @@
-"""bench.fixed_batch (the batch stays full, decode time is the engine's own step time) and a small
+"""bench.speculation.fixed_batch (the batch stays full, decode time is the engine's own step time) and a small
 `infersight bench speculation` end to end through the CLI."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 from testkit import one_torch_thread
 
-from infersight.bench.fixed_batch import FixedBatchRun
+from infersight.bench.speculation.fixed_batch import FixedBatchRun
 from infersight.cli import main
 from infersight.runtime import Engine, EngineConfig, ModelConfig
 from infersight.workload import WorkloadConfig, WorkloadRequest, build_workload
