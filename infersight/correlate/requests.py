@@ -131,8 +131,11 @@ def request_table(request_events: pd.DataFrame, network: pd.DataFrame | None = N
         r = net["receive_ns"].astype(np.int64).reindex(ids, fill_value=-1).to_numpy()
         e = net["send_end_ns"].astype(np.int64).reindex(ids, fill_value=-1).to_numpy()
         has = (r >= 0) & (e >= 0)
-        lead_ns = np.where(has, a - r, 0)
-        net_ns = np.where(has, lead_ns + (e - f), 0)
+        # Each side never below 0: on vLLM, F and A are wall-clock stamps of the API server mapped onto the
+        # monotonic clock (vllm/translate.py), and a last byte has been seen stamped ~2 ms before F. e2e then
+        # runs from the receive to the later of the last byte and F, and no part of it is a negative time.
+        lead_ns = np.where(has, np.maximum(a - r, 0), 0)
+        net_ns = np.where(has, lead_ns + np.maximum(e - f, 0), 0)
 
     out_tokens = finished["value0"].to_numpy(np.int64)
     has_token = t_raw >= 0

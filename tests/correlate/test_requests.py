@@ -89,6 +89,16 @@ def test_request_table_with_network() -> None:
     assert t.loc[2, "network_s"] == 0.0 and t.loc[2, "e2e_s"] == pytest.approx(120 * S_PER_MS)
 
 
+def test_network_part_is_never_negative() -> None:
+    """A last byte stamped 3 ms before the engine's finish (vLLM's mapped wall-clock F, seen at -2.3 ms in
+    tests/vllm): the network part is the lead alone (100-98), e2e runs from the receive to F."""
+    net = pd.DataFrame({"request_id": [1], "receive_ns": [98 * MS], "send_end_ns": [497 * MS]})
+    row = request_table(EVENTS, net).set_index("request_id").loc[1]
+    assert row.network_s == pytest.approx(2 * S_PER_MS)
+    assert row.e2e_s == pytest.approx(402 * S_PER_MS)  # F - R: 500 - 98
+    assert row.ttft_s == pytest.approx(202 * S_PER_MS)  # T - R: the lead still counts (300 - 98)
+
+
 def test_request_table_empty() -> None:
     t = request_table(_empty(REQUEST_COLUMNS))
     assert t.empty and list(t.columns) == REQUEST_TABLE_COLUMNS

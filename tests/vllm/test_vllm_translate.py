@@ -76,6 +76,20 @@ def test_clock_maps_wall_seconds_to_monotonic_ns() -> None:
     assert clock.mono(1_000.0) == 5_000
 
 
+def test_clock_pair_keeps_the_tightest_bracket() -> None:
+    """A thread switch of 3 ms between the first monotonic read and the wall read: that bracket is dropped,
+    the second (1 us wide) kept, its wall read paired with the bracket's midpoint."""
+    monos = iter([0, 3_000_000, 3_010_000, 3_011_000])
+    walls = iter([1_000 * S + 3_000_000, 1_000 * S + 3_010_500])
+    clock = Clock.now(wall=lambda: next(walls), mono=lambda: next(monos))
+    assert (clock.wall_ns, clock.mono_ns) == (1_000 * S + 3_010_500, 3_010_500)
+    # Every try wide: the narrowest of the three.
+    monos = iter([0, 900_000, 1_000_000, 1_400_000, 2_000_000, 2_700_000])
+    walls = iter([10, 20, 30])
+    clock = Clock.now(wall=lambda: next(walls), mono=lambda: next(monos))
+    assert (clock.wall_ns, clock.mono_ns) == (20, 1_200_000)
+
+
 def test_drafts_rebuilt_from_per_position_counters() -> None:
     # Lengths 3, 3, 2, 1 with accepts 3, 1, 0, 1: the multisets are exact; the pairing of the
     # length-2 and length-1 drafts with their accept counts is not in the stats, so the most
