@@ -176,7 +176,7 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
         # Probe steps took the place of speculative ones: without them a request would have had
         # 1 + probes / speculative steps (at its batch size) as many pure-decode verifications
         # for the same prefills beside it.
-        displaced = 1.0 + pure["_probe_steps"] / pure["_spec_steps"]
+        displaced = _displaced(pure)
         wm = mixed["_mixed_weight"]
         spec_time = (displaced * pure["_spec_step_ns"]).sum() + (wm * mixed["dur_ns"]).sum()
         fallback = np.maximum(mixed["dur_ns"] - mixed["step_draft_ns"] - mixed["_verify_extra_ns"],
@@ -215,6 +215,15 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
             "basis": basis})
     out = acc.reset_index().merge(pd.DataFrame(rows), on="task")
     return out[list(SPEEDUP_COLUMNS)].astype(SPEEDUP_COLUMNS)
+
+
+def _displaced(pure: pd.DataFrame) -> pd.Series:
+    """1 + probe steps / speculative steps at each verification's batch size; 1 where no speculative step there
+    is a sample (every one moved KV, say: the verification is priced at an interpolated Ts, and how many probes
+    took the place of such steps is unknown). Before: 1 + n / 0, and every task's prediction NaN (CPU demo load,
+    seed 2, 2026-12-05)."""
+    n = pure["_spec_steps"]
+    return 1.0 + (pure["_probe_steps"] / n.where(n > 0)).fillna(0.0)
 
 
 def _median_error(pure: pd.DataFrame, value: str, count: str, spread: float, weight: str | None = None) -> float:

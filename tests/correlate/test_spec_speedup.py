@@ -170,6 +170,20 @@ def test_steps_that_are_no_sample_of_the_steady_step_time_are_left_out(mark: dic
     assert step_costs(pd.concat([STEPS, marked.assign(**unmarked)])).iloc[0].plain_step_ns == 115
 
 
+def test_a_batch_size_whose_speculative_steps_all_moved_kv_is_still_predicted() -> None:
+    """At batch 4 one steady probe step (200 ns) and one speculative step that moved KV (left out of the
+    medians, so no speculative sample at 4: Ts(4) is batch 2's 310, the nearest). Its verification (task long,
+    3 accepted: 4 tokens) counts once, Ts scaled to the speed around it (the speculative steps the nearest
+    probes span, 4 and 6: 320 and 310 against 310, median 315 / 310): 4 x 200 / 315. Before, 1 + probes / 0
+    made every task NaN."""
+    extra = pd.concat([_steps([(7, 6000, 200, 0, 190, 4, 0, True)]),
+                       _steps([(8, 7000, 400, 160, 120, 4, 0, False)]).assign(kv_moves=1)], ignore_index=True)
+    t = speedup_by_task(pd.concat([SPEC, _spec([(7100, 5, "long", 3)])], ignore_index=True),
+                        pd.concat([STEPS, extra], ignore_index=True)).set_index("task")
+    assert t.at["long", "predicted_speedup"] == pytest.approx(4 * 200 / 315)
+    assert t.at["code", "predicted_speedup"] == pytest.approx(330 / 310)  # unchanged
+
+
 def test_without_probes_or_timings_nothing_is_predicted() -> None:
     no_probes = speedup_by_task(SPEC, STEPS[~STEPS["spec_probe"]]).set_index("task")
     assert set(no_probes["basis"]) == {NO_PROBES} and no_probes["predicted_speedup"].isna().all()
