@@ -323,7 +323,7 @@ import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 print("inside", d.get("tasks_inside"), "of", d.get("tasks"), "contradict", d.get("tasks_contradict"), "wall", d.get("wall_s"))
 for t in ("chat", "code", "creative", "json"):
-    print(t, d.get(t + ".measured_rounds"), d.get(t + ".predicted_speedup"), d.get(t + ".predicted_interval"),
+    print(t, d.get(t + ".measured_rounds"), d.get(t + ".predicted_speedup"), d.get(t + ".open_arrivals_speedup"), d.get(t + ".predicted_interval"),
           d.get(t + ".inside"), d.get(t + ".advice"))
 EOF2
   done

@@ -116,6 +116,13 @@ def test_a_mixed_step_is_priced_by_the_plain_mixed_probes_where_there_are_some()
     # Pure part as above (w = 2). The 3 mixed probes took the place of speculative mixed steps beside
     # the 1 seen: wm = 1 + 3 / 1 = 4 on both sides. plain: 4 x (3 tokens x 110 + 400); spec: 4 x 500.
     assert code.predicted_speedup == pytest.approx((2 * 12 * 110 + 4 * (3 * 110 + 400)) / (2 * 4 * 310 + 4 * 500))
+    # Under open arrivals the plain request meets prefills in proportion to its lifetime: A = 2 x 12 x 110 +
+    # 4 x 4 tokens x 110 = 4400 without what they add, M = 4 x (400 - 110) = 1160 they add, S = 4480:
+    # P = A / (1 - M / S). (Its batch, 2 x P / S, reads Tp at 110 still: batch 2 is the only one probed.) The
+    # interval spans both.
+    a, m, s = 2 * 12 * 110 + 4 * 4 * 110, 4 * (400 - 110), 2 * 4 * 310 + 4 * 500
+    assert code.open_arrivals_speedup == pytest.approx(a / (1 - m / s) / s)
+    assert code.speedup_low * code.speedup_high == pytest.approx(code.open_arrivals_speedup * code.predicted_speedup)
     assert code.plain_mixed_ms == pytest.approx(400e-6)
     # the pure-decode medians are the pure steps' alone
     assert (code.plain_step_ms, code.spec_step_ms) == pytest.approx((110e-6, 310e-6))
@@ -132,6 +139,24 @@ def test_plain_step_time_is_interpolated_between_probed_batch_sizes() -> None:
     assert code.plain_step_ms == pytest.approx(150e-6)
     assert code.predicted_speedup == pytest.approx(3 * 150 / 450)
     assert code.probe_steps == 0  # no probe at exactly 3: the figure leans on its neighbours
+
+
+def test_under_open_arrivals_the_plain_engine_runs_at_its_own_batch() -> None:
+    """Probes: 100 ns at batch 1, 200 at 2 (three each); speculative steps at 2: 300 ns (three), one
+    verification each with nothing accepted (1 token): speculation loses. Closed loop: w = 1 + 3 / 3 = 2,
+    plain 2 x 3 x 200 = 1200, spec 2 x 3 x 300 = 1800: 2/3. Open arrivals, by Little's law the plain engine
+    holds requests for P / S of the time, so it decodes at batch 2 x P / S: 2 (P 1200), 4/3 (Tp 133.3, P 800),
+    8/9 -> 1 (Tp 100, P 600), 2/3 -> 1 (P 600): 600 / 1800 = 1/3."""
+    steps = _steps([(1, 0, 100, 0, 90, 1, 0, True), (2, 1000, 100, 0, 90, 1, 0, True), (3, 2000, 100, 0, 90, 1, 0, True),
+                    (4, 3000, 200, 0, 190, 2, 0, True), (5, 4000, 300, 160, 120, 2, 0, False),
+                    (6, 5000, 200, 0, 190, 2, 0, True), (7, 6000, 300, 160, 120, 2, 0, False),
+                    (8, 7000, 200, 0, 190, 2, 0, True), (9, 8000, 300, 160, 120, 2, 0, False)])
+    spec = _spec([(4100, 1, "chat", 0), (6100, 1, "chat", 0), (8100, 1, "chat", 0)])
+    chat = speedup_by_task(spec, steps).set_index("task").loc["chat"]
+    assert chat.predicted_speedup == pytest.approx(1200 / 1800)
+    assert chat.open_arrivals_speedup == pytest.approx(600 / 1800)
+    assert chat.speedup_low < 600 / 1800 < 1200 / 1800 < chat.speedup_high
+    assert chat.speedup_low * chat.speedup_high == pytest.approx(600 / 1800 * 1200 / 1800)
 
 
 def test_join_keeps_engines_apart_and_drops_what_no_step_holds() -> None:

@@ -109,6 +109,7 @@ def bench_speculation_on_arrivals(config: EngineConfig, workload: list[WorkloadR
             f"{task}.measured_rounds": [round(x, 4) for x in ratios],
             f"{task}.predicted_speedup": rounded(float(row.predicted_speedup)),
             f"{task}.predicted_interval": [rounded(low), rounded(high)],
+            f"{task}.open_arrivals_speedup": rounded(float(row.open_arrivals_speedup)),
             f"{task}.inside": bool(low <= measured <= high),
             f"{task}.tau": rounded(float(row.mean_accepted_length)),
             f"{task}.samples": f"predicted from {row.verifications} verifications, {row.spec_steps} speculative and "
