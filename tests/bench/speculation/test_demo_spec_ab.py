@@ -11,16 +11,15 @@ engine meets the arrivals it would alone. Measured by this test's clock alone: p
 step calls in which it received tokens after its first; per task, decode tokens over that time; spec over
 plain. The engines' own step timestamps are not read for it.
 
-Checked per task: the demo's advice never contradicts the measured sign. Not asserted: that the measured
-speedup lies inside the printed interval, because on this load it does not hold (CPU, 2026-12-05, seed 0:
-creative outside in 6 of 7 runs, measured 0.30-0.36 against lower bounds 0.304-0.370; seed 1: chat, creative
-and json outside; seed 2: all four inside). The prediction prices the plain engine at the speculative
-engine's own schedule: the batch sizes it ran and the prefill chunks that landed beside each request while
-it decoded. Under a closed loop (bench speculation's fixed batch, where CI does check the interval:
-tests/bench/speculation/test_spec_ab.py) the plain engine would meet the same; under open arrivals a faster plain engine
-meets fewer prefills per request, and at other batch sizes. BENCHMARKS.md ("The demo's own load") has the
-runs and what was found; `infersight bench speculation --demo-workload` measures it. The interval is printed
-here beside the measurement for the reader.
+Checked per task: the measured speedup (median of the rounds) lies inside the interval the agent printed, and
+the demo's advice never contradicts the measured sign. The interval spans what a plain engine would do under a
+closed loop (the speculative engine's own schedule) and under open arrivals (its own batch by Little's law,
+prefills in proportion to its requests' lifetime: correlate/spec_speedup.py, OPEN ARRIVALS), because the
+records do not say which was served. Before it did (CPU, 2026-12-05), the closed-loop figure's interval missed
+creative in 6 of 7 runs at seed 0 and 11 of 16 task runs at seeds 0-3; with the span, 13 of 16 at seeds 0-3
+(the seeds it was designed on) and 16 of 16 at seeds 4-7 (`infersight bench speculation --demo-workload --seed
+K`, run after; BENCHMARKS.md "The demo's own load"). This test runs seed 0 with its own driver and a real agent.
+No term here is fitted: MODEL_ERROR is the closed-loop calibration's (its comment).
 """
 from __future__ import annotations
 
@@ -115,11 +114,18 @@ def ab() -> dict:
 
 def test_every_task_is_predicted_from_probe_steps(ab: dict) -> None:
     assert not (wrong := not_from_probe_steps(ab["predicted"], ab["tasks"])), wrong
-    for task, p in ab["predicted"].items():  # printed beside the measurement, not asserted (module docstring)
+
+
+def test_the_measured_speedup_lies_inside_the_printed_interval(ab: dict) -> None:
+    outside = []
+    for task, p in ab["predicted"].items():
         m = statistics.median(ab["measured"][task])
         low, high = p["speedup_interval"]
         print(f"{task}: measured {m:.3f} {[round(x, 3) for x in ab['measured'][task]]}, predicted "
-              f"{p['predicted_speedup']:.3f} [{low:.3f}, {high:.3f}]")
+              f"{p['predicted_speedup']:.3f} (open arrivals {p['open_arrivals_speedup']:.3f}) [{low:.3f}, {high:.3f}]")
+        if not low <= m <= high:
+            outside.append((task, round(m, 4), round(low, 4), round(high, 4)))
+    assert outside == []
 
 
 def test_no_demo_advice_contradicts_the_measured_sign(ab: dict) -> None:
