@@ -303,10 +303,11 @@ def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
                                                   "mixed probe step to fit on)")
                    + "; steps "
                    f"that captured a CUDA graph are left out; the interval is ~95% from the spread of the step "
-                   f"times and of tau, spanning the figure for a closed loop ({r.predicted_speedup:.2f}x) and for "
-                   f"open arrivals ({r.open_arrivals_speedup:.2f}x: a plain engine at its own batch, meeting "
-                   f"prefills in proportion to its requests' lifetime), "
-                   f"and a {r.model_error:.1%} model error calibrated against measured A/B runs "
+                   f"times and of tau, "
+                   + (f"spanning the figure for a closed loop ({r.predicted_speedup:.2f}x) and for open arrivals "
+                      f"({r.open_arrivals_speedup:.2f}x: a plain engine at its own batch, meeting prefills in "
+                      f"proportion to its requests' lifetime), " if np.isfinite(r.open_arrivals_speedup) else "")
+                   + f"and a {r.model_error:.1%} model error calibrated against measured A/B runs "
                    f"({'CUDA' if r.model_error == MODEL_ERROR_CUDA else 'CPU'} runs). "
                    f"`infersight bench speculation` measures the speedup")
         elif r.basis == NO_PROBES:

@@ -223,6 +223,9 @@ def test_summary_says_how_each_figure_was_obtained() -> None:
     code = s["code"]
     assert code["basis"] == PREDICTED and code["how"].startswith("predicted, not measured: estimated from 3 plain probe steps")
     assert "3.00 tokens per verification (mean of 4)" in code["how"]
+    # one batch size probed: a plain engine's own batch reads the same Tp, so both figures are 330 / 310
+    assert "spanning the figure for a closed loop (1.06x) and for open arrivals (1.06x" in code["how"]
+    assert code["open_arrivals_speedup"] == pytest.approx(330 / 310)
     assert code["samples"] == {"verifications": 4, "timed_verifications": 4, "mixed_verifications": 0,
                                "spec_steps": 2, "probe_steps": 3, "mixed_probe_steps": 0}
     assert code["parts_ms"]["plain_step"] == pytest.approx(110e-6)
