@@ -178,13 +178,19 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
     j["_plain_step_ns"] *= plain_f
     j["_spec_step_ns"] *= spec_f
     j["_verify_extra_ns"] = less_draft - j["_plain_step_ns"]
-    # A plain mixed step's time, from the plain mixed probes where the engine ran some (else NaN: the fallback).
+    # What a plain mixed step adds to a plain decode step, from the plain mixed probes where the engine ran some
+    # (else NaN: the fallback in _plain_mixed_ns).
     mixed_model = mixed_costs(step_timing, costs).set_index("engine")
     m = mixed_model.reindex(eng)
-    excess = (m["extra_ns"].to_numpy() + m["prefill_ns_per_token"].to_numpy() * j["step_prefill_tokens"]) * plain_f
-    j["_mixed_plain_ns"] = j["_plain_step_ns"] + np.maximum(excess, 0.0)  # never below a plain decode step
-    j["_mixed_weight"] = 1.0 + (m["mixed_probes"] / m["spec_mixed_steps"].where(m["spec_mixed_steps"] > 0)).fillna(
+    excess = ((m["extra_ns"].to_numpy() + m["prefill_ns_per_token"].to_numpy() * j["step_prefill_tokens"].to_numpy())
+              * plain_f)
+    j["_mixed_fitted"] = np.isfinite(excess)
+    j["_plain_mixed_ns"] = _plain_mixed_ns(j, j["_plain_step_ns"].to_numpy(), excess)
+    # Probe steps took the place of speculative ones: without them a request would have had 1 + probes /
+    # speculative steps (at its batch size, of its kind) as many verifications for the same prefills beside it.
+    mixed_weight = 1.0 + (m["mixed_probes"] / m["spec_mixed_steps"].where(m["spec_mixed_steps"] > 0)).fillna(
         0.0).to_numpy()
+    j["_weight"] = np.where(j["pure"], _displaced(j), mixed_weight)
     j["_mixed_resid"] = m["resid_rel"].to_numpy() / np.sqrt(m["mixed_probes"].to_numpy())
     open_plain = _open_arrivals_plain_time(j, costs, plain_f, excess)
     rows = []
@@ -192,15 +198,9 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
         g = j[j["task"] == task]
         pure, mixed = g[g["pure"]], g[~g["pure"]]
         tp = pure["_plain_step_ns"].mean()
-        # Probe steps took the place of speculative ones: without them a request would have had
-        # 1 + probes / speculative steps (at its batch size) as many pure-decode verifications
-        # for the same prefills beside it.
-        displaced = _displaced(pure)
-        wm = mixed["_mixed_weight"]
+        displaced, wm = pure["_weight"], mixed["_weight"]
         spec_time = (displaced * pure["_spec_step_ns"]).sum() + (wm * mixed["dur_ns"]).sum()
-        fallback = np.maximum(mixed["dur_ns"] - mixed["step_draft_ns"] - mixed["_verify_extra_ns"],
-                              mixed["_plain_step_ns"])
-        mixed_plain = mixed["_mixed_plain_ns"].where(mixed["_mixed_plain_ns"].notna(), fallback)
+        mixed_plain = mixed["_plain_mixed_ns"]
         plain_time = ((displaced * pure["_tokens"] * pure["_plain_step_ns"]).sum()
                       + (wm * mixed["_tokens"] * mixed["_plain_step_ns"]).sum()
                       + (wm * (mixed_plain - mixed["_plain_step_ns"])).sum())
@@ -217,7 +217,7 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
             lowest, highest = min(speedup, open_speedup), max(speedup, open_speedup)
         # The same few medians serve every verification at a batch size: their errors add, not average out.
         # The fitted plain mixed step: its mean's error (residual spread / sqrt(probes)), by its share.
-        fitted = mixed["_mixed_plain_ns"].notna()
+        fitted = mixed["_mixed_fitted"]
         mixed_error = (float((wm * mixed_plain)[fitted].sum() / plain_time * mixed["_mixed_resid"][fitted].mean())
                        if fitted.any() and plain_time > 0 else 0.0)
         sigma = np.sqrt(_median_error(pure, "_plain_step_ns", "_probe_steps", spread["plain"], weight="_tokens") ** 2
@@ -250,22 +250,27 @@ def _displaced(pure: pd.DataFrame) -> pd.Series:
     return 1.0 + (pure["_probe_steps"] / n.where(n > 0)).fillna(0.0)
 
 
-def _open_arrivals_plain_time(j: pd.DataFrame, costs: pd.DataFrame, plain_f: np.ndarray, excess: pd.Series
+def _plain_mixed_ns(j: pd.DataFrame, plain_step: np.ndarray, excess: np.ndarray) -> np.ndarray:
+    """Per verification, a plain mixed step's time beside a plain decode step of plain_step: plain_step + the
+    fitted excess (never below a plain decode step) where the plain mixed probes gave one; else the speculative
+    mixed step less its draft phase and verify extra, but at least plain_step."""
+    fallback = np.maximum((j["dur_ns"] - j["step_draft_ns"] - j["_verify_extra_ns"]).to_numpy(np.float64), plain_step)
+    return np.where(np.isfinite(excess), plain_step + np.maximum(np.nan_to_num(excess), 0.0), fallback)
+
+
+def _open_arrivals_plain_time(j: pd.DataFrame, costs: pd.DataFrame, plain_f: np.ndarray, excess: np.ndarray
                               ) -> dict[str, float]:
     """Per task, the plain time at a plain engine's own schedule under open arrivals (module docstring,
     OPEN ARRIVALS): P = A / (1 - M / S) with Tp read at batch b x sum(P) / sum(S), iterated to its fixed point."""
     eng, b = j["engine"].to_numpy(np.int64), j["batch"].to_numpy(np.float64)
-    fitted = np.isfinite(excess.to_numpy(np.float64))
-    pure = j["pure"].to_numpy(bool)
-    weight = np.where(pure, _displaced(j).to_numpy(np.float64), j["_mixed_weight"].to_numpy(np.float64))
+    pure, weight = j["pure"].to_numpy(bool), j["_weight"].to_numpy(np.float64)
     spec_own = weight * np.where(pure, j["_spec_step_ns"], j["dur_ns"])
     ratio, plain = 1.0, pd.Series(dtype=np.float64)
     for _ in range(OPEN_ITERATIONS):
         tp = _at_batch(costs, eng, np.maximum(b * ratio, 1.0), "plain_step_ns") * plain_f
-        mixed = np.where(fitted, tp + np.maximum(np.nan_to_num(excess.to_numpy(np.float64)), 0.0),
-                         np.maximum(j["dur_ns"] - j["step_draft_ns"] - j["_verify_extra_ns"], tp))
         parts = pd.DataFrame({"task": j["task"].to_numpy(), "A": weight * j["_tokens"].to_numpy() * tp,
-                              "M": np.where(pure, 0.0, weight * (mixed - tp)), "S": spec_own}).groupby("task").sum()
+                              "M": np.where(pure, 0.0, weight * (_plain_mixed_ns(j, tp, excess) - tp)),
+                              "S": spec_own}).groupby("task").sum()
         plain = parts["A"] / (1.0 - np.minimum(parts["M"] / parts["S"], MAX_MIXED_SHARE))
         total = float(parts["S"].sum())
         if not total > 0 or not np.isfinite(plain.sum()):
