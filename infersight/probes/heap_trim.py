@@ -4,8 +4,11 @@ A capture's profiler events are C++ allocations (Kineto's buffers, torch's event
 window's end (capture.release_results), glibc keeps the pages: a 20-step full capture of tiny-moe decode
 left the engine's RSS 190-197 MB higher for good, and `infersight serve`'s engine process stepped from
 535 to 793 MB at one triggered capture in a 35-minute soak (BENCHMARKS.md). `malloc_trim(0)` returned all
-of it in 11-14 ms. A trim walks the heap, so it runs only after a window that grew the resident set by
-more than `TRIM_ABOVE_BYTES`, not after every small flight-recorder window.
+of it in 11-14 ms. Small flight-recorder windows leave free pages too: beside `serve` each left 5-12 MB
+behind in the engine thread's arena (mallinfo2: bytes in use flat at ~127 MB, free bytes 14 -> 52 MB over
+eight minutes, RssAnon 290 -> 328 MB), none of them enough to cross a per-window threshold. So the capture
+trims once the resident set is more than `TRIM_ABOVE_BYTES` above where it stood after the last trim (or
+before the first window): a trim walks the heap, so it is not paid after every window.
 
 glibc only (musl and other libcs have no malloc_trim): elsewhere `trim_heap` does nothing and says so.
 """
@@ -15,8 +18,8 @@ import ctypes
 import ctypes.util
 import os
 
-#: A window that grew the resident set by more than this is followed by a trim.
-TRIM_ABOVE_BYTES = 64 << 20
+#: A window that ends with the resident set this far above its level after the last trim is followed by one.
+TRIM_ABOVE_BYTES = 16 << 20
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 

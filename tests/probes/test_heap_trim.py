@@ -63,3 +63,26 @@ def test_a_big_capture_is_trimmed_back_and_a_small_one_is_not(tmp_path: Path, de
     finally:
         cap.close()
         control.close()
+
+
+def test_small_windows_that_add_up_are_trimmed_once_they_pass_the_threshold(tmp_path: Path, decoding,
+                                                                            monkeypatch) -> None:
+    """Beside `serve` each recorder window left 5-12 MB of free heap resident and none crossed a per-window
+    threshold (BENCHMARKS.md): the threshold counts from the last trim. Resident sizes scripted (MB): 100
+    before the first window; windows end at 110 (no trim), 120 (20 above 100: trim, 101 after it), 112 (11
+    above 101: no trim), 118 (17 above 101: trim, 102 after it); -1 marks the end of the script."""
+    readings = iter([100, 110, 120, 101, 112, 118, 102, -1])
+    monkeypatch.setattr(capture_module, "resident_bytes", lambda: next(readings) * MB)
+    monkeypatch.setattr(capture_module, "TRIM_ABOVE_BYTES", 16 * MB)
+    trimmed_after = []
+    monkeypatch.setattr(capture_module, "trim_heap", lambda: trimmed_after.append(window) or True)
+    control = ControlBlock(f"infersight-test-trim-floor-{os.getpid()}-{time.monotonic_ns()}", create=True)
+    cap = StepCapture(control, tmp_path)
+    try:
+        for window in range(4):
+            capture(decoding, cap, control, 1)
+        assert trimmed_after == [1, 3] and cap.trims == 2
+        assert next(readings) == -1  # each reading was taken once: none skipped, none extra
+    finally:
+        cap.close()
+        control.close()
