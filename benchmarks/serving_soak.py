@@ -111,7 +111,12 @@ def main() -> int:
                     help="tracemalloc in serve's engine process (benchmarks/traced_engine/sitecustomize.py; it slows the "
                          "engine): its heap's growth by allocation site to FILE, first after --settle-s, then every 5 "
                          "windows")
+    ap.add_argument("--engine-heap", type=Path, metavar="FILE",
+                    help="glibc's mallinfo2 in serve's engine process (benchmarks/engine_heap/sitecustomize.py): its "
+                         "arenas' bytes in use and free, and its RssAnon, every 15 s to FILE")
     args = ap.parse_args()
+    if args.traced_engine and args.engine_heap:
+        ap.error("--traced-engine and --engine-heap each load their own sitecustomize: use one at a time")
 
     out_dir = Path(tempfile.mkdtemp(prefix="infersight-serving-soak-"))
     ring, port = f"infersight-soak-{free_port()}", free_port()
@@ -125,6 +130,10 @@ def main() -> int:
                          INFERSIGHT_TRACED_FIRST_S=str(args.settle_s), INFERSIGHT_TRACED_EVERY_S=str(5 * args.window_s),
                          PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "benchmarks" / "traced_engine"),
                                                                   os.environ.get("PYTHONPATH")])))
+    if args.engine_heap:
+        serve_env.update(INFERSIGHT_ENGINE_HEAP=str(args.engine_heap.resolve()),
+                         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "benchmarks" / "engine_heap"),
+                                                                  serve_env.get("PYTHONPATH")])))
     serve = subprocess.Popen([sys.executable, "-m", "infersight", "serve", "--listen", f"127.0.0.1:{port}", "--model",
                               args.model, "--device", args.device, "--ring", ring, *args.serve_arg],
                              stdout=serve_log, stderr=subprocess.STDOUT, env=serve_env)
