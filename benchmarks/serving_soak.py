@@ -200,7 +200,7 @@ def main() -> int:
     for f, s in summary.items():
         print(f"{f:15s} first {s['first']:10.4g} last {s['last']:10.4g} per 10 min {s['per_10min']:+.4g} "
               f"[{s['low']:+.4g}, {s['high']:+.4g}] spread {s['spread']:.4g}")
-    print(json.dumps(report, default=float))
+    print(json.dumps(report, default=lambda v: str(v) if isinstance(v, Path) else float(v)))  # paths: the traced files
     return 0
 
 
