@@ -53,18 +53,10 @@ without them verifies that much more often.
 With pure-decode steps only that is (tau / Ts) / (1 / Tp): tokens per speculative step over
 its time, against one token per plain step over its time.
 
-OPEN ARRIVALS. The plain time above prices a plain engine at the speculative engine's own schedule: its batch
-sizes and the prefills beside each request. That is what a plain engine meets under a closed loop (a client
-sends its next request when one ends: `bench speculation`'s fixed batch). When requests arrive on their own
-clock (the demo, a server's users) a request meets prefills at the arrival rate, so in proportion to its
-lifetime, and by Little's law the engine holds requests in proportion to their lifetime. So, per task, with A
-the plain time less what mixed steps add to it, M what they add and S the spec time:
-
-    P = A / (1 - M / S),  Tp read at batch b x sum(P) / sum(S)    (iterated: P enters both)
-
-open_arrivals_speedup = P / spec time. The records do not say which arrival process was served, so the interval
-spans both figures. Neither alone held on the demo's load (CPU, 2026-12-05, seeds 0-3: BENCHMARKS.md "The
-demo's own load"); the span is the honest statement of what the records can tell.
+OPEN ARRIVALS. The plain time above prices a plain engine at the speculative engine's own schedule (what a
+closed loop of clients gives it); open_arrivals_speedup prices it under open arrivals instead
+(correlate.spec_open_arrivals). The records do not say which arrival process was served, so the interval spans
+both figures.
 
 speedup_low .. speedup_high is an approximate 95% interval: the lower of the two arrival figures x
 exp(-2 sigma) to the higher x exp(+2 sigma), sigma from the sampling error of the medians (1.2533 x 1.4826
@@ -80,8 +72,9 @@ import numpy as np
 import pandas as pd
 
 from infersight.correlate.spec_step_costs import (  # noqa: F401  (ENGINE_ID_SHIFT, step_costs: re-exported)
-    ENGINE_ID_SHIFT, _at_batch, _empty, mixed_costs, speed_factors, step_costs,
+    ENGINE_ID_SHIFT, _at_batch, _empty, mixed_costs, plain_mixed_ns, speed_factors, step_costs,
 )
+from infersight.correlate.spec_open_arrivals import open_arrivals_plain_time
 from infersight.correlate.speculation import acceptance_by_task
 
 #: Relative error of the prediction beyond the sampling error of its medians: what the prediction
@@ -112,8 +105,6 @@ SPEEDUP_COLUMNS = {
     "speedup_high": "float64", "open_arrivals_speedup": "float64", "model_speedup": "float64",
     "model_error": "float64", "basis": "object",
 }
-OPEN_ITERATIONS = 4  # the fixed point of _open_arrivals_plain_time moves < 1% after the third (CPU demo load)
-MAX_MIXED_SHARE = 0.9  # M / S bounded away from 1, so that P stays finite
 #: basis values: how predicted_speedup was obtained
 PREDICTED = "predicted_from_probe_steps"  # estimated from timed plain probe and speculative steps at the task's batch sizes
 NO_PROBES = "no_plain_probe_steps"  # step timings but no plain step to compare with (spec_probe_every = 0)
@@ -179,20 +170,20 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
     j["_spec_step_ns"] *= spec_f
     j["_verify_extra_ns"] = less_draft - j["_plain_step_ns"]
     # What a plain mixed step adds to a plain decode step, from the plain mixed probes where the engine ran some
-    # (else NaN: the fallback in _plain_mixed_ns).
+    # (else NaN: the fallback in spec_step_costs.plain_mixed_ns).
     mixed_model = mixed_costs(step_timing, costs).set_index("engine")
     m = mixed_model.reindex(eng)
     excess = ((m["extra_ns"].to_numpy() + m["prefill_ns_per_token"].to_numpy() * j["step_prefill_tokens"].to_numpy())
               * plain_f)
     j["_mixed_fitted"] = np.isfinite(excess)
-    j["_plain_mixed_ns"] = _plain_mixed_ns(j, j["_plain_step_ns"].to_numpy(), excess)
+    j["_plain_mixed_ns"] = plain_mixed_ns(j, j["_plain_step_ns"].to_numpy(), excess)
     # Probe steps took the place of speculative ones: without them a request would have had 1 + probes /
     # speculative steps (at its batch size, of its kind) as many verifications for the same prefills beside it.
     mixed_weight = 1.0 + (m["mixed_probes"] / m["spec_mixed_steps"].where(m["spec_mixed_steps"] > 0)).fillna(
         0.0).to_numpy()
     j["_weight"] = np.where(j["pure"], _displaced(j), mixed_weight)
     j["_mixed_resid"] = m["resid_rel"].to_numpy() / np.sqrt(m["mixed_probes"].to_numpy())
-    open_plain = _open_arrivals_plain_time(j, costs, plain_f, excess)
+    open_plain = open_arrivals_plain_time(j, costs, plain_f, excess)
     rows = []
     for task in acc.index:
         g = j[j["task"] == task]
@@ -248,35 +239,6 @@ def _displaced(pure: pd.DataFrame) -> pd.Series:
     seed 2, 2026-12-05)."""
     n = pure["_spec_steps"]
     return 1.0 + (pure["_probe_steps"] / n.where(n > 0)).fillna(0.0)
-
-
-def _plain_mixed_ns(j: pd.DataFrame, plain_step: np.ndarray, excess: np.ndarray) -> np.ndarray:
-    """Per verification, a plain mixed step's time beside a plain decode step of plain_step: plain_step + the
-    fitted excess (never below a plain decode step) where the plain mixed probes gave one; else the speculative
-    mixed step less its draft phase and verify extra, but at least plain_step."""
-    fallback = np.maximum((j["dur_ns"] - j["step_draft_ns"] - j["_verify_extra_ns"]).to_numpy(np.float64), plain_step)
-    return np.where(np.isfinite(excess), plain_step + np.maximum(np.nan_to_num(excess), 0.0), fallback)
-
-
-def _open_arrivals_plain_time(j: pd.DataFrame, costs: pd.DataFrame, plain_f: np.ndarray, excess: np.ndarray
-                              ) -> dict[str, float]:
-    """Per task, the plain time at a plain engine's own schedule under open arrivals (module docstring,
-    OPEN ARRIVALS): P = A / (1 - M / S) with Tp read at batch b x sum(P) / sum(S), iterated to its fixed point."""
-    eng, b = j["engine"].to_numpy(np.int64), j["batch"].to_numpy(np.float64)
-    pure, weight = j["pure"].to_numpy(bool), j["_weight"].to_numpy(np.float64)
-    spec_own = weight * np.where(pure, j["_spec_step_ns"], j["dur_ns"])
-    ratio, plain = 1.0, pd.Series(dtype=np.float64)
-    for _ in range(OPEN_ITERATIONS):
-        tp = _at_batch(costs, eng, np.maximum(b * ratio, 1.0), "plain_step_ns") * plain_f
-        parts = pd.DataFrame({"task": j["task"].to_numpy(), "A": weight * j["_tokens"].to_numpy() * tp,
-                              "M": np.where(pure, 0.0, weight * (_plain_mixed_ns(j, tp, excess) - tp)),
-                              "S": spec_own}).groupby("task").sum()
-        plain = parts["A"] / (1.0 - np.minimum(parts["M"] / parts["S"], MAX_MIXED_SHARE))
-        total = float(parts["S"].sum())
-        if not total > 0 or not np.isfinite(plain.sum()):
-            return {}
-        ratio = float(plain.sum()) / total
-    return {str(k): float(v) for k, v in plain.items()}
 
 
 def _median_error(pure: pd.DataFrame, value: str, count: str, spread: float, weight: str | None = None) -> float:

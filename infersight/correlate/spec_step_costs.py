@@ -169,3 +169,11 @@ def _at_batch(costs: pd.DataFrame, engine: np.ndarray, batch: np.ndarray, column
         g = grp.sort_values("batch")
         out[sel] = np.interp(batch[sel], g["batch"].to_numpy(np.float64), g[column].to_numpy(np.float64))
     return out
+
+
+def plain_mixed_ns(j: pd.DataFrame, plain_step: np.ndarray, excess: np.ndarray) -> np.ndarray:
+    """Per verification, a plain mixed step's time beside a plain decode step of plain_step: plain_step + the
+    fitted excess (never below a plain decode step) where the plain mixed probes gave one; else the speculative
+    mixed step less its draft phase and verify extra, but at least plain_step."""
+    fallback = np.maximum((j["dur_ns"] - j["step_draft_ns"] - j["_verify_extra_ns"]).to_numpy(np.float64), plain_step)
+    return np.where(np.isfinite(excess), plain_step + np.maximum(np.nan_to_num(excess), 0.0), fallback)
