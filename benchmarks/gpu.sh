@@ -317,7 +317,7 @@ speculation_demo() {
   for seed in ${DEMO_SEEDS:-0 1}; do
     stamp "bench speculation --demo-workload on CUDA, seed $seed"
     timeout "${TIMEOUT_S:-240}" python3 -m infersight bench speculation --demo-workload --device cuda --json \
-      --rounds "${DEMO_ROUNDS:-2}" --seed "$seed" > "$OUT/spec_demo_s$seed.json"
+      --rounds "${DEMO_ROUNDS:-2}" --seed "$seed" --frames-out "$OUT/spec_demo_frames_s$seed" > "$OUT/spec_demo_s$seed.json"
     python3 - "$OUT/spec_demo_s$seed.json" <<'EOF2'
 import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])

@@ -72,7 +72,8 @@ def _speculation_demo_workload(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        result = bench_speculation_on_arrivals(demo_engine_config(demo, args.device), workload, rounds=args.rounds)
+        result = bench_speculation_on_arrivals(demo_engine_config(demo, args.device), workload, rounds=args.rounds,
+                                               frames_out=args.frames_out)
     finally:
         torch.set_num_threads(old)
     return print_result(result, args.json)
@@ -196,7 +197,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "probe rate): its predictions against an A/B of that load (--model, --draft, --batch, "
                          "--requests, --probe-every, the pool flags are then the demo's)")
     sp.add_argument("--frames-out", default=None, metavar="DIR",
-                    help="write the predicting engine's spec and step_timing frames here (parquet), for offline study")
+                    help="write the predicting engine's spec and step_timing frames here (parquet), for offline study; "
+                         "with --demo-workload also every arm's steps (steps.parquet: kind, batch, times)")
     sp.set_defaults(func=_speculation)
     sv = bench_sub.add_parser("serving", help="what observing costs the client: closed-loop HTTP clients against "
                               "`serve`, arms with and without the agent interleaved, ratios with an A/A floor")

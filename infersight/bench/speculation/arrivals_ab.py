@@ -25,7 +25,10 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from infersight.bench.speculation.arrival_run import ArrivalRun
 from infersight.bench.speculation.fixed_batch import step_in_turn
@@ -48,10 +51,22 @@ def _run_in_turn(engines: dict[str, Engine], workload: list[WorkloadRequest], tu
     return runs
 
 
+def _write_frames(folder: Path, frames: Any, runs: list[dict[str, ArrivalRun]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    frames.spec.to_parquet(folder / "spec.parquet")
+    frames.step_timing.to_parquet(folder / "step_timing.parquet")
+    steps = [r[arm].kinds.table().assign(arm=arm, round=i) for i, r in enumerate(runs) for arm in ARMS]
+    pd.concat(steps, ignore_index=True).to_parquet(folder / "steps.parquet")
+
+
 def bench_speculation_on_arrivals(config: EngineConfig, workload: list[WorkloadRequest], rounds: int = 2,
-                                  warmup_requests: int = 8) -> dict[str, Any]:
+                                  warmup_requests: int = 8, frames_out: str | None = None) -> dict[str, Any]:
     """config: the predicting engine's (the demo's: its draft and spec_probe_every); the plain and spec arms
-    are it without the draft, and without probe steps. Returns the flat result (module docstring)."""
+    are it without the draft, and without probe steps. Returns the flat result (module docstring).
+
+    frames_out: a folder for what the figures came from, to check a prediction offline: the probed engine's
+    records as the agent's frames (spec.parquet, step_timing.parquet) and every arm's steps in every round
+    (steps.parquet: arm, round, kind, batch, engine_ns, client_ns; StepKinds.table)."""
     if rounds < 1 or not config.speculative_model or config.spec_probe_every < 2:
         raise ValueError("need rounds >= 1 and a config with a draft model and spec_probe_every >= 2")
     started = time.perf_counter()
@@ -70,6 +85,8 @@ def bench_speculation_on_arrivals(config: EngineConfig, workload: list[WorkloadR
         records.parts.clear()
         runs = [_run_in_turn(engines, workload, i, records.read) for i in range(rounds)]
         frames = records.frames()
+        if frames_out:
+            _write_frames(Path(frames_out), frames, runs)
         dropped = consumer.stats()["dropped"]
         on_gpu = config.device.startswith("cuda")
         by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing, spec_speedup.model_error(on_gpu))

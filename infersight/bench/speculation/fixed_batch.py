@@ -31,6 +31,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import pandas as pd
+
 from infersight.runtime import Engine, SamplingParams
 from infersight.runtime.stats import StepStats
 from infersight.workload import WorkloadRequest
@@ -56,26 +58,39 @@ class DecodeTally:
 
 @dataclass
 class StepKinds:
-    """Every step of a run by kind: engine step ns (start_ns .. end_ns) and client ns around the call."""
+    """Every step of a run by kind: engine step ns (start_ns .. end_ns), client ns around the call and the
+    step's batch (requests in it)."""
 
     engine_ns: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     client_ns: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    batch: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
 
-    def add(self, kind: str, engine_ns: int, client_ns: int) -> None:
+    def add(self, kind: str, engine_ns: int, client_ns: int, batch: int) -> None:
         self.engine_ns[kind].append(engine_ns)
         self.client_ns[kind].append(client_ns)
+        self.batch[kind].append(batch)
 
     def extend(self, other: StepKinds) -> None:
         for kind, ns in other.engine_ns.items():
             self.engine_ns[kind].extend(ns)
             self.client_ns[kind].extend(other.client_ns[kind])
+            self.batch[kind].extend(other.batch[kind])
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """Per kind: steps, median engine ms, median client ms (measured)."""
+        """Per kind: steps, median engine ms, median client ms, median batch (measured)."""
         return {kind: {"steps": len(ns), "engine_ms": round(statistics.median(ns) / 1e6, 4),
                        "client_ms": round(statistics.median(self.client_ns[kind]) / 1e6, 4),
-                       "engine_ms_total": round(sum(ns) / 1e6, 3)}
+                       "engine_ms_total": round(sum(ns) / 1e6, 3),
+                       "batch_median": statistics.median(self.batch[kind])}
                 for kind, ns in sorted(self.engine_ns.items())}
+
+    def table(self) -> pd.DataFrame:
+        """One row per step, in order within each kind: kind, batch, engine_ns, client_ns."""
+        kinds = sorted(self.engine_ns)
+        return pd.DataFrame({"kind": [k for k in kinds for _ in self.engine_ns[k]],
+                             "batch": [b for k in kinds for b in self.batch[k]],
+                             "engine_ns": [n for k in kinds for n in self.engine_ns[k]],
+                             "client_ns": [n for k in kinds for n in self.client_ns[k]]})
 
 
 class DecodeClocks:
@@ -90,7 +105,7 @@ class DecodeClocks:
     def add(self, stats: StepStats, decoding: set[int], client_ns: int) -> None:
         """One step: `decoding` held the requests that had their first token before it."""
         if stats.batch:
-            self.kinds.add(step_kind(stats), stats.end_ns - stats.start_ns, client_ns)
+            self.kinds.add(step_kind(stats), stats.end_ns - stats.start_ns, client_ns, len(stats.batch))
         for rid, _ in stats.batch:
             if rid in decoding:
                 self.decode_ns[rid] += stats.end_ns - stats.start_ns
