@@ -23,7 +23,9 @@ to `none`'s block in the same round.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import statistics
 import sys
 import time
@@ -57,6 +59,8 @@ def main() -> int:
     p.add_argument("--prompt-len", type=int, default=64)
     p.add_argument("--block-steps", type=int, default=16)
     p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--profile", action="store_true",
+                   help="also cProfile every variant's blocks: the functions whose own time per step exceeds none's most")
     args = p.parse_args()
     steps_needed = args.rounds * args.block_steps + 16
     config = EngineConfig(model=args.model, device=args.device, dtype=resolve_dtype(args.dtype, args.device, args.model), max_num_seqs=max(args.batch, 1),
@@ -79,6 +83,7 @@ def main() -> int:
                                    SamplingParams(temperature=0.0, max_tokens=steps_needed, ignore_eos=True))
             for _ in range(8):  # prefill and the first decode steps, untimed
                 engine.step()
+        profiles = {n: cProfile.Profile() for n in VARIANTS} if args.profile else {}
         per_step: dict[str, list[float]] = {n: [] for n in VARIANTS}
         ratio: dict[str, list[float]] = {n: [] for n in VARIANTS}
         for r in range(args.rounds):
@@ -87,10 +92,14 @@ def main() -> int:
             for name in order:
                 engine = engines[name]
                 _sync(args.device)
+                if profiles:
+                    profiles[name].enable()
                 t0 = time.perf_counter_ns()
                 for _ in range(args.block_steps):
                     engine.step()
                 _sync(args.device)
+                if profiles:
+                    profiles[name].disable()
                 block[name] = (time.perf_counter_ns() - t0) / args.block_steps / 1e3
                 for c in consumers:
                     c.read()
@@ -105,6 +114,17 @@ def main() -> int:
             us, rt = statistics.median(per_step[name]), statistics.median(ratio[name])
             print(f"{name:10s} {us:9.1f} us a step   x{rt:.3f} of none (median of {args.rounds} paired rounds)")
             out[name] = {"us_per_step": round(us, 1), "ratio_to_none": round(rt, 4)}
+        own = {}  # variant -> {function: own seconds}
+        for name, prof in profiles.items():
+            own[name] = {f"{Path(fn).name}:{line}({func})": tt
+                         for (fn, line, func), (_, _, tt, _, _) in pstats.Stats(prof).stats.items()}  # type: ignore[attr-defined]
+        steps = args.rounds * args.block_steps
+        for name in own:  # the profiler's own cost inflates these: compare variants, not clocks
+            if name == "none":
+                continue
+            extra = sorted(((t - own["none"].get(f, 0.0), f) for f, t in own[name].items()), reverse=True)[:12]
+            print(f"{name}: own time per step above none's (cProfile), largest first: "
+                  + "; ".join(f"{f} +{d / steps * 1e6:.1f} us" for d, f in extra))
         print(json.dumps(out))
     finally:
         for c in consumers:
