@@ -104,6 +104,30 @@ def test_moe_layer_with_more_experts_than_one_record_spans_records(probe):
     assert moe["counts"][2, :64].tolist() == list(range(70, 134))
 
 
+def test_moe_records_reused_across_steps_carry_only_their_own_counts(probe):
+    # The records of a step are built in reused buffers: a step with fewer experts, fewer layers or
+    # smaller counts than the one before must not show any of the earlier step's values.
+    obs, consumer = probe
+    obs.on_expert_counts(1, torch.arange(1, 2 * 70 + 1).reshape(2, 70))
+    obs.on_expert_counts(2, torch.tensor([[7, 0, 9], [0, 0, 1]]))
+    obs.on_expert_counts(3, torch.tensor([[5, 6, 7]]))
+    moe = drain(consumer)[RecordKind.MOE]
+    rows = [(int(r["step_id"]), int(r["layer"]), int(r["expert_offset"]), int(r["n_experts"]),
+             r["counts"].tolist()) for r in moe]
+    pad = [0] * 61
+    assert rows[4:] == [(2, 0, 0, 3, [7, 0, 9] + pad), (2, 1, 0, 3, [0, 0, 1] + pad), (3, 0, 0, 3, [5, 6, 7] + pad)]
+    assert [r[:3] for r in rows[:4]] == [(1, 0, 0), (1, 0, 64), (1, 1, 0), (1, 1, 64)]
+    assert rows[3][4] == list(range(135, 141)) + [0] * 58
+
+
+def test_a_moe_count_too_large_for_its_record_is_coerced_and_counted(probe):
+    obs, consumer = probe
+    obs.on_expert_counts(4, torch.tensor([[2**33, 1]]))
+    moe = drain(consumer)[RecordKind.MOE]
+    assert moe["counts"][0, :2].tolist() == [2**32 - 1, 1]
+    assert sum(n for key, n in obs.encode_fixes.items() if key.startswith("MOE")) == 1
+
+
 def test_task_labels_are_bounded():
     labels = TaskLabels(allowed=None, max_labels=2)
     assert labels.intern("code") == (1, True)

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("infersight.runtime")
 
+#: Buffers for the in-flight steps' own expert counts (AsyncSteps): one step in flight and one launched
+#: beside it use two; the third is slack should a read come a step later.
+COUNT_BUFFERS = 3
+
 
 @dataclass(slots=True)
 class InflightStep:
@@ -137,6 +141,12 @@ class AsyncSteps:
         self.scheduler = scheduler
         self.ranges = ranges
         self.expert_counts = expert_counts
+        # Each launched step's own counts, in buffers taken in turn: a clone per step paid an allocation on
+        # the step's host path. A step's buffer is read (its observer copies it) before the step after the
+        # next is launched, and the copy into it is ordered after that read on the stream.
+        self._counts = ([torch.empty_like(expert_counts) for _ in range(COUNT_BUFFERS)]
+                        if expert_counts is not None else [])
+        self._next_counts = 0
         self.max_model_len = max_model_len
         self.readback = TokenReadback(max_num_seqs, device)
         self.launched_ahead = 0  # steps launched before the step before them was read
@@ -187,7 +197,11 @@ class AsyncSteps:
         stats.profiled = torch.autograd.profiler._is_profiler_enabled
         tokens, failed = self._draw(sched, prev is not None, stats.step_id)
         self.readback.send(slot, tokens)
-        counts = self.expert_counts.clone() if self.expert_counts is not None else None
+        counts = None
+        if self.expert_counts is not None:
+            counts = self._counts[self._next_counts]
+            self._next_counts = (self._next_counts + 1) % COUNT_BUFFERS
+            counts.copy_(self.expert_counts)
         return InflightStep(stats, sched, tokens, slot, timer, counts, failed)
 
     def _draw(self, sched: list[ScheduledRequest], behind: bool,
