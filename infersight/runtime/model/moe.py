@@ -62,13 +62,17 @@ class MoEFFN(nn.Module):
         with self.ranges.range(self.router_range):
             weights, expert_ids = route(self.router(x), self.top_k, self.renormalise)
             counts = None
-            if path != "loop" or expert_counts is not None:
+            if path != "loop":
                 counts = expert_histogram(expert_ids, self.n_experts)
+            elif expert_counts is not None:
+                # The loop reads the counts on the host anyway, so bincount's sync costs nothing more
+                # here, and the loop takes them as they are: one histogram, not two.
+                counts = torch.bincount(expert_ids.flatten(), minlength=self.n_experts)
             if expert_counts is not None:
                 expert_counts += counts
         with self.ranges.range(self.experts_range):
             if path == "loop" or counts is None:
-                return self._run_experts(x, weights, expert_ids)
+                return self._run_experts(x, weights, expert_ids, counts)
             gate_up, down = self._stacked.get(self.experts)
             out = run_experts_grouped(x, weights, expert_ids, counts, gate_up, down, padded=path == "padded")
             return out + self.shared(x) if self.shared is not None else out
@@ -113,13 +117,15 @@ class MoEFFN(nn.Module):
             out = out + self.shared(flat)
         return out.view_as(x), aux
 
-    def _run_experts(self, x: torch.Tensor, weights: torch.Tensor, expert_ids: torch.Tensor) -> torch.Tensor:
+    def _run_experts(self, x: torch.Tensor, weights: torch.Tensor, expert_ids: torch.Tensor,
+                     counts: torch.Tensor | None = None) -> torch.Tensor:
+        """counts: tokens routed to each expert, when the caller has them already."""
         out = torch.zeros_like(x)
         # Sort the (token, slot) pairs by expert so each expert sees one contiguous slice.
         flat_experts = expert_ids.flatten()
         order = torch.argsort(flat_experts, stable=True)
         token_of = order // self.top_k
-        per_expert = torch.bincount(flat_experts, minlength=self.n_experts).tolist()
+        per_expert = (counts if counts is not None else torch.bincount(flat_experts, minlength=self.n_experts)).tolist()
         start = 0
         for e, n in enumerate(per_expert):
             if n == 0:
