@@ -20,8 +20,9 @@
 #   ceilings      `bench ceilings` on CUDA (bf16, then float32), then `analyze` naming the ceiling
 #   speculation_check  `bench speculation` on CUDA at another seed: the CUDA model error checked
 #   speculation_recheck  the CPU model error recalibrated on cores 8-15 while CUDA checks its own on other seeds
-#   speculation_demo  `bench speculation --demo-workload` on CUDA: the demo's predictions against an A/B of the
-#                 demo's own load (DEMO_SEEDS, DEMO_ROUNDS, TIMEOUT_S)
+#   speculation_demo  `bench speculation --demo-workload --observed-arms` on CUDA: the demo's predictions against an
+#                 A/B of the demo's own load, bare and observed engines (DEMO_SEEDS, DEMO_ROUNDS, TIMEOUT_S); the
+#                 frames of seed K in spec_demo_frames.tgz (spec_demo_frames_sK/)
 #   demo_cuda     `infersight demo --device cuda`, its summary printed and its files kept
 #   trust_h200    issue 26 on a fresh machine: the demo twice, `bench speculation` on the demo's seed, the energy
 #                 split (TRUST_DEMOS, TRUST_SPEC_BATCHES, TRUST_SPEC_ARGS, TRUST_ENERGY_RUNS)
@@ -317,16 +318,20 @@ speculation_demo() {
   for seed in ${DEMO_SEEDS:-0 1}; do
     stamp "bench speculation --demo-workload on CUDA, seed $seed"
     timeout "${TIMEOUT_S:-240}" python3 -m infersight bench speculation --demo-workload --device cuda --json \
-      --rounds "${DEMO_ROUNDS:-2}" --seed "$seed" --frames-out "$OUT/spec_demo_frames_s$seed" > "$OUT/spec_demo_s$seed.json"
+      --rounds "${DEMO_ROUNDS:-2}" --seed "$seed" --observed-arms --frames-out "$OUT/spec_demo_frames_s$seed" \
+      > "$OUT/spec_demo_s$seed.json"
     python3 - "$OUT/spec_demo_s$seed.json" <<'EOF2'
 import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-print("inside", d.get("tasks_inside"), "of", d.get("tasks"), "contradict", d.get("tasks_contradict"), "wall", d.get("wall_s"))
+print("inside", d.get("tasks_inside"), "of", d.get("tasks"), "(observed arms:", d.get("tasks_inside_observed"), ") contradict",
+      d.get("tasks_contradict"), "wall", d.get("wall_s"))
 for t in ("chat", "code", "creative", "json"):
-    print(t, d.get(t + ".measured_rounds"), d.get(t + ".predicted_speedup"), d.get(t + ".open_arrivals_speedup"), d.get(t + ".predicted_interval"),
-          d.get(t + ".inside"), d.get(t + ".advice"))
+    print(t, d.get(t + ".measured_rounds"), d.get(t + ".measured_rounds_observed"), d.get(t + ".predicted_speedup"),
+          d.get(t + ".open_arrivals_speedup"), d.get(t + ".predicted_interval"), d.get(t + ".inside"), d.get(t + ".advice"))
 EOF2
   done
+  # one file back, not three a seed: a device call returns a limited number of files
+  (cd "$OUT" && tar -czf spec_demo_frames.tgz spec_demo_frames_s* && rm -rf spec_demo_frames_s*)
 }
 
 demo_cuda() {

@@ -73,7 +73,7 @@ def _speculation_demo_workload(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         result = bench_speculation_on_arrivals(demo_engine_config(demo, args.device), workload, rounds=args.rounds,
-                                               frames_out=args.frames_out)
+                                               frames_out=args.frames_out, observed_arms=args.observed_arms)
     finally:
         torch.set_num_threads(old)
     return print_result(result, args.json)
@@ -199,6 +199,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--frames-out", default=None, metavar="DIR",
                     help="write the predicting engine's spec and step_timing frames here (parquet), for offline study; "
                          "with --demo-workload also every arm's steps (steps.parquet: kind, batch, times)")
+    sp.add_argument("--observed-arms", action="store_true",
+                    help="with --demo-workload: also the plain and speculative engines each with a probe observer "
+                         "attached, as the predicting engine has (measured_speedup_observed)")
     sp.set_defaults(func=_speculation)
     sv = bench_sub.add_parser("serving", help="what observing costs the client: closed-loop HTTP clients against "
                               "`serve`, arms with and without the agent interleaved, ratios with an A/A floor")
