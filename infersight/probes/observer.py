@@ -218,9 +218,10 @@ class ProbeObserver(EngineObserver):
         self._pending_counts = (step_id, buf, event)
 
     def _write_moe(self, step_id: int, counts: np.ndarray) -> None:
-        """One MOE record per (layer, chunk of MOE_EXPERTS_PER_RECORD experts), in one ring write: a
-        record at a time cost a small MoE engine's CUDA decode step ~25 us of its ~0.4 ms (H100,
-        benchmarks/observer_step.py). Values a record cannot hold go record by record, coerced."""
+        """One MOE record per (layer, chunk of MOE_EXPERTS_PER_RECORD experts), in one ring write. A record
+        at a time took 599 us a step for 61 layers x 256 experts on the CPU (30 us now), and on an H100 host
+        was the largest piece of the expert counts' cost after the torch calls (benchmarks/moe_record_write.py,
+        observer_step.py --profile). Values a record cannot hold go record by record, coerced."""
         n_layers, n_experts = counts.shape
         per = MOE_EXPERTS_PER_RECORD
         chunks = -(-n_experts // per)
@@ -239,6 +240,7 @@ class ProbeObserver(EngineObserver):
         rows, wide = self._moe_rows
         rows["step_id"], rows["n_experts"] = step_id, n_experts
         wide[:, :n_experts] = counts
+        wide[:, n_experts:] = 0  # a step before may have had more experts in the same chunks
         rows["counts"] = wide.reshape(n_layers * chunks, per)
         if self._pending_tokens or self._block.held_ids:  # ring order, as _write keeps it
             self._flush_tokens()

@@ -111,11 +111,14 @@ def test_moe_records_reused_across_steps_carry_only_their_own_counts(probe):
     obs.on_expert_counts(1, torch.arange(1, 2 * 70 + 1).reshape(2, 70))
     obs.on_expert_counts(2, torch.tensor([[7, 0, 9], [0, 0, 1]]))
     obs.on_expert_counts(3, torch.tensor([[5, 6, 7]]))
+    obs.on_expert_counts(4, torch.tensor([[1, 1, 1, 1, 1, 1, 1, 1]]))
+    obs.on_expert_counts(5, torch.tensor([[2, 3]]))  # same record layout as step 4, fewer experts
     moe = drain(consumer)[RecordKind.MOE]
     rows = [(int(r["step_id"]), int(r["layer"]), int(r["expert_offset"]), int(r["n_experts"]),
              r["counts"].tolist()) for r in moe]
     pad = [0] * 61
-    assert rows[4:] == [(2, 0, 0, 3, [7, 0, 9] + pad), (2, 1, 0, 3, [0, 0, 1] + pad), (3, 0, 0, 3, [5, 6, 7] + pad)]
+    assert rows[4:] == [(2, 0, 0, 3, [7, 0, 9] + pad), (2, 1, 0, 3, [0, 0, 1] + pad), (3, 0, 0, 3, [5, 6, 7] + pad),
+                        (4, 0, 0, 8, [1] * 8 + [0] * 56), (5, 0, 0, 2, [2, 3] + [0] * 62)]
     assert [r[:3] for r in rows[:4]] == [(1, 0, 0), (1, 0, 64), (1, 1, 0), (1, 1, 64)]
     assert rows[3][4] == list(range(135, 141)) + [0] * 58
 
