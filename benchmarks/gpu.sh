@@ -23,6 +23,8 @@
 #   speculation_demo  `bench speculation --demo-workload --observed-arms` on CUDA: the demo's predictions against an
 #                 A/B of the demo's own load, bare and observed engines (DEMO_SEEDS, DEMO_ROUNDS, TIMEOUT_S); the
 #                 frames of seed K in spec_demo_frames.tgz (spec_demo_frames_sK/)
+#   observer_moe  benchmarks/observer_step.py on CUDA: tiny-moe engines without an observer (twice), with the
+#                 probes, with the probes but no expert counts (OBSERVER_BATCHES, default "1 8")
 #   demo_cuda     `infersight demo --device cuda`, its summary printed and its files kept
 #   trust_h200    issue 26 on a fresh machine: the demo twice, `bench speculation` on the demo's seed, the energy
 #                 split (TRUST_DEMOS, TRUST_SPEC_BATCHES, TRUST_SPEC_ARGS, TRUST_ENERGY_RUNS)
@@ -107,6 +109,17 @@ energy() {
   timeout 400 python3 benchmarks/energy_split_check.py --device cuda --out "$OUT/energy_split.json"
   stamp "energy split, NVML every 0.1 s"
   timeout 400 python3 benchmarks/energy_split_check.py --device cuda --interval-s 0.1 --out "$OUT/energy_split_0.1.json"
+}
+
+observer_moe() {
+  # What the probe observer costs a small MoE engine's decode step: tiny-moe engines alike but for their
+  # observer, blocks in turn (benchmarks/observer_step.py), at OBSERVER_BATCHES (default "1 8").
+  for b in ${OBSERVER_BATCHES:-1 8}; do
+    stamp "observer_step.py, tiny-moe, batch $b"
+    timeout 120 python3 benchmarks/observer_step.py --device cuda --batch "$b" --rounds 40 --block-steps 16 \
+      > "$OUT/observer_step_b$b.txt" 2>&1
+    grep -E "^(none|probes|no_counts)" "$OUT/observer_step_b$b.txt"
+  done
 }
 
 energy_once() {
@@ -456,7 +469,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="trust_h200 gpu_tests decode probe_cost observer_cost captures speculation speculation_check speculation_recheck speculation_demo demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="trust_h200 gpu_tests decode probe_cost observer_cost observer_moe captures speculation speculation_check speculation_recheck speculation_demo demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
