@@ -14,6 +14,9 @@ from infersight.bench.serving.config import CALIBRATION_ARM, ServingBenchConfig
 from infersight.bench.serving.switchback_run import EnginePause, StopSwitch, bench_serving_switchback, stopped_share
 
 
+PAIRS = 16  # the known-loss run's pairs of 1-s blocks (its comment)
+
+
 def _state(pid: int) -> str:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2]
@@ -73,11 +76,11 @@ def test_a_known_loss_is_read_back_from_the_clients_clock() -> None:
     """serve's engine stopped for 25% of the on blocks: the clients' on/off tokens/s must read that loss
     (the expected ratio from the pauser's own record of the stops), and the A/A arm must not."""
     config = ServingBenchConfig(clients=8, max_tokens=16, warmup_s=2.0, rounds=1, arms=("none", "none_again"),
-                                switchback_block_s=1.0, switchback_pairs=10, calibration_pause=0.25)
+                                switchback_block_s=1.0, switchback_pairs=PAIRS, calibration_pause=0.25)
     report = bench_serving_switchback(config, log=lambda _: None)
     paused, aa = report["arms"][CALIBRATION_ARM], report["arms"]["none_again"]
     assert paused["stopped_share_on"] == pytest.approx(0.25, abs=0.02) and paused["stopped_share_off"] < 0.02
-    assert paused["pairs"] == aa["pairs"] == 10 and paused["errors"] == aa["errors"] == 0
+    assert paused["pairs"] == aa["pairs"] == PAIRS and paused["errors"] == aa["errors"] == 0
     # Tokens per block recounted from the raw client records.
     blocks, tokens = report["frames"]["blocks"], report["frames"]["tokens"]
     one = blocks[blocks["arm"] == CALIBRATION_ARM].iloc[0]
@@ -86,6 +89,8 @@ def test_a_known_loss_is_read_back_from_the_clients_clock() -> None:
     # The loss is seen (its interval excludes none) and its size is the known one within the CPU's noise: on
     # this 2-core VM a pair's ratio scatters by ~15% at 1-s blocks (A/A over 12 pairs, seeds 1-3: 0.937, 1.002,
     # 0.980; 25% stopped read 0.657 and 0.731 over 8 pairs, 2026-12-05), so 0.15 is three standard errors.
+    # At 10 pairs one run of the suite (12-05 evening, loaded) read an interval up to 1.016: one slow block in
+    # ten pairs widens it past 1; PAIRS pairs dilute such a pair.
     # The 0.5% the method is for is resolved on the H200 (BENCHMARKS.md), not here.
     assert paused["tokens_per_s_ratio_interval"][1] < 1.0
     assert paused["tokens_per_s_ratio"] == pytest.approx(paused["expected_ratio"], abs=0.15)
