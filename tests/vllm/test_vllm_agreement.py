@@ -281,6 +281,14 @@ def test_agent_ttft_agrees_with_the_client_stream_clock(run: dict) -> None:
     assert median_shortfall <= TTFT_MEDIAN_SHORTFALL_BOUND_S, f"agent TTFTs far below the client's (ms): {shown}"
 
 
+#: The middleware stamps the last byte after its `await send(...)` returns (vllm/middleware.py, on_sent), so
+#: a client can have read the byte, and stopped its clock, before the server's coroutine runs again and
+#: stamps it: the server's e2e may exceed the client's by that wait on the API server's event loop. One
+#: suite run (loaded 2-core machine, 2026-12-05) saw 0.94 ms; 50 ms, as TTFT_ALLOWANCE_S, is a loop that
+#: fell a whole step behind. A row joined to the wrong call would be off by far more.
+LAST_BYTE_STAMP_LAG_S = 0.05
+
+
 def test_task_trace_and_network_reach_the_rows(run: dict) -> None:
     rows = {r["request_id"]: r for r in run["rows"]}
     assert len(rows) == run["engine_requests"]
@@ -293,8 +301,8 @@ def test_task_trace_and_network_reach_the_rows(run: dict) -> None:
                 assert row["trace_id"] == f"{s.trace_id:032x}"
             assert row["network_s"] >= 0
             # The client's own clock brackets the server's: sent before it was received, read
-            # after the last byte left; the engine's part is inside both.
-            assert s.reply.e2e_s >= row["e2e_s"] >= row["e2e_s"] - row["network_s"] > 0
+            # after the last byte left (up to the stamp's lag); the engine's part is inside both.
+            assert s.reply.e2e_s + LAST_BYTE_STAMP_LAG_S >= row["e2e_s"] >= row["e2e_s"] - row["network_s"] > 0
             assert row["output_tokens"] == MAX_TOKENS
 
 
