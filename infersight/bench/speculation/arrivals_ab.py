@@ -117,7 +117,8 @@ def bench_speculation_on_arrivals(config: EngineConfig, workload: list[WorkloadR
         observed_frames = {arm: records[arm].frames() for arm in observers}
         if frames_out:
             _write_frames(Path(frames_out), frames, runs, observed_frames)
-        dropped = sum(c.stats()["dropped"] for c in consumers.values())
+        dropped = consumers["probed"].stats()["dropped"]  # the records the prediction is made from
+        dropped_observed = sum(consumers[arm].stats()["dropped"] for arm in observers)
         on_gpu = config.device.startswith("cuda")
         by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing, spec_speedup.model_error(on_gpu))
         advice = {str(a["task"]): a for a in spec_advice.recommendations(by_task)}
@@ -180,5 +181,6 @@ def bench_speculation_on_arrivals(config: EngineConfig, workload: list[WorkloadR
                "predicted_by": "the agent's spec_speedup over the probed engine's records (a prediction)",
                "tasks_agree": verdicts.count("agrees"), "tasks_contradict": verdicts.count("contradicts"),
                "tasks_inside": inside, "tasks": len(verdicts), "wall_s": round(time.perf_counter() - started, 1),
-               **({"tasks_inside_observed": inside_observed} if observed_arms else {})}
+               **({"tasks_inside_observed": inside_observed, "dropped_observed_arms": dropped_observed}
+                  if observed_arms else {})}
     return result

@@ -51,24 +51,16 @@ def test_requests_that_arrive_together_are_admitted_together() -> None:
 
 
 def test_every_step_is_kept_with_its_kind_and_batch() -> None:
-    # Two requests together, then one alone after the engine went idle: the step table holds each step
-    # once, its batch the requests the engine stepped (counted here from the engine's own step stats).
+    # Two requests together (3 tokens each: a prefill that gives the first, then two decode steps of both),
+    # then one alone after the engine went idle (2 tokens: its prefill, then one decode step).
     requests = [WorkloadRequest(0.0, "code", "def f(x):", 3), WorkloadRequest(0.0, "chat", "Say hi.", 3),
                 WorkloadRequest(LATE_S, "json", "{\"a\": 1}", 2)]
     with one_torch_thread():
-        engine = _engine()
-        seen: list[int] = []
-        step = engine.step
-        engine.step = lambda: (stats := step(), seen.append(len(stats.batch)))[0]  # type: ignore[method-assign]
-        run = ArrivalRun(engine, requests)
+        run = ArrivalRun(_engine(), requests)
         while run.step():
             pass
     table = run.kinds.table()
-    assert len(table) == len([b for b in seen if b])
-    assert sorted(table["batch"]) == sorted(b for b in seen if b)
-    assert set(table["kind"]) <= {"prefill", "decode", "mixed"}
-    assert table["batch"].max() == 2 and table["batch"].min() == 1
+    assert table[["kind", "batch"]].values.tolist() == [["decode", 2], ["decode", 2], ["decode", 1],
+                                                        ["prefill", 2], ["prefill", 1]]
     summary = run.kinds.summary()
-    assert sum(v["steps"] for v in summary.values()) == len(table)
-    for kind, v in summary.items():
-        assert v["batch_median"] == table.loc[table["kind"] == kind, "batch"].median()
+    assert {k: (v["steps"], v["batch_median"]) for k, v in summary.items()} == {"decode": (3, 2), "prefill": (2, 1.5)}
