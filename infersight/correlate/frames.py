@@ -19,13 +19,16 @@ kv_events        ts_ns, event, block_id, request_id, block_hash    (event: KVBlo
 moe              step_id, layer, expert, tokens          (long format, one row per (step, layer, expert))
 spec             ts_ns, request_id, task, proposed, accepted, accept_mask, draft_ns, verify_ns
 step_timing      step_id, start_ns, end_ns, schedule_ns, draft_ns, target_ns, decode_requests, prefill_tokens,
-                 spec_tokens, spec_accepted, draft_forwards, spec_probe, graph_captures, profiled, kv_moves   (one row per step of
+                 spec_tokens, spec_accepted, draft_forwards, spec_probe, graph_captures, profiled, kv_moves,
+                 launched_ahead, launched_next   (one row per step of
                  an engine that times its parts: draft_ns covers every draft forward, target_ns the target
                  forward, -1 when unknown; spec_probe (bool): a decode step run without speculation on
                  purpose, see infersight.runtime.speculative.spec_probe; graph_captures: CUDA graphs the step captured,
                  a one-time cost that makes it no sample of the steady step time; profiled (bool): torch.profiler
                  recorded the step (a capture window: eager, under its callbacks), no sample either; kv_moves:
-                 requests its schedule preempted or swapped in, KV pressure, no sample either)
+                 requests its schedule preempted or swapped in, KV pressure, no sample either; launched_ahead,
+                 launched_next (bool): async scheduling launched the step before the step before it was read,
+                 and launched the step after it before it was read; both: a steady async step)
 prefix           ts_ns, request_id, task, prompt_tokens, cached_tokens, group_hash
 network          request_id, receive_ns, first_byte_ns, last_byte_ns   (requests served over HTTP by
                  `infersight serve`: body received, first and last response body byte sent)
@@ -81,7 +84,7 @@ MOE_COLUMNS = {"step_id": "int64", "layer": "int64", "expert": "int64", "tokens"
 SPEC_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "proposed": "int64", "accepted": "int64",
                 "accept_mask": "uint64", "draft_ns": "int64", "verify_ns": "int64"}
 STEP_TIMING_COLUMNS = {**{name: "int64" for name in record_dtype(RecordKind.STEP_TIMING).names}, "spec_probe": "bool",
-                       "profiled": "bool"}
+                       "profiled": "bool", "launched_ahead": "bool", "launched_next": "bool"}
 PREFIX_COLUMNS = {"ts_ns": "int64", "request_id": "int64", "task": "object", "prompt_tokens": "int64",
                   "cached_tokens": "int64", "group_hash": "uint64"}
 NETWORK_COLUMNS = {"request_id": "int64", "receive_ns": "int64", "first_byte_ns": "int64", "last_byte_ns": "int64"}

@@ -58,9 +58,24 @@ def _steady(t: pd.DataFrame) -> pd.Series:
     return _pure_decode(t) & (t["spec_probe"] | (t["spec_tokens"] > 0)) & ~_unsteady(t)
 
 
+def _pricing_probes(probe: pd.DataFrame, engine: np.ndarray) -> pd.DataFrame:
+    """The pure-decode plain probe steps that price a plain engine's step: an engine's steady async
+    probes (launched ahead, and launching the step after ahead: the middle of a probe run,
+    runtime.speculative.spec_probe) where it ran any, for a plain engine under async scheduling pays
+    about max(host, device) a step where a lone synchronous probe pays host + device (the H100's
+    plain probe steps cost 1.6-2.2x the async plain engine's, 2026-12-05); every probe otherwise (no
+    async scheduling, or records from before STEP_TIMING v3)."""
+    if "launched_ahead" not in probe or "launched_next" not in probe:
+        return probe
+    steady = (probe["launched_ahead"].astype(bool) & probe["launched_next"].astype(bool)).to_numpy()
+    async_engines = np.unique(engine[steady])
+    return probe[steady | ~np.isin(engine, async_engines)]
+
+
 def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
     """One row per (engine, batch) with a pure-decode step: probe_steps and spec_steps (sample
-    counts) and the medians Tp (plain_step_ns), the plain target forward, Ts (spec_step_ns),
+    counts; probe_steps those that price the plain step, _pricing_probes) and the medians Tp
+    (plain_step_ns), the plain target forward, Ts (spec_step_ns),
     draft time per draft forward, the verify forward, and X (verify_extra_ns). NaN where that
     kind of step was not seen at that batch size."""
     t = step_timing[_steady(step_timing)]
@@ -71,6 +86,7 @@ def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
                  target=t["target_ns"].where(t["target_ns"] >= 0),
                  per_forward=t["draft_ns"] / t["draft_forwards"].where(t["draft_forwards"] > 0))
     probe, spec = t[t["spec_probe"]], t[~t["spec_probe"]]
+    probe = _pricing_probes(probe, probe["engine"].to_numpy(np.int64))
     keys = ["engine", "batch"]
     plain = probe.groupby(keys).agg(probe_steps=("dur", "size"), plain_step_ns=("dur", "median"),
                                     plain_forward_ns=("target", "median"), plain_rel_mad=("dur", _rel_mad))
@@ -143,10 +159,11 @@ def speed_factors(step_timing: pd.DataFrame, costs: pd.DataFrame, engine: np.nda
     for e in np.unique(eng_of):
         sel = engine == e
         g = t[eng_of == e].sort_values("start_ns")
-        probes = g[g["spec_probe"]]
-        span = max(1, round(LOCAL_PROBES * (len(g) - len(probes)) / max(1, len(probes))))
+        probes, spec = g[g["spec_probe"]], g[~g["spec_probe"]]
+        probes = _pricing_probes(probes, np.full(len(probes), e))
+        span = max(1, round(LOCAL_PROBES * len(spec) / max(1, len(probes))))
         for k, (steps, column, window) in enumerate(((probes, "plain_step_ns", LOCAL_PROBES),
-                                                     (g[~g["spec_probe"]], "spec_step_ns", span))):
+                                                     (spec, "spec_step_ns", span))):
             if steps.empty or not sel.any():
                 continue
             typical = _at_batch(costs, np.full(len(steps), e), steps["decode_requests"].to_numpy(np.float64), column)

@@ -148,14 +148,16 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
     # -- where one step's time went, whether it was a plain probe step (runtime.speculative.spec_probe) and how
     # many CUDA graphs it captured (a one-time cost: no sample of the steady step time), whether
     # torch.profiler recorded it and how many requests its schedule preempted or swapped in (no
-    # sample either; v2):
+    # sample either; v2), and whether async scheduling launched it ahead and launched the step after it
+    # ahead (both: a steady async step; v3):
     # schedule / draft (all draft forwards, their sampling) / target forward (device time on CUDA; -1
     # unknown); the rest of end_ns - start_ns is sampling, verification and commit.
-    RecordKind.STEP_TIMING: (2, [("step_id", "Q"), ("start_ns", "q"), ("end_ns", "q"), ("schedule_ns", "q"),
+    RecordKind.STEP_TIMING: (3, [("step_id", "Q"), ("start_ns", "q"), ("end_ns", "q"), ("schedule_ns", "q"),
                                  ("draft_ns", "q"), ("target_ns", "q"), ("decode_requests", "I"),
                                  ("prefill_tokens", "I"), ("spec_tokens", "I"), ("spec_accepted", "I"),
                                  ("draft_forwards", "H"), ("spec_probe", "B"), ("graph_captures", "H"),
-                                 ("profiled", "B"), ("kv_moves", "H")]),
+                                 ("profiled", "B"), ("kv_moves", "H"), ("launched_ahead", "B"),
+                                 ("launched_next", "B")]),
     # -- the batched forms of REQUEST (event TOKENS; end_ns, value1, reason 0) and BATCH_MEMBER: `count`
     # entries, each entry the i-th element of every array field (the arrays past `count` are zero).
     # value0 (tokens emitted) is narrower than REQUEST's: a count outside u32 goes as a REQUEST record.

@@ -45,7 +45,8 @@ step_values = attrgetter("step_id", "start_ns", "end_ns", "num_prefill_tokens", 
                          "num_preempted")
 timing_values = attrgetter("step_id", "start_ns", "end_ns", "schedule_ns", "draft_ns", "target_ns",
                            "num_decode_tokens", "num_prefill_tokens", "num_spec_tokens", "num_spec_accepted",
-                           "draft_forwards", "spec_probe", "graph_captures", "profiled", "kv_moves")
+                           "draft_forwards", "spec_probe", "graph_captures", "profiled", "kv_moves",
+                           "launched_ahead", "launched_next")
 _TOKENS, _MEMBERS = RecordKind.TOKENS_BATCH, RecordKind.MEMBERS_BATCH
 _UNSIGNED = {8: np.uint64, 4: np.uint32, 2: np.uint16}
 _CODES = {("i", 8): "q", ("u", 8): "Q", ("u", 4): "I", ("u", 2): "H"}

@@ -42,6 +42,12 @@ class EngineConfig:
     spec_probe_every: with a speculative model, N >= 2 runs one in N pure-decode steps at each batch
     size without speculation (see runtime.speculative.spec_probe), so the sidecar can time a plain step against
     a speculative one at the same batch size; 0 never does.
+    spec_probe_run: the plain pure-decode steps come in runs of this many consecutive steps, one run in
+    spec_probe_every x spec_probe_run steps at each batch size (the plain share stays 1 / spec_probe_every).
+    With async_scheduling the steps of a run after its first are launched ahead, as a plain engine launches
+    its decode steps, so the run's middle steps time the step of the engine one would run without the
+    draft (a lone synchronous plain step cost the H100 1.6-2.2x an async plain engine's step). 0 (auto):
+    4 with async_scheduling, else 1.
     max_model_len: the longest sequence (prompt + output) the engine serves, vLLM's name; None: the
     model's max_seq_len. A smaller value lets a small KV pool (num_kv_blocks) be used; longer
     prompts are refused (InvalidRequestError).
@@ -58,9 +64,10 @@ class EngineConfig:
     step overlaps the device's work for the other (runtime.engine.async_steps). Tokens are those of the
     synchronous engine (sampled ones drawn on the device, keyed as it keys them); a request waiting
     for a free slot is admitted one step later. Steps that prefill, preempt or run under
-    torch.profiler stay synchronous; not with a speculative model. None (the default): on for CUDA without a speculative model, as vLLM
-    turns it on where it is supported; off on the CPU, whose forward runs on the host anyway (nothing
-    to overlap). Resolved to a bool here.
+    torch.profiler stay synchronous. With a speculative model, speculative steps run one at a time and
+    only the plain probe runs (spec_probe_run) are launched ahead. None (the default): on for CUDA, as
+    vLLM turns it on where it is supported; off on the CPU, whose forward runs on the host anyway
+    (nothing to overlap). Resolved to a bool here.
     scheduler_delay_factor: vLLM's name; > 0 holds waiting requests back until the oldest has waited
     that many times the last prefill step (or nothing runs), so prefills come in fewer, larger
     steps (runtime.engine.scheduler). 0 (the default) admits at every step.
@@ -83,6 +90,7 @@ class EngineConfig:
     attention_backend: str = "auto"
     decode_attention: str = "auto"
     spec_probe_every: int = 0
+    spec_probe_run: int = 0
     max_model_len: int | None = None
     enforce_eager: bool = False
     compile_layers: bool = False
@@ -116,9 +124,11 @@ class EngineConfig:
         if self.spec_probe_every < 0 or self.spec_probe_every == 1:
             raise ValueError(f"spec_probe_every must be 0 (off) or >= 2, got {self.spec_probe_every}")
         if self.async_scheduling is None:
-            self.async_scheduling = self.device.startswith("cuda") and self.draft_config is None
-        if self.async_scheduling and self.draft_config is not None:
-            raise ValueError("async_scheduling does not work with a speculative model yet; drop one of them")
+            self.async_scheduling = self.device.startswith("cuda")
+        if self.spec_probe_run < 0:
+            raise ValueError(f"spec_probe_run must be >= 0 (0: auto), got {self.spec_probe_run}")
+        if self.spec_probe_run == 0:
+            self.spec_probe_run = 4 if self.async_scheduling else 1
         if not 0 <= self.scheduler_delay_factor <= 1000:
             raise ValueError(f"scheduler_delay_factor must be in [0, 1000], got {self.scheduler_delay_factor}")
         if self.cpu_offload_blocks < 0:

@@ -30,6 +30,10 @@ class StepStats:
     draft_forwards: int = 0            # draft forwards that proposed tokens (the longest draft's length)
     target_ns: int = -1                # the target forward (device time on CUDA); -1 when not known
     launched_ahead: bool = False       # async scheduling: launched before the step before it was read
+    # Async scheduling: the step after it was launched before it was read. A step launched ahead and
+    # followed by one launched ahead is a steady async step (its interval holds one launch and one
+    # read); the first and last of a run are not (spec_step_costs prices plain probe runs by it).
+    launched_next: bool = False
     spec_probe: bool = False           # a decode step the engine ran without speculation (spec_probe_every)
     # CUDA graphs captured during the step: a one-time cost (warm-up, capture, Triton JIT of its
     # shapes) that makes the step no sample of the steady step time (spec_speedup leaves it out).

@@ -18,13 +18,15 @@ E1 = 1 << ENGINE_ID_SHIFT  # ids of a second engine, as the agent offsets them
 
 
 def _steps(rows: list[tuple]) -> pd.DataFrame:
-    """rows: (step_id, start_ns, duration, draft_ns, target_ns, decode_requests, prefill_tokens, probe)."""
+    """rows: (step_id, start_ns, duration, draft_ns, target_ns, decode_requests, prefill_tokens, probe[,
+    (launched_ahead, launched_next)]); synchronous steps where the last is left out."""
     return pd.DataFrame([{
         "step_id": sid, "start_ns": start, "end_ns": start + dur, "schedule_ns": 1, "draft_ns": draft,
         "target_ns": target, "decode_requests": b, "prefill_tokens": prefill, "spec_tokens": 0 if probe else 4 * b,
         "spec_accepted": 0, "draft_forwards": 0 if probe else 4, "spec_probe": probe, "graph_captures": 0,
-        "profiled": False, "kv_moves": 0}
-        for sid, start, dur, draft, target, b, prefill, probe in rows]).astype(STEP_TIMING_COLUMNS)
+        "profiled": False, "kv_moves": 0, "launched_ahead": flags[0], "launched_next": flags[1]}
+        for sid, start, dur, draft, target, b, prefill, probe, *rest in rows
+        for flags in [rest[0] if rest else (False, False)]]).astype(STEP_TIMING_COLUMNS)
 
 
 def _spec(rows: list[tuple]) -> pd.DataFrame:
@@ -54,6 +56,23 @@ def test_step_costs_are_medians_per_batch_size() -> None:
     assert [row.plain_step_ns, row.plain_forward_ns, row.spec_step_ns, row.draft_ns_per_forward, row.verify_ns,
             row.verify_extra_ns] == [110, 95, 310, 40, 120, 40]
     assert row.plain_rel_mad == pytest.approx(10 / 110) and row.spec_rel_mad == pytest.approx(10 / 310)
+
+
+def test_an_async_engine_prices_the_plain_step_by_the_steady_steps_of_its_probe_runs() -> None:
+    # Engine 1 ran two probe runs of 4 at batch 2 under async scheduling: the first step of each run
+    # synchronous (190, 200 ns: launch and read in one interval), the last launched ahead but launching
+    # nothing (70, 80: a read alone); the middle ones launched ahead and launching ahead: 100, 104, 106, 140.
+    # Engine 0 (STEPS: synchronous probes 100, 120, 110) keeps every probe.
+    e1 = [(E1 + 1, 0, 190, 0, 90, 2, 0, True, (False, True)), (E1 + 2, 200, 100, 0, 90, 2, 0, True, (True, True)),
+          (E1 + 3, 300, 104, 0, 90, 2, 0, True, (True, True)), (E1 + 4, 400, 70, 0, 90, 2, 0, True, (True, False)),
+          (E1 + 5, 500, 300, 160, 120, 2, 0, False),
+          (E1 + 6, 800, 200, 0, 90, 2, 0, True, (False, True)), (E1 + 7, 1000, 106, 0, 90, 2, 0, True, (True, True)),
+          (E1 + 8, 1100, 140, 0, 90, 2, 0, True, (True, True)), (E1 + 9, 1300, 80, 0, 90, 2, 0, True, (True, False)),
+          (E1 + 10, 1400, 320, 160, 120, 2, 0, False)]
+    c = step_costs(pd.concat([STEPS, _steps(e1)], ignore_index=True)).set_index("engine")
+    assert (c.loc[1, "probe_steps"], c.loc[1, "plain_step_ns"]) == (4, (104 + 106) / 2)
+    assert (c.loc[0, "probe_steps"], c.loc[0, "plain_step_ns"]) == (3, 110)
+    assert c.loc[1, "verify_extra_ns"] == (140 + 160) / 2 - 105
 
 
 def test_pure_decode_speedup_is_tau_times_plain_over_spec_step() -> None:

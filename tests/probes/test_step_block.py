@@ -27,7 +27,7 @@ _SLOT_HEADER = struct.Struct("<QHHI")  # seq, kind, reserved, length
 # The naive encoder: kind -> little-endian layout, from the record tables (REQUEST, STEP, BATCH_MEMBER,
 # STEP_TIMING, and the batched TOKENS_BATCH (7 entries) and MEMBERS_BATCH (21 entries)).
 _NAIVE = {1: struct.Struct("<qqQQQqqHBB"), 2: struct.Struct("<Qqq14I"), 3: struct.Struct("<QQI"),
-          12: struct.Struct("<QqqqqqIIIIHBHBH"), 13: struct.Struct("<7q7Q7Q7Q7I7HH"), 14: struct.Struct("<Q21Q21IH")}
+          12: struct.Struct("<QqqqqqIIIIHBHBHBB"), 13: struct.Struct("<7q7Q7Q7Q7I7HH"), 14: struct.Struct("<Q21Q21IH")}
 _TOKENS = 5
 
 
@@ -220,7 +220,7 @@ def test_block_slots_match_a_naive_encoder(twins) -> None:
                 t.on_tokens_emitted(rid, 300 + step_id, 1)
         stats = StepStats(step_id, 10, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, batch=members,
                           schedule_ns=13, draft_ns=14, draft_forwards=15, target_ns=16, spec_probe=True,
-                          graph_captures=17, profiled=True, kv_moves=18,
+                          graph_captures=17, profiled=True, kv_moves=18, launched_ahead=False, launched_next=True,
                           finished=[9])
         first = t.obs[0].ring.stats()["written"]
         t.on_step_end(stats)
@@ -229,7 +229,7 @@ def test_block_slots_match_a_naive_encoder(twins) -> None:
         entries += [(ts_others, rid, 0, 0, 1, 0) for rid in others]
         want = [(13, _tokens_slot(entries[:7])), (13, _tokens_slot(entries[7:])),
                 (2, _NAIVE[2].pack(step_id, 10, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 23, 1)),
-                (12, _NAIVE[12].pack(step_id, 10, 20, 13, 14, 16, 2, 1, 3, 4, 15, 1, 17, 1, 18)),
+                (12, _NAIVE[12].pack(step_id, 10, 20, 13, 14, 16, 2, 1, 3, 4, 15, 1, 17, 1, 18, 0, 1)),
                 (14, _members_slot(step_id, members[:21])), (14, _members_slot(step_id, members[21:]))]
         got = _slots(t.obs[0], first, first + len(want))
         assert [(kind, data) for _, kind, _, data in got] == want

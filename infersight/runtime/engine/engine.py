@@ -60,7 +60,7 @@ class Engine:
                                 attention_backend=backend, ranges=self.ranges,
                                 decode_attention=self.decode_attention)
             self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
-        self.spec_probe = SpecProbe(config.spec_probe_every if self.draft is not None else 0)
+        self.spec_probe = SpecProbe(config.spec_probe_every if self.draft is not None else 0, config.spec_probe_run)
         self.draft_fallbacks = DraftFallbacks()  # requests (and steps) the draft failed: decoded plainly
         self.forward_timer = ForwardTimer(config.device)
         self.expert_counts = None
@@ -195,15 +195,16 @@ class Engine:
                 stats.num_preempted = len(plan.preempted)
                 stats.kv_moves = len(plan.preempted) + plan.swapped_in
                 if plan.scheduled:
-                    if self.async_steps is not None and launchable(plan.scheduled):
-                        pending = self.async_steps.launch(plan.scheduled, stats,
-                                                          target_items(plan.scheduled, {}))
+                    sched, prefilling = self._probe(plan.scheduled, stats)
+                    if self.async_steps is not None and launchable(sched):
+                        pending = self.async_steps.launch(sched, stats, target_items(sched, {}))
                     else:
-                        self._run(plan.scheduled, start, stats)
+                        self._run(sched, prefilling, start, stats)
             if pending is None:
                 return self._end(stats)
         with self.ranges.range("step"):
             self.inflight = self._launch_next(pending)
+            pending.stats.launched_next = self.inflight is not None
             self._resolve(pending)
         stats = self._end(pending.stats)
         if self.inflight is not None:
@@ -216,9 +217,20 @@ class Engine:
 
     # -- async scheduling: the engine's half (what it does with a launched step) --------------------
     def _launch_next(self, pending: InflightStep) -> InflightStep | None:
-        """The step after `pending`, launched before pending is read, where that is steady decode."""
+        """The step after `pending`, launched before pending is read, where that is steady decode. With a
+        draft, only within a plain probe run (runtime.speculative.spec_probe): a speculative step needs
+        the tokens of the step before on the host, to draft from."""
         assert self.async_steps is not None
+        in_run = self.draft is not None and pending.stats.spec_probe and self.spec_probe.continues_run()
+        if self.draft is not None and not in_run:
+            return None
         step = self.async_steps.launch_next(pending, self.step_id + 1)
+        if in_run:
+            if step is None:
+                self.spec_probe.end_run()
+            else:
+                step.stats.spec_probe = True
+                self.spec_probe.launched_in_run(len(step.sched))
         if step is not None:
             self.step_id += 1
         return step
@@ -282,15 +294,20 @@ class Engine:
         self.observer.on_step_end(stats)
         return stats
 
-    def _run(self, sched: list[ScheduledRequest], start: int, stats: StepStats) -> None:
-        if self.expert_counts is not None:
-            self.expert_counts.zero_()
+    def _probe(self, sched: list[ScheduledRequest], stats: StepStats) -> tuple[list[ScheduledRequest], set[int]]:
+        """The step's schedule, without its drafts where SpecProbe makes it a plain probe step, and the
+        ids of its requests in prefill."""
         prefilling = {s.req.request_id for s in sched if s.req.in_prefill or not s.req.output_token_ids}
         if self.spec_probe.runs_plain(sched, prefilling):
             # A plain decode step, as an engine without a draft would run it: no drafting at all
             # (the draft's KV catches up at the next speculative step).
             stats.spec_probe = True
             sched = [ScheduledRequest(s.req, s.num_new_tokens) for s in sched]
+        return sched, prefilling
+
+    def _run(self, sched: list[ScheduledRequest], prefilling: set[int], start: int, stats: StepStats) -> None:
+        if self.expert_counts is not None:
+            self.expert_counts.zero_()
         t_draft = time.monotonic_ns()
         stats.schedule_ns = t_draft - start
         drafts: dict[int, list[int]] = {}

@@ -215,17 +215,13 @@ def test_profiled_steps_stay_synchronous() -> None:
     assert not any(a for _, _, a in steps)
 
 
-def test_async_scheduling_refuses_a_speculative_model() -> None:
-    with pytest.raises(ValueError, match="async_scheduling does not work with a speculative model"):
-        EngineConfig(model="tiny-moe", speculative_model="tiny-draft", async_scheduling=True)
-
-
-def test_async_scheduling_defaults_on_for_cuda_only_without_a_speculative_model() -> None:
-    """vLLM's default: on where it is supported. The CPU's forward runs on the host: nothing to overlap."""
+def test_async_scheduling_defaults_on_for_cuda() -> None:
+    """vLLM's default: on where it is supported. The CPU's forward runs on the host: nothing to overlap.
+    With a speculative model too: there only the plain probe runs are launched ahead (test_spec_probe)."""
     assert EngineConfig(model="tiny-moe").async_scheduling is False
     assert EngineConfig(model="tiny-moe", device="cuda").async_scheduling is True
     assert EngineConfig(model="tiny-moe", device="cuda:1").async_scheduling is True
-    assert EngineConfig(model="tiny-moe", device="cuda", speculative_model="tiny-draft").async_scheduling is False
+    assert EngineConfig(model="tiny-moe", device="cuda", speculative_model="tiny-draft").async_scheduling is True
     assert EngineConfig(model="tiny-moe", device="cuda", async_scheduling=False).async_scheduling is False
     assert EngineConfig(model="tiny-moe", async_scheduling=True).async_scheduling is True
 

@@ -133,3 +133,92 @@ def test_spec_probe_every_is_validated() -> None:
         with pytest.raises(ValueError, match="spec_probe_every"):
             EngineConfig(TARGET, spec_probe_every=bad)
     assert torch.get_num_threads() >= 1
+
+
+# -- probe runs under async scheduling (EngineConfig.spec_probe_run) -------------------------------------
+RUN = 3
+
+
+def _run_async(late: bool) -> tuple[list[list[int]], list]:
+    """The requests above on an engine with async scheduling (on the CPU: the same launches and reads, no
+    overlap) and probe runs of RUN; late: with LATE's arrivals (a run meets a waiting request)."""
+    config = EngineConfig(TARGET, speculative_model=DRAFT, num_speculative_tokens=3, spec_probe_every=EVERY,
+                          spec_probe_run=RUN, async_scheduling=True, block_size=8, num_kv_blocks=64)
+    engine = Engine(config)
+    ids = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
+           for p, n in zip(PROMPTS, MAX_TOKENS)]
+    stats = []
+    while engine.has_unfinished():
+        if late and len(stats) in LATE:
+            ids.append(engine.add_request(LATE[len(stats)], SamplingParams(temperature=0, max_tokens=12,
+                                                                           ignore_eos=True)))
+        stats.append(engine.step())
+    assert engine.inflight is None and engine.kv.pool.num_in_use == 0
+    return [engine.get_output(i).token_ids for i in ids], stats
+
+
+@pytest.fixture(scope="module")
+def runs() -> tuple[list[list[int]], list]:
+    with one_torch_thread():
+        return _run_async(late=False)
+
+
+def test_probe_runs_follow_the_stated_rule(runs) -> None:
+    """Without arrivals no run is cut short: the plain steps are, at each batch size, runs of RUN pure-decode
+    steps starting at the 1st, (N RUN + 1)th ... (a run's later steps counted at their own batch size)."""
+    _, stats = runs
+    eligible = [s for s in stats if s.num_decode_tokens and (s.spec_probe or s.num_spec_tokens)]
+    assert all(not s.num_prefill_tokens for s in eligible)  # no request arrives after the first prefills
+    seen: Counter[int] = Counter()
+    left, expected = 0, []
+    for s in eligible:
+        b = len(s.batch)
+        if left:
+            left -= 1
+            expected.append(True)
+        else:
+            expected.append(seen[b] % (EVERY * RUN) == 0)
+            left = RUN - 1 if expected[-1] else 0
+        seen[b] += 1
+    assert [s.spec_probe for s in eligible] == expected
+    assert sum(expected) >= 3 * RUN and len(seen) >= 3  # several runs, several batch sizes
+    assert not any(s.spec_probe for s in stats if s not in eligible)
+
+
+def test_a_run_after_its_first_step_is_launched_ahead_and_nothing_else_is(runs) -> None:
+    _, stats = runs
+    for prev, s, nxt in zip([None, *stats], stats, [*stats[1:], None]):
+        first_of_run = s.spec_probe and not (prev is not None and prev.spec_probe and prev.launched_next)
+        assert s.launched_ahead == (s.spec_probe and not first_of_run), s.step_id
+        assert s.launched_next == (nxt is not None and nxt.launched_ahead), s.step_id
+    steady = [s for s in stats if s.launched_ahead and s.launched_next]
+    assert len(steady) >= 3 and all(s.spec_probe for s in steady)
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_greedy_tokens_do_not_change_with_async_probe_runs(late: bool, runs) -> None:
+    """With arrivals a run meets a waiting request (the step after cannot be launched ahead: the run ends)."""
+    with one_torch_thread():
+        tokens, stats = _run_async(late=True) if late else runs
+        plain = _plain_tokens(late)
+    assert tokens == plain
+    assert any(s.launched_ahead for s in stats) and all(s.spec_probe for s in stats if s.launched_ahead)
+
+
+def _plain_tokens(late: bool) -> list[list[int]]:
+    """The greedy tokens of an engine without a draft, synchronous (LATE's prompts too where late: greedy
+    tokens do not depend on when a request arrives)."""
+    engine = Engine(EngineConfig(TARGET, block_size=8, num_kv_blocks=64))
+    prompts = [*zip(PROMPTS, MAX_TOKENS), *((p, 12) for p in LATE.values() if late)]
+    ids = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)) for p, n in prompts]
+    while engine.has_unfinished():
+        engine.step()
+    return [engine.get_output(i).token_ids for i in ids]
+
+
+def test_spec_probe_run_is_validated_and_resolved() -> None:
+    with pytest.raises(ValueError, match="spec_probe_run"):
+        EngineConfig(TARGET, spec_probe_run=-1)
+    assert EngineConfig(TARGET).spec_probe_run == 1
+    assert EngineConfig(TARGET, async_scheduling=True).spec_probe_run == 4
+    assert EngineConfig(TARGET, async_scheduling=True, spec_probe_run=2).spec_probe_run == 2
