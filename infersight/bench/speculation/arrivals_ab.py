@@ -6,8 +6,9 @@ mixed in one batch, Poisson arrivals with bursts, a small KV pool that preempts 
 one workload checked against a measurement of another agrees only where the two mixes agree (on the H200,
 2026-12-04, the demo's creative prediction missed the bench's measurement for that reason: its speculative
 steps were 17% mixed against the bench's 12%). Here three engines built from the demo's engine config run
-the demo's workload, stepped in turn in one process, each fed by the workload's arrival times on its own
-clock (bench.speculation.arrival_run):
+the demo's workload, stepped in turn in one process (one after another where they schedule asynchronously,
+CUDA's default: fixed_batch.step_runs), each fed by the workload's arrival times on its own clock
+(bench.speculation.arrival_run):
 
     plain      no draft model                               measured (client's clock)
     spec       the demo's draft, no probe steps              measured (client's clock)
@@ -39,7 +40,7 @@ from typing import Any
 import pandas as pd
 
 from infersight.bench.speculation.arrival_run import ArrivalRun
-from infersight.bench.speculation.fixed_batch import step_in_turn
+from infersight.bench.speculation.fixed_batch import step_runs
 from infersight.bench.speculation.fixed_batch_ab import RingRecords, rounded, spec_verdict
 from infersight.correlate import spec_advice, spec_speedup
 from infersight.probes.config import ProbeConfig
@@ -56,7 +57,7 @@ OBSERVED_ARMS = ("plain_observed", "spec_observed")  # with observed_arms (modul
 def _run_in_turn(engines: dict[str, Engine], workload: list[WorkloadRequest], turn0: int,
                  after_turn: Any) -> dict[str, ArrivalRun]:
     runs = {name: ArrivalRun(e, workload) for name, e in engines.items()}
-    step_in_turn(runs.values(), turn0, after_turn)
+    step_runs(runs.values(), turn0, after_turn)
     return runs
 
 

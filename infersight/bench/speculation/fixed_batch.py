@@ -126,6 +126,39 @@ def step_in_turn(runs: Sequence, first: int, after_turn: Callable[[], None]) -> 
         after_turn()
 
 
+#: step_alone's after() comes every this many steps (and at each run's end): a run's clock times its
+#: step() calls only, and an async engine's launched step runs on during whatever comes between them,
+#: so the bench's own work there (reading probe rings, ~0.1 ms) is kept rare.
+ALONE_AFTER_EVERY = 32
+
+
+def step_alone(runs: Sequence, first: int, after: Callable[[], None]) -> None:
+    """Step each run to its end before the next begins, the order rotated by `first` (callers pass the
+    round: drift then hits every run first in turn); after() every ALONE_AFTER_EVERY steps and at the end."""
+    order = list(runs)
+    for run in order[first % len(order):] + order[:first % len(order)]:
+        n = 0
+        while run.step():
+            n += 1
+            if n % ALONE_AFTER_EVERY == 0:
+                after()
+        after()
+
+
+def step_runs(runs: Sequence, first: int, after: Callable[[], None]) -> None:
+    """Step in turn (step_in_turn) where every engine is synchronous (each has run.engine); one run after
+    another (step_alone) where one schedules asynchronously. An async engine's step() returns with the next
+    step launched on the device: stepped in turn, that step runs on the shared GPU during the other engines'
+    turns, so its time drops out of its own clock and into theirs (on the H100, 2026-12-05, the async plain
+    engine's decode step read 0.47 ms on the client's clock at batch 1, below its forward's 0.53 ms of device
+    time, and an async probe run's steps read 35 ms: the other engines' turns between its launch and its read)."""
+    runs = list(runs)
+    if any(r.engine.config.async_scheduling for r in runs):
+        step_alone(runs, first, after)
+    else:
+        step_in_turn(runs, first, after)
+
+
 def step_kind(stats: StepStats) -> str:
     if stats.spec_probe:
         return "probe"

@@ -3,7 +3,8 @@ the client's wall clock, against the speedup the agent predicts from its probe r
 
 Three engines of one process run the same task-labelled requests (infersight.workload), one
 task at a time at a fixed batch size (bench.speculation.fixed_batch), stepped in turn so that drift in the
-machine's speed hits them alike. Output lengths differ (spread over 1/2 .. 3/2 of max_tokens), so
+machine's speed hits them alike; where an engine schedules asynchronously (CUDA's default) one after another,
+who goes first rotating with the round (fixed_batch.step_runs says why). Output lengths differ (spread over 1/2 .. 3/2 of max_tokens), so
 requests finish at different steps with or without speculation, as in service: with one length
 for all, a plain batch would finish and refill in lockstep, its prefills never beside decodes.
 
@@ -46,7 +47,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from infersight.bench.speculation.fixed_batch import FixedBatchRun, StepKinds, step_in_turn
+from infersight.bench.speculation.fixed_batch import FixedBatchRun, StepKinds, step_runs
 from infersight.correlate import spec_advice, spec_speedup
 from infersight.correlate.frames import EventFrames, update_labels
 from infersight.probes.config import ProbeConfig
@@ -111,13 +112,14 @@ class Measured:
 def _measure(engines: dict[str, Engine], workload: list[WorkloadRequest], tasks: list[str], batch: int,
              rounds: int, after_turn: Callable[[], None]) -> Measured:
     """Each task's requests at a fixed batch on every engine, the engines stepped in turn (who goes
-    first rotates), timed by the client's clock (FixedBatchRun.wall_ns)."""
+    first rotates), or one after another where one schedules asynchronously (step_runs; who goes first
+    rotates with the round), timed by the client's clock (FixedBatchRun.wall_ns)."""
     m = Measured(*({name: defaultdict(list) for name in engines} for _ in range(4)))
-    for _ in range(rounds):
+    for i in range(rounds):
         for task in tasks:
             listed = [r for r in workload if r.task == task]
             runs = {name: FixedBatchRun(e, listed, batch) for name, e in engines.items()}
-            step_in_turn(runs.values(), 0, after_turn)
+            step_runs(runs.values(), i, after_turn)
             for name, run in runs.items():
                 m.step_kinds.setdefault(name, {}).setdefault(task, StepKinds()).extend(run.kinds)
                 m.client_rates[name][task].append(run.tally[task].client_tokens_per_s)
