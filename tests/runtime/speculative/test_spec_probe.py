@@ -20,6 +20,7 @@ from infersight.probes.observer import ProbeObserver
 from infersight.probes.records import record_registry
 from infersight.probes.ring import RingConsumer
 from infersight.runtime import Engine, EngineConfig, ModelConfig, SamplingParams
+from infersight.runtime.observer import EngineObserver
 
 EVERY = 3
 TARGET = ModelConfig("sp-moe", d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, n_experts=4, top_k=2,
@@ -222,3 +223,39 @@ def test_spec_probe_run_is_validated_and_resolved() -> None:
     assert EngineConfig(TARGET).spec_probe_run == 1
     assert EngineConfig(TARGET, async_scheduling=True).spec_probe_run == 4
     assert EngineConfig(TARGET, async_scheduling=True, spec_probe_run=2).spec_probe_run == 2
+
+
+class CountsLog(EngineObserver):
+    """Each step's expert counts (a copy: the engine reuses its buffers)."""
+
+    wants_expert_counts = True
+
+    def __init__(self) -> None:
+        self.counts: dict[int, list[list[int]]] = {}
+
+    def on_expert_counts(self, step_id: int, counts: torch.Tensor) -> None:
+        self.counts[step_id] = counts.cpu().tolist()
+
+
+def test_async_probe_runs_give_the_synchronous_engines_steps_and_expert_counts() -> None:
+    """The same probe runs, synchronous (SpecProbe.runs_plain continues a run) and launched ahead: the same
+    steps, tokens and per-step expert counts (the async ones read back through AsyncSteps' own buffers)."""
+    out = []
+    for is_async in (False, True):
+        log = CountsLog()
+        config = EngineConfig(TARGET, speculative_model=DRAFT, num_speculative_tokens=3, spec_probe_every=EVERY,
+                              spec_probe_run=RUN, async_scheduling=is_async, block_size=8, num_kv_blocks=64)
+        with one_torch_thread():
+            engine = Engine(config, log)
+            ids = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
+                   for p, n in zip(PROMPTS, MAX_TOKENS)]
+            stats = []
+            while engine.has_unfinished():
+                stats.append(engine.step())
+        steps = [(s.step_id, tuple(s.batch), s.spec_probe, s.num_spec_tokens) for s in stats]
+        out.append((steps, log.counts, [engine.get_output(i).token_ids for i in ids], stats))
+    (sync_steps, sync_counts, sync_tokens, sync_stats), (steps, counts, tokens, stats) = out
+    assert steps == sync_steps and tokens == sync_tokens
+    assert counts == sync_counts and set(counts) == {s.step_id for s in stats}
+    assert sum(s.spec_probe for s in sync_stats) >= 3 * RUN and not any(s.launched_ahead for s in sync_stats)
+    assert sum(s.launched_ahead for s in stats) >= 2 * (RUN - 1)
