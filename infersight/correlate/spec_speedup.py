@@ -101,6 +101,10 @@ MODEL_ERROR = 0.086
 #: log(predicted / measured) over 12 task runs of `infersight bench speculation --device cuda` on the
 #: H200, seeds 4 and 5 at batch 4 and 16, 2026-12-04 (mean +0.078: predictions 8% high; 8 of 12 inside
 #: the interval the CPU term gave). Checked on runs other than these (other seeds): BENCHMARKS.md.
+#: Those runs are biased (found 2026-12-05): their async plain arm was stepped in turn with the other
+#: engines, its launched step running during their turns, so it was measured too fast; and their probes
+#: were synchronous (priced high). Both are fixed (fixed_batch.step_runs, probe runs); the value stands
+#: until `SPEC_CPU_CALIB=0 SPEC_RUNS="4_4_32 5_16_128" bash benchmarks/gpu.sh speculation_recheck` refits it.
 MODEL_ERROR_CUDA = 0.147
 
 SPEEDUP_COLUMNS = {
