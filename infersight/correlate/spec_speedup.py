@@ -169,7 +169,7 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
     cols = {c: _at_batch(costs, eng, b, c) for c in ("plain_step_ns", "spec_step_ns", "verify_extra_ns",
                                                       "draft_ns_per_forward", "verify_ns", "plain_forward_ns")}
     exact = costs.set_index(["engine", "batch"])
-    for c in ("probe_steps", "spec_steps"):  # samples at exactly that batch size (0: none)
+    for c in ("probe_steps", "plain_samples", "spec_steps"):  # samples at exactly that batch size (0: none)
         cols[c] = np.array([exact[c].get(k, 0) for k in zip(eng.tolist(), j["batch"].tolist())], dtype=np.float64)
     # Relative standard error of one step time (1.2533 x 1.4826 MAD: a median's, times sqrt(n)),
     # the spread pooled over batch sizes.
@@ -223,7 +223,7 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
         fitted = mixed["_mixed_fitted"]
         mixed_error = (float((wm * mixed_plain)[fitted].sum() / plain_time * mixed["_mixed_resid"][fitted].mean())
                        if fitted.any() and plain_time > 0 else 0.0)
-        sigma = np.sqrt(_median_error(pure, "_plain_step_ns", "_probe_steps", spread["plain"], weight="_tokens") ** 2
+        sigma = np.sqrt(_median_error(pure, "_plain_step_ns", "_plain_samples", spread["plain"], weight="_tokens") ** 2
                         + _median_error(pure, "_spec_step_ns", "_spec_steps", spread["spec"]) ** 2
                         + np.nan_to_num(mixed_error) ** 2
                         + (g["_tokens"].std() / np.sqrt(len(g)) / g["_tokens"].mean()) ** 2 + model_err ** 2)

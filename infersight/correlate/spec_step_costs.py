@@ -17,7 +17,8 @@ ENGINE_ID_SHIFT = 48
 #: Probe steps a speculative step is compared with: the nearest in time at its batch size.
 LOCAL_PROBES = 4
 
-COST_COLUMNS = {"engine": "int64", "batch": "int64", "probe_steps": "int64", "spec_steps": "int64",
+COST_COLUMNS = {"engine": "int64", "batch": "int64", "probe_steps": "int64", "plain_samples": "int64",
+                "spec_steps": "int64",
                 "plain_step_ns": "float64", "plain_forward_ns": "float64", "spec_step_ns": "float64",
                 "draft_ns_per_forward": "float64", "verify_ns": "float64", "verify_extra_ns": "float64",
                 "plain_rel_mad": "float64", "spec_rel_mad": "float64"}
@@ -73,8 +74,9 @@ def _pricing_probes(probe: pd.DataFrame, engine: np.ndarray) -> pd.DataFrame:
 
 
 def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
-    """One row per (engine, batch) with a pure-decode step: probe_steps and spec_steps (sample
-    counts; probe_steps those that price the plain step, _pricing_probes) and the medians Tp
+    """One row per (engine, batch) with a pure-decode step: probe_steps and spec_steps (the steps of each
+    kind that are samples of the steady step time), plain_samples (those of the probes that price the plain
+    step, _pricing_probes: all of them without async scheduling) and the medians Tp
     (plain_step_ns), the plain target forward, Ts (spec_step_ns),
     draft time per draft forward, the verify forward, and X (verify_extra_ns). NaN where that
     kind of step was not seen at that batch size."""
@@ -86,16 +88,17 @@ def step_costs(step_timing: pd.DataFrame) -> pd.DataFrame:
                  target=t["target_ns"].where(t["target_ns"] >= 0),
                  per_forward=t["draft_ns"] / t["draft_forwards"].where(t["draft_forwards"] > 0))
     probe, spec = t[t["spec_probe"]], t[~t["spec_probe"]]
-    probe = _pricing_probes(probe, probe["engine"].to_numpy(np.int64))
+    pricing = _pricing_probes(probe, probe["engine"].to_numpy(np.int64))
     keys = ["engine", "batch"]
-    plain = probe.groupby(keys).agg(probe_steps=("dur", "size"), plain_step_ns=("dur", "median"),
-                                    plain_forward_ns=("target", "median"), plain_rel_mad=("dur", _rel_mad))
+    plain = pricing.groupby(keys).agg(plain_samples=("dur", "size"), plain_step_ns=("dur", "median"),
+                                      plain_forward_ns=("target", "median"), plain_rel_mad=("dur", _rel_mad))
+    plain = probe.groupby(keys).agg(probe_steps=("dur", "size")).join(plain, how="outer")
     sp = spec.groupby(keys).agg(spec_steps=("dur", "size"), spec_step_ns=("dur", "median"),
                                 spec_rel_mad=("dur", _rel_mad),
                                 draft_ns_per_forward=("per_forward", "median"), verify_ns=("target", "median"),
                                 less_draft=("less_draft", "median"))
     out = plain.join(sp, how="outer").reset_index().reindex(columns=[*COST_COLUMNS, "less_draft"])
-    out[["probe_steps", "spec_steps"]] = out[["probe_steps", "spec_steps"]].fillna(0)
+    out[["probe_steps", "plain_samples", "spec_steps"]] = out[["probe_steps", "plain_samples", "spec_steps"]].fillna(0)
     out["verify_extra_ns"] = out["less_draft"] - out["plain_step_ns"]
     return out[list(COST_COLUMNS)].astype(COST_COLUMNS)
 

@@ -52,7 +52,7 @@ def test_step_costs_are_medians_per_batch_size() -> None:
     c = step_costs(STEPS)
     assert len(c) == 1
     row = c.iloc[0]
-    assert (row.engine, row.batch, row.probe_steps, row.spec_steps) == (0, 2, 3, 3)
+    assert (row.engine, row.batch, row.probe_steps, row.plain_samples, row.spec_steps) == (0, 2, 3, 3, 3)
     assert [row.plain_step_ns, row.plain_forward_ns, row.spec_step_ns, row.draft_ns_per_forward, row.verify_ns,
             row.verify_extra_ns] == [110, 95, 310, 40, 120, 40]
     assert row.plain_rel_mad == pytest.approx(10 / 110) and row.spec_rel_mad == pytest.approx(10 / 310)
@@ -70,8 +70,9 @@ def test_an_async_engine_prices_the_plain_step_by_the_steady_steps_of_its_probe_
           (E1 + 8, 1100, 140, 0, 90, 2, 0, True, (True, True)), (E1 + 9, 1300, 80, 0, 90, 2, 0, True, (True, False)),
           (E1 + 10, 1400, 320, 160, 120, 2, 0, False)]
     c = step_costs(pd.concat([STEPS, _steps(e1)], ignore_index=True)).set_index("engine")
-    assert (c.loc[1, "probe_steps"], c.loc[1, "plain_step_ns"]) == (4, (104 + 106) / 2)
-    assert (c.loc[0, "probe_steps"], c.loc[0, "plain_step_ns"]) == (3, 110)
+    # All 8 probes took a speculative step's place (probe_steps: the displacement); 4 price the plain step.
+    assert (c.loc[1, "probe_steps"], c.loc[1, "plain_samples"], c.loc[1, "plain_step_ns"]) == (8, 4, (104 + 106) / 2)
+    assert (c.loc[0, "probe_steps"], c.loc[0, "plain_samples"], c.loc[0, "plain_step_ns"]) == (3, 3, 110)
     assert c.loc[1, "verify_extra_ns"] == (140 + 160) / 2 - 105
 
 
