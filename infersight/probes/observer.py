@@ -199,7 +199,8 @@ class ProbeObserver(EngineObserver):
         self._put(RecordKind.KV_BLOCK, time.monotonic_ns(), request_id, block_hash, block_id, event)
 
     def on_expert_counts(self, step_id: int, counts: torch.Tensor) -> None:
-        if not counts.is_cuda:
+        if not counts.is_cuda:  # the CPU's, or an async step's (on the host already: AsyncSteps)
+            self.flush()  # a synchronous step's counts before, in step order (its copy is long done)
             self._write_moe(step_id, counts.numpy())
             return
         # Copy to pinned memory behind the step's work; read it one step later, when the copy

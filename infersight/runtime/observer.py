@@ -93,8 +93,9 @@ class EngineObserver:
 
     # -- MoE, speculation, steps ------------------------------------------------------------
     def on_expert_counts(self, step_id: int, counts: "torch.Tensor") -> None:
-        """counts [n_layers, n_experts] tokens routed this step, still on the device. The engine reuses the
-        tensor for later steps: copy what you keep."""
+        """counts [n_layers, n_experts] tokens routed this step: on the device after a synchronous step, already
+        on the host (pinned, copied behind the step) after a step launched by async scheduling. The engine
+        reuses the tensor for later steps: copy what you keep."""
 
     def on_spec_verified(self, request_id: int, num_proposed: int, num_accepted: int,
                          accept_mask: list[bool], draft_ns: int, verify_ns: int) -> None: ...
