@@ -237,9 +237,11 @@ class CountsLog(EngineObserver):
         self.counts[step_id] = counts.cpu().tolist()
 
 
-def test_async_probe_runs_give_the_synchronous_engines_steps_and_expert_counts() -> None:
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_async_probe_runs_give_the_synchronous_engines_steps_and_expert_counts(temperature: float) -> None:
     """The same probe runs, synchronous (SpecProbe.runs_plain continues a run) and launched ahead: the same
-    steps, tokens and per-step expert counts (the async ones read back through AsyncSteps' own buffers)."""
+    steps, tokens and per-step expert counts (the async ones read back through AsyncSteps' own buffers).
+    Sampled too: a launched step draws on the device keyed as the synchronous engine keys its draw."""
     out = []
     for is_async in (False, True):
         log = CountsLog()
@@ -247,8 +249,9 @@ def test_async_probe_runs_give_the_synchronous_engines_steps_and_expert_counts()
                               spec_probe_run=RUN, async_scheduling=is_async, block_size=8, num_kv_blocks=64)
         with one_torch_thread():
             engine = Engine(config, log)
-            ids = [engine.add_request(p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
-                   for p, n in zip(PROMPTS, MAX_TOKENS)]
+            ids = [engine.add_request(p, SamplingParams(temperature=temperature, seed=7 + i, max_tokens=n,
+                                                        ignore_eos=True))
+                   for i, (p, n) in enumerate(zip(PROMPTS, MAX_TOKENS))]
             stats = []
             while engine.has_unfinished():
                 stats.append(engine.step())
