@@ -342,6 +342,22 @@ for t in ("chat", "code", "creative", "json"):
     print(t, d.get(t + ".measured_rounds"), d.get(t + ".measured_rounds_observed"), d.get(t + ".predicted_speedup"),
           d.get(t + ".open_arrivals_speedup"), d.get(t + ".predicted_interval"), d.get(t + ".inside"), d.get(t + ".advice"))
 EOF2
+    # The plain price beside what it prices: steady async probe steps (engine clock) against the plain arms'
+    # decode steps (client clock), median ms by batch, the four commonest batches.
+    python3 - "$OUT/spec_demo_frames_s$seed" <<'EOF2'
+import sys
+import pandas as pd
+d = sys.argv[1]
+t, steps = pd.read_parquet(f"{d}/step_timing.parquet"), pd.read_parquet(f"{d}/steps.parquet")
+p = t[t.spec_probe & (t.prefill_tokens == 0) & (t.graph_captures == 0) & t.launched_ahead & t.launched_next]
+rows = {"steady_probe": ((p.end_ns - p.start_ns) / 1e6).groupby(p.decode_requests).median(),
+        "probe_forward": (p.target_ns / 1e6).groupby(p.decode_requests).median()}
+for arm in ("plain", "plain_observed"):
+    a = steps[(steps.arm == arm) & (steps.kind == "decode")]
+    rows[arm] = (a.client_ns / 1e6).groupby(a.batch).median()
+top = steps[(steps.arm == "plain") & (steps.kind == "decode")].batch.value_counts().index[:4]
+print(pd.DataFrame(rows).reindex(sorted(top)).round(3).to_string())
+EOF2
   done
   # one file back, not three a seed: a device call returns a limited number of files
   (cd "$OUT" && tar -czf spec_demo_frames.tgz spec_demo_frames_s* && rm -rf spec_demo_frames_s*)
