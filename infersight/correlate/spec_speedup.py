@@ -110,7 +110,8 @@ MODEL_ERROR_CUDA = 0.147
 SPEEDUP_COLUMNS = {
     "task": "object", "verifications": "int64", "proposed": "int64", "accepted": "int64",
     "accept_rate": "float64", "mean_accepted_length": "float64", "gamma": "float64",
-    "timed_verifications": "int64", "mixed_verifications": "int64", "probe_steps": "int64", "mixed_probe_steps": "int64",
+    "timed_verifications": "int64", "mixed_verifications": "int64", "probe_steps": "int64", "plain_samples": "int64",
+    "mixed_probe_steps": "int64",
     "spec_steps": "int64", "mean_batch": "float64", "spec_step_ms": "float64", "plain_step_ms": "float64",
     "draft_ms_per_token": "float64", "verify_ms": "float64", "plain_forward_ms": "float64",
     "verify_extra_ms": "float64", "plain_mixed_ms": "float64", "predicted_speedup": "float64", "speedup_low": "float64",
@@ -155,7 +156,8 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
     """One row per task, sorted by task (columns SPEEDUP_COLUMNS): acceptance (verifications,
     proposed, accepted, accept_rate, mean_accepted_length = tau, gamma = mean proposed); the
     sample counts (timed_verifications joined to a step, mixed_verifications among them,
-    probe_steps at the task's batch sizes, spec_steps: the pure-decode steps it was verified in); the parts in ms, averaged over its
+    probe_steps at the task's batch sizes, plain_samples those of them that price the plain step, spec_steps: the
+    pure-decode steps it was verified in); the parts in ms, averaged over its
     pure-decode verifications (spec_step_ms Ts, plain_step_ms Tp, draft_ms_per_token,
     verify_ms, plain_forward_ms, verify_extra_ms X); predicted_speedup and model_speedup as in
     the module docstring; model_error (model_err: the term in the interval, model_error() by device);
@@ -229,7 +231,8 @@ def speedup_by_task(spec: pd.DataFrame, step_timing: pd.DataFrame, model_err: fl
                         + (g["_tokens"].std() / np.sqrt(len(g)) / g["_tokens"].mean()) ** 2 + model_err ** 2)
         rows.append({
             "task": task, "timed_verifications": len(g), "mixed_verifications": len(mixed),
-            "probe_steps": int(at["probe_steps"].sum()), "spec_steps": int(pure["step_id"].nunique()),
+            "probe_steps": int(at["probe_steps"].sum()), "plain_samples": int(at["plain_samples"].sum()),
+            "spec_steps": int(pure["step_id"].nunique()),
             "mixed_probe_steps": int(mixed_model.loc[mixed_model.index.isin(g["engine"].unique()), "mixed_probes"].sum()),
             "plain_mixed_ms": mixed_plain.mean() / 1e6,
             "mean_batch": pure["batch"].mean(), "spec_step_ms": pure["_spec_step_ns"].mean() / 1e6,
@@ -271,7 +274,10 @@ def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     for r in by_task.itertuples(index=False):
         if r.basis == PREDICTED:
-            how = (f"predicted, not measured: estimated from {r.probe_steps} plain probe steps (the nearest in time "
+            probes = (f"{r.probe_steps} plain probe steps" if r.plain_samples == r.probe_steps else
+                      f"{r.plain_samples} steady async plain probe steps (of {r.probe_steps}: under async scheduling "
+                      f"the middle steps of a probe run price the plain step)")
+            how = (f"predicted, not measured: estimated from {probes} (the nearest in time "
                    f"to each verification) and the median speculative pure-decode step around each of its "
                    f"{r.spec_steps} steps, at the same batch sizes (mean {r.mean_batch:.1f}): "
                    f"{r.mean_accepted_length:.2f} tokens per verification (mean of {r.verifications}) against 1 "
@@ -305,7 +311,8 @@ def summary_by_task(by_task: pd.DataFrame) -> dict[str, dict[str, object]]:
                          "plain_mixed_step": r.plain_mixed_ms},
             "samples": {"verifications": r.verifications, "timed_verifications": r.timed_verifications,
                         "mixed_verifications": r.mixed_verifications, "spec_steps": r.spec_steps,
-                        "probe_steps": r.probe_steps, "mixed_probe_steps": r.mixed_probe_steps},
+                        "probe_steps": r.probe_steps, "plain_samples": r.plain_samples,
+                        "mixed_probe_steps": r.mixed_probe_steps},
             "model_speedup": r.model_speedup,
             "model": "tau / (gamma * c + 1), c = draft time per token / plain target forward (Leviathan et al.): "
                      "a model that leaves out the verify and sampling extra",

@@ -76,6 +76,19 @@ def test_an_async_engine_prices_the_plain_step_by_the_steady_steps_of_its_probe_
     assert c.loc[1, "verify_extra_ns"] == (140 + 160) / 2 - 105
 
 
+def test_an_async_engines_prediction_says_which_probes_priced_it() -> None:
+    e1 = [(E1 + 1, 0, 190, 0, 90, 2, 0, True, (False, True)), (E1 + 2, 200, 100, 0, 90, 2, 0, True, (True, True)),
+          (E1 + 3, 300, 110, 0, 90, 2, 0, True, (True, True)), (E1 + 4, 400, 70, 0, 90, 2, 0, True, (True, False)),
+          (E1 + 5, 500, 300, 160, 120, 2, 0, False)]
+    spec = _spec([(600, E1 + 1, "code", 3), (700, E1 + 2, "code", 1)])
+    code = speedup_by_task(spec, _steps(e1)).set_index("task").loc["code"]
+    assert (code.probe_steps, code.plain_samples, code.plain_step_ms) == (4, 2, pytest.approx(105e-6))
+    # tau = (4 + 2) / 2 = 3 tokens a verification against one a plain step: 3 x 105 / 300
+    assert code.predicted_speedup == pytest.approx(3 * 105 / 300)
+    how = summary_by_task(speedup_by_task(spec, _steps(e1)))["code"]["how"]
+    assert how.startswith("predicted, not measured: estimated from 2 steady async plain probe steps (of 4:")
+
+
 def test_pure_decode_speedup_is_tau_times_plain_over_spec_step() -> None:
     t = speedup_by_task(SPEC, STEPS).set_index("task")
     code, qa = t.loc["code"], t.loc["qa"]
@@ -247,7 +260,7 @@ def test_summary_says_how_each_figure_was_obtained() -> None:
     assert "spanning the figure for a closed loop (1.06x) and for open arrivals (1.06x" in code["how"]
     assert code["open_arrivals_speedup"] == pytest.approx(330 / 310)
     assert code["samples"] == {"verifications": 4, "timed_verifications": 4, "mixed_verifications": 0,
-                               "spec_steps": 2, "probe_steps": 3, "mixed_probe_steps": 0}
+                               "spec_steps": 2, "probe_steps": 3, "plain_samples": 3, "mixed_probe_steps": 0}
     assert code["parts_ms"]["plain_step"] == pytest.approx(110e-6)
     assert code["model_speedup"] == pytest.approx(3 / (4 * 40 / 95 + 1)) and code["model"].startswith("tau /")
     assert summary_by_task(speedup_by_task(SPEC, STEPS.iloc[:0]))["qa"]["how"].startswith("not predicted")
