@@ -26,8 +26,7 @@ before, so its step costs about max(host, device); the speculative engine's step
 among them, run synchronously: host + device. There probes come in runs (EngineConfig.spec_probe_run) whose
 steps after the first are launched ahead, and Tp(b) is the median of an engine's steady async probes only
 (launched ahead and launching the step after ahead: spec_step_costs._pricing_probes), so X(b) carries what
-running synchronously costs the speculative engine. (Priced by lone synchronous probes, the H100's Tp was
-1.6-2.2x the async plain engine's step, 2026-12-05.)
+running synchronously costs the speculative engine.
 
 A machine's speed drifts (other tenants, clocks, what the batches hold), so each verification's
 Tp, Ts and X are scaled to the speed around its time (speed_factors): the median, over the

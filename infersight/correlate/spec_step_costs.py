@@ -63,8 +63,7 @@ def _pricing_probes(probe: pd.DataFrame, engine: np.ndarray) -> pd.DataFrame:
     """The pure-decode plain probe steps that price a plain engine's step: an engine's steady async
     probes (launched ahead, and launching the step after ahead: the middle of a probe run,
     runtime.speculative.spec_probe) where it ran any, for a plain engine under async scheduling pays
-    about max(host, device) a step where a lone synchronous probe pays host + device (the H100's
-    plain probe steps cost 1.6-2.2x the async plain engine's, 2026-12-05); every probe otherwise (no
+    about max(host, device) a step where a lone synchronous probe pays host + device; every probe otherwise (no
     async scheduling, or records from before STEP_TIMING v3)."""
     if "launched_ahead" not in probe or "launched_next" not in probe:
         return probe

@@ -46,7 +46,7 @@ class EngineConfig:
     spec_probe_every x spec_probe_run steps at each batch size (the plain share stays 1 / spec_probe_every).
     With async_scheduling the steps of a run after its first are launched ahead, as a plain engine launches
     its decode steps, so the run's middle steps time the step of the engine one would run without the
-    draft (a lone synchronous plain step cost the H100 1.6-2.2x an async plain engine's step). 0 (auto):
+    draft (a lone synchronous plain step pays host + device, an async one about the larger). 0 (auto):
     4 with async_scheduling, else 1.
     max_model_len: the longest sequence (prompt + output) the engine serves, vLLM's name; None: the
     model's max_seq_len. A smaller value lets a small KV pool (num_kv_blocks) be used; longer

@@ -18,9 +18,8 @@ CUDA's default: fixed_batch.step_runs), each fed by the workload's arrival times
 With observed_arms (`--observed-arms`) two more, each carrying a ProbeObserver as the probed engine does (its
 own ring, read after every turn as the probed one is): plain_observed and spec_observed, measured the same way
 (`{task}.measured_speedup_observed`): the A/B of the engines a user runs with infersight attached, beside the
-A/B of bare engines. On an H100 (2026-12-05) a plain probe step of the speculative engine cost 1.6-2.2x a bare
-plain engine's decode step at the same batch, and the observer's expert counts alone cost a small MoE step
-23-43% there (BENCHMARKS.md): the bare A/B and the prediction, made from an observed engine, need not agree.
+A/B of bare engines. On an H100 (2026-12-05) the observer's expert counts alone cost a small MoE step 23-43%
+(BENCHMARKS.md): the bare A/B and the prediction, made from an observed engine, need not agree.
 The observed arms' records also give their steps' parts (`schedule_ns`, `target_ns`) beside the probe steps'.
 
 Measured per task and round: decode tokens/s of `spec` over `plain` (every request's tokens after its

@@ -150,8 +150,9 @@ def step_runs(runs: Sequence, first: int, after: Callable[[], None]) -> None:
     another (step_alone) where one schedules asynchronously. An async engine's step() returns with the next
     step launched on the device: stepped in turn, that step runs on the shared GPU during the other engines'
     turns, so its time drops out of its own clock and into theirs (on the H100, 2026-12-05, the async plain
-    engine's decode step read 0.47 ms on the client's clock at batch 1, below its forward's 0.53 ms of device
-    time, and an async probe run's steps read 35 ms: the other engines' turns between its launch and its read)."""
+    engine's decode step read 0.21-0.25 ms on the client's clock at batch 1 for a forward of 0.51-0.55 ms
+    (CUDA events), and an async probe run's steps read 35 ms: the other engines' turns between its launch
+    and its read)."""
     runs = list(runs)
     if any(r.engine.config.async_scheduling for r in runs):
         step_alone(runs, first, after)

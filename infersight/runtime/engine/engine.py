@@ -221,18 +221,16 @@ class Engine:
         draft, only within a plain probe run (runtime.speculative.spec_probe): a speculative step needs
         the tokens of the step before on the host, to draft from."""
         assert self.async_steps is not None
-        in_run = self.draft is not None and pending.stats.spec_probe and self.spec_probe.continues_run()
-        if self.draft is not None and not in_run:
+        if self.draft is not None and not (pending.stats.spec_probe and self.spec_probe.continues_run()):
             return None
         step = self.async_steps.launch_next(pending, self.step_id + 1)
-        if in_run:
-            if step is None:
-                self.spec_probe.end_run()
-            else:
-                step.stats.spec_probe = True
-                self.spec_probe.launched_in_run(len(step.sched))
-        if step is not None:
-            self.step_id += 1
+        if step is None:
+            self.spec_probe.end_run()  # no-op without a run
+            return None
+        if self.draft is not None:
+            step.stats.spec_probe = True
+            self.spec_probe.launched_in_run(len(step.sched))
+        self.step_id += 1
         return step
 
     def _resolve(self, pending: InflightStep) -> None:

@@ -17,7 +17,8 @@ the 1st, (NR+1)th ... step at a batch size and its next R-1 pure-decode steps ru
 their batch size (each counted at its own), so the share stays 1/N. Why runs: under async
 scheduling a plain engine launches each decode step before reading the one before, so its step costs
 about max(host, device) where a lone plain step of a speculative engine, run synchronously, costs host
-+ device (on the H100 1.6-2.2x: 0.75 against 0.45 ms at batch 1, 2026-12-05). The engine launches a
++ device (on the H100, 2026-12-05, 0.75 against 0.45 ms at batch 1, but in an A/B since found to time the
+async plain engine too fast: BENCHMARKS.md). The engine launches a
 run's steps after its first ahead (Engine._launch_next), and a middle step of the run, launched ahead
 and itself followed by one launched ahead, is the plain engine's steady step (StepStats.launched_next).
 A run ends early at a step that is not pure decode (a prefill joins: mixed steps are single probes).
