@@ -18,9 +18,14 @@ the two settings stay apart when load on the machine stretches the engine's own 
 
 The objectives. How fast the engine runs depends on what else the machine runs, so before the agent
 starts the test drives the same load at each limit for ~2 s (the limit set on the engine directly)
-and sets the strict objective from what the client saw: the ITL one between the two limits' median
-ITLs; the TTFT one at the configured limit's 75th percentile TTFT (a quarter of requests miss it
-there: something to gain, so the loop proposes). The loose one is 60 s.
+and sets the strict objective from what the client saw, between the two limits' medians: the ITL one
+at their geometric mean, the TTFT one halfway. At the configured limit TTFTs are multimodal: a request
+that finds a slot free starts at the next step (~0.11 s here), one of the two clients beyond the limit
+waits for others to finish (0.3-0.8 s), so some miss the TTFT objective there (something to gain: the
+loop proposes) while most meet it; at the candidate nearly every request waits (0.73-0.94 s measured).
+An objective at the configured limit's 75th percentile, as it once was, fell on the lower mode when the
+14 or so calibration requests held few waiters (0.120 s in one CI run): 12% of the trial's requests
+met it, too few to tell the limits apart. The loose one is 60 s.
 
 The truth is measured on the client's clock, independently of the probe records the loop reads:
 each request's TTFT (first token seen after a step minus the time before add_request) and mean ITL
@@ -189,16 +194,16 @@ class LoadedRun:
 def _trial(strict: str) -> tuple[LoadedRun, str | None]:
     """Calibrate on this machine now (the client's clock, no agent yet), then the trial. strict "itl":
     the ITL objective between the two limits' median ITLs, the TTFT one loose; strict "ttft": the TTFT
-    objective at the configured limit's 75th percentile TTFT (a quarter of its requests miss it, so
-    the loop has something to gain and proposes), the ITL one loose."""
+    objective between the two limits' median TTFTs, the ITL one loose (module docstring)."""
     run = LoadedRun()
     with one_torch_thread():
         at = {limit: run.calibrate(limit, seconds) for limit, seconds in ((CANDIDATE, 2.5), (MAX_NUM_SEQS, 2.0))}
+        medians = {key: [float(np.median([getattr(s, key) for s in at[limit]])) for limit in (CANDIDATE, MAX_NUM_SEQS)]
+                   for key in ("itl_s", "ttft_s")}
         if strict == "itl":
-            itl = [np.median([s.itl_s for s in at[limit]]) for limit in (CANDIDATE, MAX_NUM_SEQS)]
-            run.start_agent(slo_ttft_s=60.0, slo_itl_s=float(np.sqrt(itl[0] * itl[1])))
+            run.start_agent(slo_ttft_s=60.0, slo_itl_s=float(np.sqrt(np.prod(medians["itl_s"]))))
         else:
-            run.start_agent(slo_ttft_s=float(np.quantile([s.ttft_s for s in at[MAX_NUM_SEQS]], 0.75)), slo_itl_s=60.0)
+            run.start_agent(slo_ttft_s=float(np.mean(medians["ttft_s"])), slo_itl_s=60.0)
         stage = run.drive(deadline_s=60)
     return run, stage
 
