@@ -98,7 +98,7 @@ MODEL_ERROR = 0.086
 #: The same term on CUDA, where the prediction misses more (a plain pure-decode step is a graph
 #: replay and a mixed one eager, the host's time between steps is a larger share): the RMS of
 #: log(predicted / measured) over 8 task runs of `infersight bench speculation --device cuda` on an
-#: H100, seeds 4 and 5 at batch 4 and 16, 2026-12-05 23:0x UTC, tree 499d3c2 (`SPEC_CPU_CALIB=0
+#: H100, seeds 4 and 5 at batch 4 and 16, 2026-12-05 22:4x UTC, tree 499d3c2 (`SPEC_CPU_CALIB=0
 #: SPEC_RUNS="4_4_32 5_16_128" bash benchmarks/gpu.sh speculation_recheck`): mean +0.144 (predictions 15%
 #: high), largest 0.33. Those were the first CUDA runs with both fixes of 2026-12-05 (plain probes in
 #: launched-ahead runs, priced by their steady steps; async arms run one after another, not in turn);
