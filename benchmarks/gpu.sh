@@ -23,6 +23,7 @@
 #   speculation_demo  `bench speculation --demo-workload --observed-arms` on CUDA: the demo's predictions against an
 #                 A/B of the demo's own load, bare and observed engines (DEMO_SEEDS, DEMO_ROUNDS, TIMEOUT_S); the
 #                 frames of seed K in spec_demo_frames.tgz (spec_demo_frames_sK/)
+#   packed_prefill  benchmarks/packed_prefill.py on CUDA: a mixed step's forward, segments one call each or packed
 #   observer_moe  benchmarks/observer_step.py on CUDA: tiny-moe engines without an observer (twice), with the
 #                 probes, with the probes but no expert counts (OBSERVER_BATCHES, default "1 8")
 #   demo_cuda     `infersight demo --device cuda`, its summary printed and its files kept
@@ -119,6 +120,18 @@ observer_moe() {
     timeout 120 python3 benchmarks/observer_step.py --device cuda --batch "$b" --rounds 40 --block-steps 16 \
       > "$OUT/observer_step_b$b.txt" 2>&1
     grep -E "^(none|probes|no_counts)" "$OUT/observer_step_b$b.txt"
+  done
+}
+
+packed_prefill() {
+  # Issue 32 item 6: a mixed step's forward (llama-1b-shape bf16, 40 decodes beside the prefill chunks) with
+  # its segments attended one call each or packed into one masked call a layer (benchmarks/packed_prefill.py).
+  for cfg in ${PACKED_CONFIGS:-"2 128 0" "4 96 0" "8 48 0" "4 64 256"}; do
+    set -- ${cfg//_/ }
+    stamp "packed_prefill.py: $1 segments of $2 tokens after $3"
+    timeout 120 python3 benchmarks/packed_prefill.py --model llama-1b-shape --device cuda --segments "$1" --seg-len "$2" \
+      --prefix "$3" --decodes 40 --decode-context 300 --rounds 20 > "$OUT/packed_s$1_l$2_p$3.txt" 2>&1
+    grep -E "^(loop|packed)" "$OUT/packed_s$1_l$2_p$3.txt"
   done
 }
 
@@ -485,7 +498,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="trust_h200 gpu_tests decode probe_cost observer_cost observer_moe captures speculation speculation_check speculation_recheck speculation_demo demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="trust_h200 gpu_tests decode probe_cost observer_cost observer_moe packed_prefill captures speculation speculation_check speculation_recheck speculation_demo demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"

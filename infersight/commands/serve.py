@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
     engine_config = EngineConfig(model=args.model, speculative_model=args.speculative_model, device=device,
                                  dtype=resolve_dtype(args.dtype, device, args.model), seed=args.seed, num_kv_blocks=args.num_kv_blocks,
                                  max_model_len=args.max_model_len, enforce_eager=args.enforce_eager,
+                                 packed_prefill=args.packed_prefill,
                                  async_scheduling=args.async_scheduling,
                                  scheduler_delay_factor=args.scheduler_delay_factor, max_num_seqs=args.max_num_seqs,
                                  max_num_batched_tokens=args.max_num_batched_tokens if args.max_num_batched_tokens is not None
@@ -71,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=int, metavar="N",
                    help="longest prompt + output served (default: the model's); longer prompts get a 400")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs for decode steps")
+    p.add_argument("--packed-prefill", action="store_true",
+                   help="a step's prefill chunks attend in one call per layer under one mask, not one call per "
+                        "chunk (fewer launches, more masked arithmetic; measured on the CPU only)")
     p.add_argument("--engine-in-process", action="store_true",
                    help="run the engine on a thread of the HTTP server's process (default: a process of its own, "
                         "as vLLM V1's engine core, so neither waits for the other's interpreter lock)")

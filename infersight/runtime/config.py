@@ -37,6 +37,11 @@ class EngineConfig:
     cpu_offload_blocks: size of the CPU swap tier; 0 disables swapping (preemption recomputes).
     max_num_batched_tokens: the per-step token budget shared by prefill chunks and decodes.
     attention_backend: prefill attention (auto: sdpa on CUDA, flash on the CPU; or naive).
+    packed_prefill: a step with two or more multi-token segments (prefill chunks, verify windows) runs
+    their attention as one sdpa call per layer under a block-diagonal causal mask built once per step
+    (runtime.model.packed_segments), not one call per segment: fewer host-side launches, more masked
+    arithmetic. Runs on the sdpa backend (attention_backend auto then resolves to sdpa on the CPU too; flash
+    or naive are refused). Off by default: measured on the CPU only (BENCHMARKS.md).
     decode_attention: paged decode attention (auto: the Triton kernel on CUDA when triton is
     installed, else the torch reference).
     spec_probe_every: with a speculative model, N >= 2 runs one in N pure-decode steps at each batch
@@ -88,6 +93,7 @@ class EngineConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 512
     attention_backend: str = "auto"
+    packed_prefill: bool = False
     decode_attention: str = "auto"
     spec_probe_every: int = 0
     spec_probe_run: int = 0
@@ -114,6 +120,9 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.attention_backend not in ("auto", "flash", "sdpa", "naive"):
             raise ValueError(f"attention_backend must be auto, flash, sdpa or naive, got {self.attention_backend!r}")
+        if self.packed_prefill and self.resolved_attention_backend != "sdpa":
+            raise ValueError(f"packed_prefill runs on attention_backend 'sdpa' (or auto), "
+                             f"got {self.attention_backend!r}")
         if self.decode_attention not in ("auto", "torch", "triton"):
             raise ValueError(f"decode_attention must be auto, torch or triton, got {self.decode_attention!r}")
         if self.decode_attention == "triton" and not self.device.startswith("cuda"):
@@ -156,7 +165,7 @@ class EngineConfig:
     def resolved_attention_backend(self) -> str:
         if self.attention_backend != "auto":
             return self.attention_backend
-        return "sdpa" if self.device.startswith("cuda") else "flash"
+        return "sdpa" if self.device.startswith("cuda") or self.packed_prefill else "flash"
 
     @property
     def resolved_decode_attention(self) -> str:

@@ -51,7 +51,8 @@ class Engine:
                                                      config.device)
         cfg = config.model_config
         target = self.build_target(config, backend, self.decode_attention)
-        self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device)
+        self.target = ModelRunner(target, *self.kv.device_kv[0], config.block_size, config.device,
+                                  config.packed_prefill)
         self.target.use_cuda_graphs(config, self.decode_attention)  # decode steps as CUDA graphs, when they can be
         self.draft: ModelRunner | None = None
         if config.draft_config is not None:
@@ -59,7 +60,8 @@ class Engine:
                                 seed=config.seed, weights=config.speculative_weights,
                                 attention_backend=backend, ranges=self.ranges,
                                 decode_attention=self.decode_attention)
-            self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device)
+            self.draft = ModelRunner(draft, *self.kv.device_kv[1], config.block_size, config.device,
+                                     config.packed_prefill)
         self.spec_probe = SpecProbe(config.spec_probe_every if self.draft is not None else 0, config.spec_probe_run)
         self.draft_fallbacks = DraftFallbacks()  # requests (and steps) the draft failed: decoded plainly
         self.forward_timer = ForwardTimer(config.device)

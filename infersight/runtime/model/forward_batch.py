@@ -13,11 +13,14 @@ from dataclasses import dataclass
 
 import torch
 
+from infersight.runtime.model.packed_segments import PackedSegments
+
 
 @dataclass
 class Segment:
     """A multi-token run of one sequence: tokens [start, start+length) of the flat batch sit at
-    positions [context_len-length, context_len) of the sequence, whose KV spans block_table."""
+    positions [context_len-length, context_len) of the sequence, whose KV spans block_table (empty
+    when the batch carries its segments packed: nothing reads it then)."""
 
     start: int
     length: int
@@ -36,3 +39,4 @@ class ForwardBatch:
     decode_context_lens: torch.Tensor  # [Bd] int64
     logits_index: torch.Tensor       # [N] token indices whose logits are returned
     expert_counts: torch.Tensor | None = None  # [n_layers, n_experts] step buffer, on device
+    packed: PackedSegments | None = None  # the segments as one attention problem (EngineConfig.packed_prefill)

@@ -49,16 +49,24 @@ def prefill_attention_kernels(device: torch.device) -> AbstractContextManager[No
     return sdpa_kernel(_CUDA_PREFILL_KERNELS) if device.type == "cuda" else nullcontext()
 
 
-def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int) -> torch.Tensor:
+def masked_sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """torch SDPA of q [Tq, H, D] over k, v [Tk, Hkv, D] under a bool mask [Tq, Tk] (True: attend); the
+    packed segments' kernel (runtime.model.packed_segments). Same layout and kernel choice as sdpa_attention."""
+    return _sdpa(q, k, v, 0, mask)
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int,
+          mask: torch.Tensor | None = None) -> torch.Tensor:
     lq, lk = q.shape[0], k.shape[0]
     group = q.shape[1] // k.shape[1]
     qh = q.transpose(0, 1).unsqueeze(0)
     kh, vh = (x.repeat_interleave(group, dim=1).transpose(0, 1).unsqueeze(0) if group > 1
               else x.transpose(0, 1).unsqueeze(0) for x in (k, v))
-    if lq == lk:  # a whole prompt: the plain causal mask, which lets SDPA pick its flash kernel
+    if mask is None and lq == lk:  # a whole prompt: the plain causal mask, which lets SDPA pick its flash kernel
         out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True)
     else:
-        mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(diagonal=q_offset)
+        if mask is None:
+            mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(diagonal=q_offset)
         out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask)
     return out[0].transpose(0, 1)
 
@@ -103,7 +111,8 @@ class Attention(nn.Module):
                ) -> torch.Tensor:
         """q [T, H, D] of the batch's tokens, their K/V already in the cache -> attention out [T, H, D]:
         single-token decodes through the paged decode kernel, multi-token segments through the
-        prefill kernel over their gathered context."""
+        prefill kernel over their gathered context: one call per segment, or one for all of them when
+        the batch carries them packed (EngineConfig.packed_prefill)."""
         segs = batch.segments
         if not batch.decode_index.numel() and len(segs) == 1 and segs[0].start == 0 and segs[0].length == q.shape[0]:
             return self._segment(q, segs[0], k_cache, v_cache)  # one prompt chunk alone: no copy into out
@@ -111,6 +120,12 @@ class Attention(nn.Module):
         if batch.decode_index.numel():
             out[batch.decode_index] = self.paged_decode(
                 q[batch.decode_index], k_cache, v_cache, batch.decode_block_tables, batch.decode_context_lens)
+        if batch.packed is not None:
+            p = batch.packed
+            kv_shape = (-1, self.n_kv_heads, self.head_dim)
+            out[p.q_index] = masked_sdpa_attention(q[p.q_index], k_cache.view(kv_shape)[p.kv_slots],
+                                                   v_cache.view(kv_shape)[p.kv_slots], p.mask)
+            return out
         for seg in segs:
             out[seg.start:seg.start + seg.length] = self._segment(q, seg, k_cache, v_cache)
         return out

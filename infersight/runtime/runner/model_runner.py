@@ -14,6 +14,7 @@ import torch
 
 from infersight.runtime.runner.cuda_graphs import DecodeGraphs, bucket_for, compile_layers, graph_blocker, width_buckets
 from infersight.runtime.model.forward_batch import ForwardBatch, Segment
+from infersight.runtime.model.packed_segments import SegmentSpan, pack_segments
 from infersight.runtime.model.forward_fused import FusedForward, fused_forward_problem
 from infersight.runtime.model.transformer import Transformer
 from infersight.runtime.engine.request import Request
@@ -66,11 +67,12 @@ class LogitsRows(Sequence[torch.Tensor]):
 
 class ModelRunner:
     def __init__(self, model: Transformer, k_caches: torch.Tensor, v_caches: torch.Tensor,
-                 block_size: int, device: str) -> None:
+                 block_size: int, device: str, packed_prefill: bool = False) -> None:
         self.model = model
         self.k_caches, self.v_caches = k_caches, v_caches
         self.block_size = block_size
         self.device = device
+        self.packed_prefill = packed_prefill  # EngineConfig.packed_prefill: steps of 2+ segments packed
         self.graphs: DecodeGraphs | None = None
         self.graph_blocker: str | None = "not set up"
         # Decode block tables are padded to these widths (the Triton kernel's splits follow the
@@ -121,6 +123,10 @@ class ModelRunner:
         slots: list[int] = []
         logits_index: list[int] = []
         segments: list[Segment] = []
+        spans: list[SegmentSpan] = []
+        # Packed, no segment reads its own block table: skip the per-segment host-to-device copy.
+        packed = self.packed_prefill and sum(len(item.tokens) > 1 for item in items) >= 2
+        no_table = torch.empty(0, dtype=torch.long)
         decode_index: list[int] = []
         decode_tables: list[list[int]] = []
         decode_lens: list[int] = []
@@ -139,7 +145,9 @@ class ModelRunner:
                 decode_tables.append(table[: -(-context // bs)])
                 decode_lens.append(context)
             else:
-                segments.append(Segment(start, n, context, torch.tensor(table, device=self.device)))
+                segments.append(Segment(start, n, context,
+                                        no_table if packed else torch.tensor(table, device=self.device)))
+                spans.append(SegmentSpan(start, n, context, table))
         width = max((len(t) for t in decode_tables), default=0)
         if self.decode_widths and width:
             width = bucket_for(width, self.decode_widths) or width
@@ -153,7 +161,8 @@ class ModelRunner:
             segments=segments, decode_index=as_tensor(decode_index),
             decode_block_tables=as_tensor(padded).view(len(padded), width),
             decode_context_lens=as_tensor(decode_lens), logits_index=as_tensor(logits_index),
-            expert_counts=expert_counts)
+            expert_counts=expert_counts,
+            packed=pack_segments(spans, bs, self.device) if packed else None)
 
     def greedy_tokens(self, rows: int) -> list[int] | None:
         """The argmax of each of the last run's `rows` logits rows, when a decode graph already

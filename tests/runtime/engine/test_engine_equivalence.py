@@ -318,6 +318,31 @@ def test_attention_backends_agree(reference) -> None:
     assert results["flash"] == results["naive"] == results["sdpa"] == reference
 
 
+def test_packed_prefill_matches(reference, noisy_weights: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EngineConfig.packed_prefill: a step's prefill chunks (budget 40) and verify windows (a partly
+    accepting draft: windows of every length) attend as one masked call per layer; the tokens are the
+    reference's, and steps of two and more segments did run packed, in the target and in the draft."""
+    llm = LLM(TARGET, block_size=BLOCK, packed_prefill=True, max_num_batched_tokens=40, speculative_model=NOISY_DRAFT,
+              speculative_weights=noisy_weights, num_speculative_tokens=3)
+    segments_packed: dict[str, list[int]] = {"target": [], "draft": []}
+    for name in segments_packed:
+        runner = getattr(llm.engine, name)
+        build = runner.build_batch
+
+        def spy(items, expert_counts, build=build, seen=segments_packed[name]):  # type: ignore[no-untyped-def]
+            batch = build(items, expert_counts)
+            assert (batch.packed is not None) == (len(batch.segments) >= 2)
+            if batch.packed is not None:
+                seen.append(len(batch.segments))
+            return batch
+        monkeypatch.setattr(runner, "build_batch", spy)
+    outs = llm.generate(PROMPTS, GREEDY)
+    assert _tokens(outs) == reference
+    assert 0 < sum(o.num_spec_accepted for o in outs) < sum(o.num_spec_proposed for o in outs)
+    assert segments_packed["target"] and max(segments_packed["target"]) >= 3, segments_packed
+    assert segments_packed["draft"], segments_packed
+
+
 # ------------------------------------------------------------------------ seeded sampling
 
 

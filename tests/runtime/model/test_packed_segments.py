@@ -1,0 +1,91 @@
+"""Tests for infersight.runtime.model.packed_segments: the packed form of a step's segments on a
+hand-worked case, and attention through it against naive attention of each segment alone."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from infersight.runtime.config import EngineConfig, ModelConfig
+from infersight.runtime.model.attention import naive_attention
+from infersight.runtime.model.forward_batch import ForwardBatch, Segment
+from infersight.runtime.model.packed_segments import SegmentSpan, pack_segments
+from infersight.runtime.model.transformer import Attention
+
+
+def test_two_segments_packed_by_hand() -> None:
+    # block size 4. A: batch rows 1-3 are positions 2-4 of a sequence on blocks 7, 2 (5 tokens of context).
+    # B: rows 5-6 are positions 0-1 of a sequence on block 3. Row 0 and row 4 are decodes (not packed).
+    spans = [SegmentSpan(start=1, length=3, context_len=5, blocks=[7, 2, 9]), SegmentSpan(5, 2, 2, [3])]
+    p = pack_segments(spans, block_size=4, device="cpu")
+    assert p.q_index.tolist() == [1, 2, 3, 5, 6]
+    # A's positions 0-3 on block 7 (slots 28-31), position 4 on block 2 (slot 8); B's 0-1 on block 3.
+    assert p.kv_slots.tolist() == [28, 29, 30, 31, 8, 12, 13]
+    assert p.mask.tolist() == [
+        # keys: A0     A1     A2     A3     A4     B0     B1
+        [True, True, True, False, False, False, False],   # A, position 2
+        [True, True, True, True, False, False, False],    # A, position 3
+        [True, True, True, True, True, False, False],     # A, position 4
+        [False, False, False, False, False, True, False],  # B, position 0
+        [False, False, False, False, False, True, True],   # B, position 1
+    ]
+    with pytest.raises(ValueError):
+        pack_segments([], block_size=4, device="cpu")
+
+
+def _cache_with_tables(gen: torch.Generator, contexts: list[int], block_size: int, hkv: int, d: int
+                       ) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """A float64 cache and one shuffled, non-contiguous block list per sequence."""
+    needed = [-(-c // block_size) for c in contexts]
+    num_blocks = 2 * sum(needed) + 3
+    k = torch.randn(num_blocks, block_size, hkv, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(num_blocks, block_size, hkv, d, generator=gen, dtype=torch.float64)
+    ids = torch.randperm(num_blocks, generator=gen).tolist()
+    tables, at = [], 0
+    for n in needed:
+        tables.append(ids[at:at + n])
+        at += n
+    return k, v, tables
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packed_attention_is_each_segments_own_attention(seed: int) -> None:
+    """A step of one decode and three segments (a whole prompt, a chunk after a prefix, a verify-like window):
+    packed, every segment row is naive causal attention over that sequence's own context alone (float32,
+    the reference's precision) and the per-segment path's (float64), and the decode row is unchanged."""
+    gen = torch.Generator().manual_seed(seed)
+    cfg = ModelConfig("pack-test", d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=64)
+    attn = Attention(cfg, backend="sdpa").double()
+    bs, hkv, d = 4, cfg.n_kv_heads, cfg.head_dim
+    # (rows in the step, context): decode of a 6-token context; prompt of 5; chunk of 3 after 7; window of 4 after 9
+    layout = [(1, 6), (5, 5), (3, 10), (4, 13)]
+    k_cache, v_cache, tables = _cache_with_tables(gen, [c for _, c in layout], bs, hkv, d)
+    t = sum(n for n, _ in layout)
+    q = torch.randn(t, cfg.n_heads, d, generator=gen, dtype=torch.float64)
+    starts = [sum(n for n, _ in layout[:i]) for i in range(len(layout))]
+    segs = [Segment(s, n, c, torch.tensor(tab)) for s, (n, c), tab in zip(starts, layout, tables) if n > 1]
+    spans = [SegmentSpan(s, n, c, tab) for s, (n, c), tab in zip(starts, layout, tables) if n > 1]
+    batch = ForwardBatch(input_ids=torch.zeros(t, dtype=torch.long), positions=torch.zeros(t, dtype=torch.long),
+                         slot_mapping=torch.zeros(t, dtype=torch.long), segments=segs,
+                         decode_index=torch.tensor([0]), decode_block_tables=torch.tensor([tables[0]]),
+                         decode_context_lens=torch.tensor([6]), logits_index=torch.tensor([t - 1]))
+    per_segment = attn.attend(q, batch, k_cache, v_cache)
+    batch.packed = pack_segments(spans, bs, "cpu")
+    packed = attn.attend(q, batch, k_cache, v_cache)
+    for s, (n, c), tab in zip(starts, layout, tables):
+        if n == 1:
+            assert torch.equal(packed[s], per_segment[s])
+            continue
+        slots = [tab[p // bs] * bs + p % bs for p in range(c)]
+        ks, vs = (x.view(-1, hkv, d)[slots] for x in (k_cache, v_cache))
+        want = naive_attention(q[s:s + n], ks, vs, causal=True, q_offset=c - n)  # computed in float32
+        assert (packed[s:s + n] - want).abs().max() <= 1e-5 * want.abs().max(), (s, n, c)
+        # both paths are float64 SDPA over the same keys: equal up to the order of float64 sums
+        assert torch.allclose(packed[s:s + n], per_segment[s:s + n], rtol=0, atol=1e-12), (s, n, c)
+
+
+def test_packed_prefill_runs_on_sdpa() -> None:
+    assert EngineConfig(model="tiny-moe", device="cpu", packed_prefill=True).resolved_attention_backend == "sdpa"
+    assert EngineConfig(model="tiny-moe", device="cpu").resolved_attention_backend == "flash"
+    for backend in ("flash", "naive"):
+        with pytest.raises(ValueError, match="packed_prefill"):
+            EngineConfig(model="tiny-moe", device="cpu", packed_prefill=True, attention_backend=backend)
