@@ -322,7 +322,7 @@ speculation_recheck() {
     set -- ${run//_/ }
     stamp "bench speculation on CUDA, seed $1, batch $2"
     timeout 170 taskset -c 0-7 python3 -m infersight bench speculation --device cuda --json --rounds 3 --batch "$2" \
-      --requests "$3" --seed "$1" > "$OUT/spec_s$1_b$2.json"
+      --requests "$3" --seed "$1" --frames-out "$OUT/spec_frames_s$1_b$2" > "$OUT/spec_s$1_b$2.json"
     python3 - "$OUT/spec_s$1_b$2.json" <<'EOF2'
 import json, sys
 d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
@@ -331,6 +331,8 @@ for t in ("chat", "code", "creative", "json"):
     print(t, d.get(t + ".measured_speedup"), d.get(t + ".predicted_speedup"), d.get(t + ".predicted_interval"), d.get(t + ".inside"))
 EOF2
   done
+  # the frames, one file back (which part of the prediction is high: step prices or the load)
+  (cd "$OUT" && tar -czf spec_recheck_frames.tgz spec_frames_s* && rm -rf spec_frames_s*)
   if [ -n "$calib" ]; then
     stamp "waiting for the CPU calibration"
     wait $calib
