@@ -197,8 +197,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "probe rate): its predictions against an A/B of that load (--model, --draft, --batch, "
                          "--requests, --probe-every, the pool flags are then the demo's)")
     sp.add_argument("--frames-out", default=None, metavar="DIR",
-                    help="write the predicting engine's spec and step_timing frames here (parquet), for offline study; "
-                         "with --demo-workload also every arm's steps (steps.parquet: kind, batch, times)")
+                    help="write the predicting engine's spec and step_timing frames here (parquet), for offline study, "
+                         "and every arm's steps (steps.parquet: arm, kind, batch, times; by task at a fixed batch)")
     sp.add_argument("--observed-arms", action="store_true",
                     help="with --demo-workload: also the plain and speculative engines each with a probe observer "
                          "attached, as the predicting engine has (measured_speedup_observed)")

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
+import pandas as pd
 import torch
 
 from infersight.bench.speculation.fixed_batch import FixedBatchRun, StepKinds, step_runs
@@ -136,7 +137,8 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
                       num_kv_blocks: int | None = None, cpu_offload_blocks: int = 0) -> dict[str, Any]:
     """Run the comparison; returns the flat result (see the module docstring). gammas: other draft
     lengths to measure beside `gamma` (their engines join the same lockstep). frames_out: a folder
-    to write the probed engine's spec and step_timing frames to (parquet), so that the prediction
+    to write the probed engine's spec and step_timing frames to (parquet), and every engine's measured steps
+    (steps.parquet: arm, task, kind, batch, engine_ns, client_ns; StepKinds.table), so that the prediction
     can be studied offline against this run's measurement. num_kv_blocks, cpu_offload_blocks: every
     engine's KV pool (default: ample, (batch + 1) x 32 blocks, no CPU tier)."""
     if rounds < 1 or batch < 1 or probe_every < 2:
@@ -179,6 +181,10 @@ def bench_speculation(model: str = "tiny-moe", draft: str = "tiny-draft", gamma:
             Path(frames_out).mkdir(parents=True, exist_ok=True)
             frames.spec.to_parquet(Path(frames_out) / "spec.parquet")
             frames.step_timing.to_parquet(Path(frames_out) / "step_timing.parquet")
+            # every engine's measured steps, as the client timed them: the prediction's step prices can then be
+            # set beside the arms' own (which part of a miss is the price, which the load)
+            pd.concat([kinds.table().assign(arm=name, task=task) for name, by_task in measured_runs.step_kinds.items()
+                       for task, kinds in by_task.items()], ignore_index=True).to_parquet(Path(frames_out) / "steps.parquet")
         dropped = consumer.stats()["dropped"]
         probes = probed.spec_probe
         by_task = spec_speedup.speedup_by_task(frames.spec, frames.step_timing,

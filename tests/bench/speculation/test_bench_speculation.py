@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from testkit import one_torch_thread
 
@@ -51,10 +52,10 @@ def test_the_batch_stays_full_until_every_listed_request_is_done() -> None:
     assert not run.engine.has_unfinished() and not run.engine.requests  # fillers aborted and released
 
 
-def test_bench_speculation_cli(capsys: pytest.CaptureFixture[str]) -> None:
+def test_bench_speculation_cli(capsys: pytest.CaptureFixture[str], tmp_path) -> None:
     with one_torch_thread():
         assert main(["bench", "speculation", "--requests", "8", "--batch", "2", "--rounds", "1", "--max-tokens", "8",
-                     "--probe-every", "2", "--try-gamma", "2", "--json"]) == 0
+                     "--probe-every", "2", "--try-gamma", "2", "--json", "--frames-out", str(tmp_path)]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["tasks"] >= 2 and result["dropped"] == 0 and 0 < result["probe_share"] <= 1
     tasks = {k.split(".")[0] for k in result if "." in k}
@@ -65,3 +66,8 @@ def test_bench_speculation_cli(capsys: pytest.CaptureFixture[str]) -> None:
         assert result[f"{task}.measured_speedup_gamma_2"] > 0 and result[f"{task}.best_gamma"] in (2, 4)
         assert result[f"{task}.advice"] in ("keep_speculation", "disable_speculation", "inconclusive", "none")
     assert result["tasks_agree"] + result["tasks_contradict"] <= result["tasks"]
+    # --frames-out: every engine's steps as the client timed them; the probed engine's count is its observer's
+    steps, recorded = pd.read_parquet(tmp_path / "steps.parquet"), pd.read_parquet(tmp_path / "step_timing.parquet")
+    assert set(steps["arm"]) == {"plain", "spec", "probed", "spec@2"} and set(steps["task"]) == tasks
+    assert len(steps[steps["arm"] == "probed"]) == len(recorded)
+    assert (steps["client_ns"] > 0).all() and (steps["batch"] >= 1).all()
