@@ -18,14 +18,19 @@ the two settings stay apart when load on the machine stretches the engine's own 
 
 The objectives. How fast the engine runs depends on what else the machine runs, so before the agent
 starts the test drives the same load at each limit for ~2 s (the limit set on the engine directly)
-and sets the strict objective from what the client saw, between the two limits' medians: the ITL one
-at their geometric mean, the TTFT one halfway. At the configured limit TTFTs are multimodal: a request
-that finds a slot free starts at the next step (~0.11 s here), one of the two clients beyond the limit
-waits for others to finish (0.3-0.8 s), so some miss the TTFT objective there (something to gain: the
-loop proposes) while most meet it; at the candidate nearly every request waits (0.73-0.94 s measured).
-An objective at the configured limit's 75th percentile, as it once was, fell on the lower mode when the
-14 or so calibration requests held few waiters (0.120 s in one CI run): 12% of the trial's requests
-met it, too few to tell the limits apart. The loose one is 60 s.
+and sets the strict objective from what the client saw: each at the geometric mean of the two limits'
+medians. At the configured limit TTFTs are multimodal: a request that finds a slot free starts at the
+next step (~0.11 s here); one of the two clients beyond the limit waits for a cohort to finish (~0.43 s
+in a steady run, 0.23-0.7 s just after the candidate's window); at the candidate nearly every request
+waits (0.73-0.94 s). The geometric mean (0.29-0.37 s measured) falls between the configured limit's
+first two modes, so its waiters miss (something to gain: the loop proposes) while most requests meet
+it. Two placements failed in CI: the configured limit's 75th percentile fell on the lower mode when
+the ~14 calibration requests held few waiters (0.120 s: 12% met it in the trial, too few to tell the
+limits apart); halfway between the medians (~0.45 s) sat on the waiters' mode. And in 1 of 5 runs at
+either objective the loop proposed nothing in 60 s: it judged "missed at all" on the last 6 finished
+requests, and a cohort's waiters finish first in its step, so the last 6 were always those that found a
+slot free; it now judges the requests finished within a window of time (agent.autoapply.seq_trial, with
+its own test in test_autoapply_state_machine.py). The loose one is 60 s.
 
 The truth is measured on the client's clock, independently of the probe records the loop reads:
 each request's TTFT (first token seen after a step minus the time before add_request) and mean ITL
@@ -194,16 +199,17 @@ class LoadedRun:
 def _trial(strict: str) -> tuple[LoadedRun, str | None]:
     """Calibrate on this machine now (the client's clock, no agent yet), then the trial. strict "itl":
     the ITL objective between the two limits' median ITLs, the TTFT one loose; strict "ttft": the TTFT
-    objective between the two limits' median TTFTs, the ITL one loose (module docstring)."""
+    objective between the two limits' median TTFTs, the ITL one loose (geometric means; module docstring)."""
     run = LoadedRun()
     with one_torch_thread():
         at = {limit: run.calibrate(limit, seconds) for limit, seconds in ((CANDIDATE, 2.5), (MAX_NUM_SEQS, 2.0))}
-        medians = {key: [float(np.median([getattr(s, key) for s in at[limit]])) for limit in (CANDIDATE, MAX_NUM_SEQS)]
+        between = {key: float(np.sqrt(np.prod([np.median([getattr(s, key) for s in at[limit]])
+                                               for limit in (CANDIDATE, MAX_NUM_SEQS)])))
                    for key in ("itl_s", "ttft_s")}
         if strict == "itl":
-            run.start_agent(slo_ttft_s=60.0, slo_itl_s=float(np.sqrt(np.prod(medians["itl_s"]))))
+            run.start_agent(slo_ttft_s=60.0, slo_itl_s=between["itl_s"])
         else:
-            run.start_agent(slo_ttft_s=float(np.mean(medians["ttft_s"])), slo_itl_s=60.0)
+            run.start_agent(slo_ttft_s=between["ttft_s"], slo_itl_s=60.0)
         stage = run.drive(deadline_s=60)
     return run, stage
 
@@ -254,7 +260,9 @@ def test_a_smaller_batch_that_makes_requests_queue_past_a_strict_ttft_objective_
     run, stage = _trial(strict="ttft")
     try:
         share, verdict = _check(run, stage, "rolled_back")
-        assert share[MAX_NUM_SEQS] - share[CANDIDATE] >= 0.4, share
+        # decisive on the client's clock (~35 requests an arm: 0.3 is ~3 standard errors); the configured limit's
+        # share moves with how many of its window's requests waited (measured 50-79%, the candidate's 0-7%)
+        assert share[MAX_NUM_SEQS] - share[CANDIDATE] >= 0.3, share
         assert verdict["verdict"] == "worse" and verdict["interval_95"][1] < 0
         assert run.engine.scheduler.max_num_seqs == MAX_NUM_SEQS and run.seen[max(run.seen)].limit == MAX_NUM_SEQS
         assert run.agent.decisions_document(100)["in_force"]["max_num_seqs"] == MAX_NUM_SEQS

@@ -306,3 +306,35 @@ def test_an_inconclusive_recheck_leaves_the_task_off_until_the_window_ends_and_w
     assert len(list(part.decisions)) == 6  # the next re-check is due 100 s after this one ended, not began
     part.tick(311 * S)
     assert list(part.decisions)[-2].numbers["trigger"] == "recheck"
+
+
+def _seq_part(ring: str) -> AutoApplyPart:
+    config = AutoApplyConfig(knobs=("max-num-seqs",), min_requests=6, cooldown_s=5, slo_ttft_s=0.3, slo_itl_s=60.0,
+                             seq_window_s=4.0, seq_windows=2, seq_candidates=(2,))
+    part = AutoApplyPart(config, lambda: [], lambda: [ring], clock=lambda: 0)
+    _PARTS.append(part)
+    return part
+
+
+def _cohort(first_id: int, finished_ns: int, ttfts: list[float]) -> list[tuple]:
+    """Requests admitted together, finishing in the same step, in the engine's order."""
+    return [(first_id + i, "code", 0, 0, finished_ns - S, finished_ns, 6, t, 0.1) for i, t in enumerate(ttfts)]
+
+
+@pytest.mark.parametrize("history, proposes", [
+    # a cohort of 8 finishing in one step, its 2 waiters first: the last 6 finished all met the objective,
+    # but the step's two misses are recent (the rule once looked at the last 6 only and never proposed)
+    ([_cohort(0, 10 * S, [0.45, 0.45] + [0.11] * 6)], True),
+    # the same cohort 10 s before 8 newer requests that all met: a miss outside the window is no reason
+    ([_cohort(0, 10 * S, [0.45, 0.45] + [0.11] * 6), _cohort(8, 20 * S, [0.11] * 8)], False),
+    # every recent request met the objective: nothing to gain
+    ([_cohort(0, 10 * S, [0.11] * 8)], False),
+])
+def test_a_seq_trial_is_proposed_when_a_request_finished_within_the_window_missed(
+        ring: str, history: list[list[tuple]], proposes: bool) -> None:
+    part = _seq_part(ring)
+    for rows in history:
+        _feed(part, rows)
+    part.tick(0)
+    decisions = [(d.knob, d.stage, d.before, d.after) for d in part.decisions]
+    assert decisions == ([("max_num_seqs", "proposed", 8, 2), ("max_num_seqs", "canaried", 8, 2)] if proposes else [])

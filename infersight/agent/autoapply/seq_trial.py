@@ -13,8 +13,11 @@ drift of the load over both settings. After the last window, the share of reques
 (agent.autoapply.verdict.slo_verdict): kept only when the whole interval of the difference is above
 0; otherwise the current limit is back.
 
-proposed only when the SLO is missed at all: in the last min_requests finished requests under the
-current limit, fewer than all met it (nothing to gain otherwise).
+proposed only when the SLO is missed at all: of the requests finished in the last seq_window_s (at
+least the last min_requests, and every request that finished with the oldest of those), fewer than all
+met it (nothing to gain otherwise). By time, not by a count alone: requests admitted together finish in
+the same step, and the last min_requests of a cohort can be exactly those that found a slot free, the
+ones that waited for it finishing first (a CI run of the closed-loop test saw no proposal in 60 s so).
 """
 from __future__ import annotations
 
@@ -65,11 +68,18 @@ class SeqTrial:
             return None
         options = [c for c in (self.config.seq_candidates or (max(1, current // 2),))
                    if c != current and c <= configured and c not in self.tried]
-        recent = samples.tail(self.config.min_requests) if len(samples) else samples
-        if not options or len(recent) < self.config.min_requests:
+        if not options or len(samples) < self.config.min_requests:
             return None
-        share = float(self._met(recent).mean())
+        share = float(self._met(self._recent(samples)).mean())
         return (current, options[0], share) if share < 1.0 else None
+
+    def _recent(self, samples: pd.DataFrame) -> pd.DataFrame:
+        """The requests finished in the last seq_window_s before the newest finish, or since the oldest of
+        the last min_requests if that reaches further back; ties at the edge included (module docstring)."""
+        finished = samples["finished_ns"].to_numpy(np.int64)
+        edge = min(int(finished.max()) - int(self.config.seq_window_s * 1e9),
+                   int(np.sort(finished)[-self.config.min_requests]))
+        return samples[finished >= edge]
 
     def start(self, current: int, candidate: int, share: float, change_id: int, now_ns: int) -> None:
         slo = {"slo_ttft_s": self.config.slo_ttft_s, "slo_itl_s": self.config.slo_itl_s}
