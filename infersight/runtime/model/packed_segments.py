@@ -52,8 +52,9 @@ def pack_segments(spans: Sequence[SegmentSpan], block_size: int, device: torch.d
     owner = np.arange(len(spans))
     q_seg = np.repeat(owner, [s.length for s in spans])
     k_seg = np.repeat(owner, [s.context_len for s in spans])
-    blocks = np.concatenate([np.asarray(s.blocks[: -(-s.context_len // block_size)], dtype=np.int64) for s in spans])
-    first_block = np.concatenate([[0], np.cumsum([-(-s.context_len // block_size) for s in spans])[:-1]])
+    n_blocks = [-(-s.context_len // block_size) for s in spans]
+    blocks = np.concatenate([np.asarray(s.blocks[:n], dtype=np.int64) for s, n in zip(spans, n_blocks)])
+    first_block = np.concatenate([[0], np.cumsum(n_blocks)[:-1]])
     kv_slots = blocks[first_block[k_seg] + k_pos // block_size] * block_size + k_pos % block_size
 
     def on_device(a: np.ndarray) -> torch.Tensor:

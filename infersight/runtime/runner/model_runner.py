@@ -65,6 +65,10 @@ class LogitsRows(Sequence[torch.Tensor]):
         return (full[starts[i]:starts[i + 1]] for i in range(len(starts) - 1))
 
 
+#: The block table of a segment the batch carries packed: never read (ForwardBatch.packed has the slots).
+_NO_TABLE = torch.empty(0, dtype=torch.long)
+
+
 class ModelRunner:
     def __init__(self, model: Transformer, k_caches: torch.Tensor, v_caches: torch.Tensor,
                  block_size: int, device: str, packed_prefill: bool = False) -> None:
@@ -126,7 +130,6 @@ class ModelRunner:
         spans: list[SegmentSpan] = []
         # Packed, no segment reads its own block table: skip the per-segment host-to-device copy.
         packed = self.packed_prefill and sum(len(item.tokens) > 1 for item in items) >= 2
-        no_table = torch.empty(0, dtype=torch.long)
         decode_index: list[int] = []
         decode_tables: list[list[int]] = []
         decode_lens: list[int] = []
@@ -145,9 +148,11 @@ class ModelRunner:
                 decode_tables.append(table[: -(-context // bs)])
                 decode_lens.append(context)
             else:
-                segments.append(Segment(start, n, context,
-                                        no_table if packed else torch.tensor(table, device=self.device)))
-                spans.append(SegmentSpan(start, n, context, table))
+                if packed:
+                    segments.append(Segment(start, n, context, _NO_TABLE))
+                    spans.append(SegmentSpan(start, n, context, table))
+                else:
+                    segments.append(Segment(start, n, context, torch.tensor(table, device=self.device)))
         width = max((len(t) for t in decode_tables), default=0)
         if self.decode_widths and width:
             width = bucket_for(width, self.decode_widths) or width
