@@ -35,6 +35,7 @@
 #   serving_profile  `bench runtime` decode at batch 48 (the engine's own rate), then `bench serving`'s
 #                 no-agent arm at 48 clients with py-spy sampling the serve process mid-phase
 #                 (py-spy carried in .whl/): where the serving loop's time goes
+#   serving_packed  `bench serving`, no agent, 48 clients, with and without --packed-prefill (AB_PAIRS pairs)
 #   serving_drift `bench serving` on CUDA, no agent, ten 30-s phases: throughput over time under constant
 #                 load, with py-spy (GIL holders only) on serve early and late
 #   serving_arms  `bench serving` on CUDA, llama-1b-shape, 48 clients: no agent (twice: the A/A floor),
@@ -281,6 +282,19 @@ serving_ab() {
   done
 }
 
+serving_packed() {
+  # Issue 32 item 6: `serve` with its prefill chunks packed into one attention call a layer, or not; pairs of
+  # one-phase runs, the order alternating so a drift across the call falls on both sides.
+  local i side
+  for i in $(seq 1 ${AB_PAIRS:-3}); do
+    for side in $( ((i % 2)) && echo "loop packed" || echo "packed loop"); do
+      stamp "bench serving, no agent, 48 clients, prefill $side, pair $i"
+      if [[ $side == packed ]]; then serving_once "$side" "serving_packed_${side}_$i" --serve-arg=--packed-prefill
+      else serving_once "$side" "serving_packed_${side}_$i"; fi
+    done
+  done
+}
+
 serving_switch() {
   local sw dir n=0
   dir=$(mktemp -d)
@@ -500,7 +514,7 @@ expert_parallel_cpu() {
   echo "rc=$?"
 }
 
-SUITES="trust_h200 gpu_tests decode probe_cost observer_cost observer_moe packed_prefill captures speculation speculation_check speculation_recheck speculation_demo demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
+SUITES="trust_h200 gpu_tests decode probe_cost observer_cost observer_moe packed_prefill captures speculation speculation_check speculation_recheck speculation_demo demo_cuda ceilings energy energy_once serving_profile serving_drift serving_arms serving_switchback serving_split serving_delay serving_ab serving_packed serving_switch hf_decode expert_parallel_x4 expert_parallel_x8 expert_parallel_cpu"
 for suite in "$@"; do
   if [[ " $SUITES " == *" $suite "* ]]; then
     "$suite" 2>&1 | tee "$OUT/$suite.log"
