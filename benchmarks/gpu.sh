@@ -126,13 +126,14 @@ observer_moe() {
 
 packed_prefill() {
   # Issue 32 item 6: a mixed step's forward (llama-1b-shape bf16, 40 decodes beside the prefill chunks) with
-  # its segments attended one call each or packed into one masked call a layer (benchmarks/packed_prefill.py).
+  # its segments attended one call each, or packed: one masked SDPA call or one flash varlen call a layer
+  # (benchmarks/packed_prefill.py).
   for cfg in ${PACKED_CONFIGS:-"2 128 0" "4 96 0" "8 48 0" "4 64 256"}; do
     set -- ${cfg//_/ }
     stamp "packed_prefill.py: $1 segments of $2 tokens after $3"
     timeout 120 python3 benchmarks/packed_prefill.py --model llama-1b-shape --device cuda --segments "$1" --seg-len "$2" \
       --prefix "$3" --decodes 40 --decode-context 300 --rounds 20 > "$OUT/packed_s$1_l$2_p$3.txt" 2>&1
-    grep -E "^(loop|packed)" "$OUT/packed_s$1_l$2_p$3.txt"
+    grep -E "^(loop|packed|varlen)" "$OUT/packed_s$1_l$2_p$3.txt"
   done
 }
 
@@ -452,7 +453,7 @@ gpu_tests() {
   timeout 240 python3 -m pytest -rfE -p no:cacheprovider tests/runtime/engine/test_async_scheduling.py \
     tests/runtime/runner/test_cuda_graphs.py tests/runtime/model/test_fused_forward.py tests/runtime/engine/test_batch_sampling.py \
     tests/runtime/runner/test_profiled_decode.py tests/runtime/model/test_moe_experts.py tests/runtime/model/test_triton_decode.py \
-    tests/runtime/engine/test_tokens_told.py 2>&1 | tail -n 4
+    tests/runtime/engine/test_tokens_told.py tests/runtime/model/test_packed_segments.py 2>&1 | tail -n 4
   stamp "correctness against the reference paths"
   timeout 120 python3 benchmarks/gpu_check.py
 }

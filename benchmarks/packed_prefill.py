@@ -11,7 +11,8 @@ holds (the times do not depend on its values).
 Variants, in blocks of --block-steps forwards between device syncs, the order rotating by round:
     loop       one attention call per segment (the default)
     loop2      the same again: the A/A floor
-    packed     one masked call per layer for all segments
+    packed     one masked SDPA call per layer for all segments (packed kernel "masked")
+    varlen     one flash variable-length call per layer (packed kernel "varlen"; where it runs: CUDA, 16-bit)
 Reported (measured): per variant, the median over rounds of a block's time per forward, and of its paired ratio
 to `loop` in the same round.
 
@@ -36,7 +37,9 @@ from infersight.runtime import Engine, EngineConfig  # noqa: E402
 from infersight.runtime.config import resolve_dtype  # noqa: E402
 from infersight.runtime.runner.model_runner import FeedItem  # noqa: E402
 
-VARIANTS = ("loop", "loop2", "packed")
+VARIANTS = ("loop", "loop2", "packed", "varlen")
+#: what each variant sets on the runner: (packed_prefill, packed_kernel)
+SETTINGS = {"loop": (False, "masked"), "loop2": (False, "masked"), "packed": (True, "masked"), "varlen": (True, "varlen")}
 
 
 def _items(engine: Engine, args: argparse.Namespace) -> list[FeedItem]:
@@ -80,34 +83,37 @@ def main() -> int:
                           packed_prefill=True, max_num_seqs=max(64, args.decodes + args.segments))
     engine = Engine(config)
     runner, items = engine.target, _items(engine, args)
+    # the varlen kernel only where it runs (the runner chose it for this device and dtype)
+    variants = VARIANTS if runner.packed_kernel == "varlen" else VARIANTS[:3]
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
-    per_step: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    ratio: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    per_step: dict[str, list[float]] = {v: [] for v in variants}
+    ratio: dict[str, list[float]] = {v: [] for v in variants}
     with torch.inference_mode():
-        for _ in range(3):  # warm-up: kernels chosen, allocator grown, both variants
-            for packed in (False, True):
-                runner.packed_prefill = packed
+        for _ in range(3):  # warm-up: kernels chosen, allocator grown, every variant
+            for v in variants:
+                runner.packed_prefill, runner.packed_kernel = SETTINGS[v]
                 runner.run(items)
         sync()
         for r in range(args.rounds):
-            order = VARIANTS[r % 3:] + VARIANTS[:r % 3]
+            k = r % len(variants)
+            order = variants[k:] + variants[:k]
             block: dict[str, float] = {}
             for v in order:
-                runner.packed_prefill = v == "packed"
+                runner.packed_prefill, runner.packed_kernel = SETTINGS[v]
                 sync()
                 t0 = time.perf_counter()
                 for _ in range(args.block_steps):
                     runner.run(items)
                 sync()
                 block[v] = (time.perf_counter() - t0) / args.block_steps
-            for v in VARIANTS:
+            for v in variants:
                 per_step[v].append(block[v])
                 ratio[v].append(block[v] / block["loop"])
     out = {"measured": True, "how": "wall time of blocks of forwards between device syncs, variants in turn",
            "model": args.model, "device": args.device, "dtype": str(config.torch_dtype), "segments": args.segments,
            "seg_len": args.seg_len, "prefix": args.prefix, "decodes": args.decodes,
            "decode_context": args.decode_context, "rounds": args.rounds, "block_steps": args.block_steps}
-    for v in VARIANTS:
+    for v in variants:
         ms, x = statistics.median(per_step[v]) * 1e3, statistics.median(ratio[v])
         out[v] = {"ms_per_forward": round(ms, 3), "ratio_to_loop": round(x, 4)}
         print(f"{v:10s} {ms:9.3f} ms a forward   x{x:.3f} of loop (median of {args.rounds} paired rounds)")

@@ -18,6 +18,7 @@ from infersight.runtime.model.attention import flash_attention, gather_kv, naive
 from infersight.runtime.config import ModelConfig
 from infersight.runtime.model.forward_batch import ForwardBatch, Segment
 from infersight.runtime.model.layers import RMSNorm, RotaryEmbedding, SwiGLU
+from infersight.runtime.model.packed_segments import PackedSegments
 from infersight.runtime.model.moe import MoEFFN
 from infersight.runtime.ranges import RangeMarker, layer_range_names
 
@@ -53,6 +54,17 @@ def masked_sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     """torch SDPA of q [Tq, H, D] over k, v [Tk, Hkv, D] under a bool mask [Tq, Tk] (True: attend); the
     packed segments' kernel (runtime.model.packed_segments). Same layout and kernel choice as sdpa_attention."""
     return _sdpa(q, k, v, 0, mask)
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: PackedSegments) -> torch.Tensor:
+    """Flash attention's variable-length kernel: q [Tq, H, D] and k, v [Tk, Hkv, D] cut into segments by
+    packed.cu_q and packed.cu_k, each segment's queries causal over its own keys, aligned to their end
+    (the "varlen" packed kernel; CUDA, 16-bit floats: packed_segments.packed_kernel). No mask, no repeated
+    KV heads (the kernel reads a KV head for its whole query group)."""
+    from torch.nn.attention.varlen import varlen_attn  # torch >= 2.10; packed_kernel checked it imports
+    assert packed.cu_q is not None and packed.cu_k is not None
+    return varlen_attn(q, k, v, packed.cu_q, packed.cu_k, packed.max_q, packed.max_k, window_size=(-1, 0),
+                       enable_gqa=q.shape[1] != k.shape[1])
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int,
@@ -123,8 +135,9 @@ class Attention(nn.Module):
         if batch.packed is not None:
             p = batch.packed
             kv_shape = (-1, self.n_kv_heads, self.head_dim)
-            out[p.q_index] = masked_sdpa_attention(q[p.q_index], k_cache.view(kv_shape)[p.kv_slots],
-                                                   v_cache.view(kv_shape)[p.kv_slots], p.mask)
+            ks, vs = k_cache.view(kv_shape)[p.kv_slots], v_cache.view(kv_shape)[p.kv_slots]
+            out[p.q_index] = (masked_sdpa_attention(q[p.q_index], ks, vs, p.mask) if p.mask is not None
+                              else varlen_attention(q[p.q_index], ks, vs, p))
             return out
         for seg in segs:
             out[seg.start:seg.start + seg.length] = self._segment(q, seg, k_cache, v_cache)

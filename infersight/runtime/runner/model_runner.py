@@ -14,7 +14,7 @@ import torch
 
 from infersight.runtime.runner.cuda_graphs import DecodeGraphs, bucket_for, compile_layers, graph_blocker, width_buckets
 from infersight.runtime.model.forward_batch import ForwardBatch, Segment
-from infersight.runtime.model.packed_segments import SegmentSpan, pack_segments
+from infersight.runtime.model.packed_segments import SegmentSpan, pack_segments, packed_kernel
 from infersight.runtime.model.forward_fused import FusedForward, fused_forward_problem
 from infersight.runtime.model.transformer import Transformer
 from infersight.runtime.engine.request import Request
@@ -77,6 +77,8 @@ class ModelRunner:
         self.block_size = block_size
         self.device = device
         self.packed_prefill = packed_prefill  # EngineConfig.packed_prefill: steps of 2+ segments packed
+        # flash's variable-length kernel where it runs (CUDA, 16-bit), else SDPA under a mask
+        self.packed_kernel = packed_kernel(device, next(model.parameters()).dtype, model.cfg.head_dim)
         self.graphs: DecodeGraphs | None = None
         self.graph_blocker: str | None = "not set up"
         # Decode block tables are padded to these widths (the Triton kernel's splits follow the
@@ -167,7 +169,7 @@ class ModelRunner:
             decode_block_tables=as_tensor(padded).view(len(padded), width),
             decode_context_lens=as_tensor(decode_lens), logits_index=as_tensor(logits_index),
             expert_counts=expert_counts,
-            packed=pack_segments(spans, bs, self.device) if packed else None)
+            packed=pack_segments(spans, bs, self.device, self.packed_kernel) if packed else None)
 
     def greedy_tokens(self, rows: int) -> list[int] | None:
         """The argmax of each of the last run's `rows` logits rows, when a decode graph already

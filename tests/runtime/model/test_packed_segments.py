@@ -8,7 +8,7 @@ import torch
 from infersight.runtime.config import EngineConfig, ModelConfig
 from infersight.runtime.model.attention import naive_attention
 from infersight.runtime.model.forward_batch import ForwardBatch, Segment
-from infersight.runtime.model.packed_segments import SegmentSpan, pack_segments
+from infersight.runtime.model.packed_segments import SegmentSpan, pack_segments, packed_kernel
 from infersight.runtime.model.transformer import Attention
 
 
@@ -30,6 +30,26 @@ def test_two_segments_packed_by_hand() -> None:
     ]
     with pytest.raises(ValueError):
         pack_segments([], block_size=4, device="cpu")
+
+
+def test_two_segments_packed_for_the_varlen_kernel_by_hand() -> None:
+    # the case above: the same rows and slots, and instead of a mask each segment's bounds in them
+    spans = [SegmentSpan(start=1, length=3, context_len=5, blocks=[7, 2, 9]), SegmentSpan(5, 2, 2, [3])]
+    p = pack_segments(spans, block_size=4, device="cpu", kernel="varlen")
+    assert p.q_index.tolist() == [1, 2, 3, 5, 6]
+    assert p.kv_slots.tolist() == [28, 29, 30, 31, 8, 12, 13]
+    assert p.mask is None and p.kernel == "varlen"
+    assert p.cu_q is not None and p.cu_k is not None
+    assert (p.cu_q.tolist(), p.cu_k.tolist(), p.max_q, p.max_k) == ([0, 3, 5], [0, 5, 7], 3, 5)
+    assert p.cu_q.dtype == p.cu_k.dtype == torch.int32  # what flash's kernel takes
+    assert pack_segments(spans, block_size=4, device="cpu").kernel == "masked"
+
+
+def test_the_varlen_kernel_only_where_flash_runs() -> None:
+    # decided before any CUDA call: these hold on a machine without a GPU
+    assert packed_kernel("cpu", torch.bfloat16, 64) == "masked"
+    assert packed_kernel("cuda", torch.float32, 64) == "masked"
+    assert packed_kernel("cuda:0", torch.float64, 64) == "masked"
 
 
 def _cache_with_tables(gen: torch.Generator, contexts: list[int], block_size: int, hkv: int, d: int
@@ -89,3 +109,35 @@ def test_packed_prefill_runs_on_sdpa() -> None:
     for backend in ("flash", "naive"):
         with pytest.raises(ValueError, match="packed_prefill"):
             EngineConfig(model="tiny-moe", device="cpu", packed_prefill=True, attention_backend=backend)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flash's variable-length kernel runs on CUDA only")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_varlen_packed_attention_is_each_segments_own_attention_on_cuda(dtype: torch.dtype) -> None:
+    """The varlen kernel (CUDA, 16-bit, GQA 4:2, head_dim 64) against naive attention of each segment alone
+    in float32 over the same 16-bit inputs: a whole prompt, chunks after prefixes, a one-block window."""
+    assert packed_kernel("cuda", dtype, 64) == "varlen"
+    gen = torch.Generator().manual_seed(3)
+    cfg = ModelConfig("pack-test", d_model=256, n_layers=1, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=512)
+    attn = Attention(cfg, backend="sdpa").to("cuda", dtype)
+    bs, hkv, d = 16, cfg.n_kv_heads, cfg.head_dim
+    layout = [(1, 40), (37, 37), (64, 300), (5, 21), (16, 16 + 130)]  # (rows in the step, context); row 0 decodes
+    k64, v64, tables = _cache_with_tables(gen, [c for _, c in layout], bs, hkv, d)
+    k_cache, v_cache = k64.to("cuda", dtype), v64.to("cuda", dtype)
+    t = sum(n for n, _ in layout)
+    q = torch.randn(t, cfg.n_heads, d, generator=gen).to("cuda", dtype)
+    starts = [sum(n for n, _ in layout[:i]) for i in range(len(layout))]
+    spans = [SegmentSpan(s, n, c, tab) for s, (n, c), tab in zip(starts, layout, tables) if n > 1]
+    batch = ForwardBatch(input_ids=torch.zeros(t, dtype=torch.long), positions=torch.zeros(t, dtype=torch.long),
+                         slot_mapping=torch.zeros(t, dtype=torch.long), segments=[],
+                         decode_index=torch.tensor([0], device="cuda"),
+                         decode_block_tables=torch.tensor([tables[0]], device="cuda"),
+                         decode_context_lens=torch.tensor([40], device="cuda"), logits_index=torch.tensor([t - 1]))
+    batch.packed = pack_segments(spans, bs, "cuda", kernel="varlen")
+    got = attn.attend(q, batch, k_cache, v_cache).float()
+    for s, (n, c), tab in zip(starts, layout, tables):
+        slots = [tab[p // bs] * bs + p % bs for p in range(c)]
+        ks, vs = (x.view(-1, hkv, d)[slots].float() for x in (k_cache, v_cache))
+        want = naive_attention(q[s:s + n].float(), ks, vs, causal=True, q_offset=c - n)
+        # 16-bit inputs, float32 accumulation in both; the output rounded to 16 bits once
+        assert (got[s:s + n] - want).abs().max() <= 2e-2 * want.abs().max(), (s, n, c)
