@@ -7,6 +7,8 @@ capture of a graph, never its replays, whose step and phase ranges come from the
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -60,11 +62,18 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: 
     """Flash attention's variable-length kernel: q [Tq, H, D] and k, v [Tk, Hkv, D] cut into segments by
     packed.cu_q and packed.cu_k, each segment's queries causal over its own keys, aligned to their end
     (the "varlen" packed kernel; CUDA, 16-bit floats: packed_segments.packed_kernel). No mask, no repeated
-    KV heads (the kernel reads a KV head for its whole query group)."""
+    KV heads: the kernel reads a KV head for its whole query group."""
     from torch.nn.attention.varlen import varlen_attn  # torch >= 2.10; packed_kernel checked it imports
     assert packed.cu_q is not None and packed.cu_k is not None
-    return varlen_attn(q, k, v, packed.cu_q, packed.cu_k, packed.max_q, packed.max_k, window_size=(-1, 0),
-                       enable_gqa=q.shape[1] != k.shape[1])
+    # torch 2.13 asks for enable_gqa when the heads differ; 2.11 has no such argument and takes them as they are
+    gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] and _varlen_takes_gqa() else {}
+    return varlen_attn(q, k, v, packed.cu_q, packed.cu_k, packed.max_q, packed.max_k, window_size=(-1, 0), **gqa)
+
+
+@functools.cache
+def _varlen_takes_gqa() -> bool:
+    from torch.nn.attention.varlen import varlen_attn
+    return "enable_gqa" in inspect.signature(varlen_attn).parameters
 
 
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int,
