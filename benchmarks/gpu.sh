@@ -291,7 +291,7 @@ serving_packed() {
     for side in $( ((i % 2)) && echo "loop packed" || echo "packed loop"); do
       stamp "bench serving, no agent, 48 clients, prefill $side, pair $i"
       if [[ $side == packed ]]; then serving_once "$side" "serving_packed_${side}_$i" --serve-arg=--packed-prefill
-      else serving_once "$side" "serving_packed_${side}_$i"; fi
+      else serving_once "$side" "serving_packed_${side}_$i" --serve-arg=--no-packed-prefill; fi
     done
   done
 }

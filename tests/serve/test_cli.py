@@ -38,6 +38,24 @@ def test_max_connections_out_of_range_is_one_line_exit_2() -> None:
         assert res.returncode == 2 and res.stderr.strip() == f"infersight: error: {expected}"
 
 
+@pytest.mark.parametrize("flags, device, packed, batched", [
+    ((), "cuda", True, 2048), ((), "cpu", False, 512),
+    (("--no-packed-prefill",), "cuda", False, 2048), (("--packed-prefill",), "cpu", True, 512),
+    (("--max-num-batched-tokens", "256"), "cuda", True, 256),
+])
+def test_serve_engine_defaults_follow_the_device_and_flags_win(flags: tuple[str, ...], device: str, packed: bool,
+                                                               batched: int) -> None:
+    """Packed prefill and the token budget default by device (on / 2048 for CUDA, off / 512 on the CPU); an
+    explicit flag wins either way. Built from the real parser, nothing started."""
+    from infersight.cli import build_parser
+    from infersight.commands.serve import serve_engine_config
+
+    config = serve_engine_config(build_parser().parse_args(["serve", *flags]), device)
+    assert (config.packed_prefill, config.max_num_batched_tokens) == (packed, batched)
+    if packed:  # packing runs on the sdpa backend, which auto resolves to on either device then
+        assert config.resolved_attention_backend == "sdpa"
+
+
 def wait_json(url: str, check, timeout: float = 40.0):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout
     while True:
