@@ -38,10 +38,11 @@ class EngineConfig:
     max_num_batched_tokens: the per-step token budget shared by prefill chunks and decodes.
     attention_backend: prefill attention (auto: sdpa on CUDA, flash on the CPU; or naive).
     packed_prefill: a step with two or more multi-token segments (prefill chunks, verify windows) runs
-    their attention as one sdpa call per layer under a block-diagonal causal mask built once per step
-    (runtime.model.packed_segments), not one call per segment: fewer host-side launches, more masked
-    arithmetic. Runs on the sdpa backend (attention_backend auto then resolves to sdpa on the CPU too; flash
-    or naive are refused). Off by default: measured on the CPU only (BENCHMARKS.md).
+    their attention as one call per layer (runtime.model.packed_segments), not one call per segment:
+    flash's variable-length kernel on CUDA in 16-bit, else sdpa under a block-diagonal causal mask. Runs on
+    the sdpa backend (attention_backend auto then resolves to sdpa on the CPU too; flash or naive are
+    refused). Off here by default (`serve` turns it on for CUDA, where it measured 1.46-1.57x the client
+    tokens/s; on the CPU it gained nothing; BENCHMARKS.md).
     decode_attention: paged decode attention (auto: the Triton kernel on CUDA when triton is
     installed, else the torch reference).
     spec_probe_every: with a speculative model, N >= 2 runs one in N pure-decode steps at each batch
