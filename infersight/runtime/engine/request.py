@@ -133,6 +133,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     block_table: list[int] = field(default_factory=list)  # grows in place only; any other change: a new list
     num_cached_blocks: int = 0          # leading blocks already registered in the prefix cache
+    last_cached_hash: int = 0           # the chained hash of block num_cached_blocks - 1 (0: none)
     num_computed: int = 0
     draft_computed: int = 0
     num_prefix_hit_tokens: int = 0

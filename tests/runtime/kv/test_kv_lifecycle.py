@@ -252,10 +252,12 @@ def _check_invariants(engine: Engine) -> None:
         n = req.num_cached_blocks
         assert n <= len(req.block_table) and n * bs <= req.num_computed <= req.num_tokens
         tokens = req.token_ids
-        for i, h in enumerate(kv._hashes(tokens, n)):
+        chain = kv._hashes(tokens, n)  # from block 0, as a reference for the commit's running chain
+        for i, h in enumerate(chain):
             blk = pool.blocks[req.block_table[i]]
             if blk.block_hash:
                 assert (blk.block_hash, blk.token_ids) == (h, tuple(tokens[i * bs:(i + 1) * bs]))
+        assert req.last_cached_hash == (chain[-1] if n else 0)
     assert all(len(blk.token_ids) == bs for blk in pool.blocks if blk.block_hash)
     # Free lists: disjoint, no duplicates, exactly the blocks with ref count 0.
     unc, cac = list(pool.free_uncached), list(pool.free_cached)
