@@ -2,6 +2,7 @@
 model by a robust statistic, the modified z-score (Iglewicz and Hoaglin):
 
     z = direction * (x - median(others)) / scale,   scale = max(1.4826 * MAD(others), 0.1 * |median(others)|, 1e-12)
+    (and, for a quantile column, at least its bucket's width / Z_CUT; below)
 
 - median and MAD (median absolute deviation) of the *other* nodes (leave-one-out): in a small fleet
   the slow node would otherwise widen the very spread it is judged against (with three nodes, by
@@ -9,6 +10,13 @@ model by a robust statistic, the modified z-score (Iglewicz and Hoaglin):
 - The scale's floor, 10% of the median, keeps near-identical nodes (MAD ~ 0) from flagging noise: a
   node must be worse than its peers by more than 3.5 x 10% of their median. Where the peers' median
   is 0 (no preemptions anywhere else), any amount on one node stands out, which is the point.
+- A quantile column (TTFT, ITL, e2e p50 and p99) is histogram_quantile over a histogram's buckets, which
+  interpolates linearly inside the bucket holding the quantile: two nodes whose quantiles share a bucket
+  can read apart by up to its width from the shape of their latencies inside it (how many observations
+  sit just above its lower bound), with no real difference. So the scale is at least the width of the
+  bucket holding the peers' median divided by Z_CUT: a node is flagged on a quantile only when it reads
+  at least one bucket above its peers. (Three CPU nodes' ITL p50 of 6.8, 6.2 and 8.8 ms, all in the
+  5-10 ms bucket, flagged the third at z 3.6 without it.)
 - direction: +1 where higher is worse (latency, queueing, preemptions), -1 where lower is (hit and
   acceptance rates). A node is flagged on a column when z > 3.5 (Iglewicz and Hoaglin's cut).
 
@@ -25,10 +33,13 @@ own attribution, slow_requests by cause); without that, "unexplained".
 """
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Sequence
 
 import pandas as pd
 
+from infersight.exporters import catalogue as C
 from infersight.fleet.table import KEYS
 
 Z_CUT = 3.5
@@ -49,6 +60,20 @@ CAUSES: dict[str, tuple[int, str]] = {
     "probe_events_dropped": (1, "dropped_probe_events"),
     "energy_per_output_token_j": (1, "energy"),
 }
+
+
+#: The histogram bucket bounds each quantile column is estimated from (fleet.queries: histogram_quantile
+#: over the catalogue's histograms): its resolution (module docstring).
+QUANTILE_BUCKETS: dict[str, tuple[float, ...]] = {
+    f"{short}_{tag}_s": spec.buckets for spec, short in ((C.TTFT, "ttft"), (C.ITL, "itl"), (C.E2E, "e2e"))
+    for tag in ("p50", "p99") if spec.buckets is not None}
+
+
+def bucket_width(bounds: Sequence[float], value: float) -> float:
+    """The width of the histogram bucket (le bounds, ascending) that holds `value`: (lower, upper] with
+    upper the first bound >= value; the first bucket's lower bound is 0; beyond the last bound, the last."""
+    i = min(bisect.bisect_left(bounds, value), len(bounds) - 1)
+    return bounds[i] - (bounds[i - 1] if i > 0 else 0.0)
 
 
 #: Shares of the node's finished requests (the `requests` column counts them): judged against their
@@ -77,6 +102,8 @@ def scores(table: pd.DataFrame) -> pd.DataFrame:
                 med = float(peers.median())
                 mad = float((peers - med).abs().median())
                 scale = max(MAD_TO_SIGMA * mad, RELATIVE_FLOOR * abs(med), 1e-12)
+                if column in QUANTILE_BUCKETS:
+                    scale = max(scale, bucket_width(QUANTILE_BUCKETS[column], med) / Z_CUT)
                 if counted is not None and counted[i] >= 1:
                     p = min(max(med, 1.0 / counted[i]), 1.0)
                     scale = max(scale, math.sqrt(p * (1.0 - p) / counted[i]))

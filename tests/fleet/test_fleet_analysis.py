@@ -22,13 +22,36 @@ def test_scores_are_leave_one_out_modified_z() -> None:
     t = _table([{"node": "a", "model": "m", "e2e_p99_s": 1.0}, {"node": "b", "model": "m", "e2e_p99_s": 1.2},
                 {"node": "c", "model": "m", "e2e_p99_s": 6.0}])
     s = scores(t).set_index("node")
-    # c against a, b: median 1.1, MAD 0.1, scale max(1.4826 * 0.1, 0.11) = 0.14826; z = 4.9 / 0.14826
+    # c against a, b: median 1.1, MAD 0.1; the latency buckets' (1.0, 2.5] holds 1.1, so the scale is
+    # max(1.4826 * 0.1, 0.11, 1.5 / 3.5) = 0.428571; z = 4.9 / 0.428571
     assert s.loc["c", "peer_median"] == pytest.approx(1.1)
-    assert s.loc["c", "z"] == pytest.approx(4.9 / 0.14826)
+    assert s.loc["c", "scale"] == pytest.approx(1.5 / 3.5)
+    assert s.loc["c", "z"] == pytest.approx(4.9 * 3.5 / 1.5)
     assert bool(s.loc["c", "flagged"])
-    # a against b, c: median 3.6, MAD 2.4, scale 3.55824; z = (1.0 - 3.6) / 3.55824
+    # a against b, c: median 3.6, MAD 2.4, scale max(3.55824, 0.36, 2.5 / 3.5 for (2.5, 5.0]) = 3.55824
     assert s.loc["a", "z"] == pytest.approx(-2.6 / 3.55824)
     assert not s.loc["a", "flagged"] and not s.loc["b", "flagged"]
+    # the same values in a column that is no histogram's quantile: the MAD's scale, 0.14826
+    plain = scores(t.rename(columns={"e2e_p99_s": "queue_share"})).set_index("node")
+    assert plain.loc["c", "z"] == pytest.approx(4.9 / 0.14826)
+
+
+def test_a_quantile_is_flagged_only_a_bucket_above_its_peers() -> None:
+    # A suite run's ITL p50s (ms): 6.77, 6.24, 8.85, all in the ITL buckets' (5, 10]: histogram_quantile
+    # places each by how many of its ITLs sit below 5 ms, not by a difference it can resolve.
+    t = _table([{"node": "a", "model": "m", "itl_p50_s": 0.00677}, {"node": "b", "model": "m", "itl_p50_s": 0.00624},
+                {"node": "c", "model": "m", "itl_p50_s": 0.00885}])
+    s = scores(t).set_index("node")
+    # c against a, b: median 6.505 ms, MAD 0.265; scale max(0.393, 0.6505, 5 / 3.5 = 1.428571) ms
+    assert s.loc["c", "scale"] == pytest.approx(0.005 / 3.5)
+    assert s.loc["c", "z"] == pytest.approx((0.00885 - 0.006505) * 3.5 / 0.005)  # 1.64
+    assert not s.loc["c", "flagged"]
+    # without the floor it was (8.85 - 6.505) / 0.6505 = 3.6: flagged
+    assert (0.00885 - 0.006505) / (0.1 * 0.006505) > 3.5
+    # one bucket above, 12.5 ms in (10, 20]: z = (12.5 - 6.505) / 1.428571 = 4.20, flagged
+    t.loc[2, "itl_p50_s"] = 0.0125
+    s = scores(t).set_index("node")
+    assert s.loc["c", "z"] == pytest.approx((0.0125 - 0.006505) * 3.5 / 0.005) and bool(s.loc["c", "flagged"])
 
 
 def test_the_floor_keeps_near_identical_nodes_quiet_and_lower_is_worse_for_hit_rates() -> None:

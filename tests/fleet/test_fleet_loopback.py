@@ -93,8 +93,8 @@ def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
         while not _settled(central, warm):
             assert time.monotonic() < deadline, f"the central Prometheus did not get the warm-up requests: {warm}"
             time.sleep(0.5)
-        # the slow node last: what it leaves running once its load is served (its agent catching up on
-        # preemptions) fell on the node loaded after it (healthy node-c's ITL p50 flagged, z 3.53-3.57, twice)
+        # (the slow node's load last: an earlier guess at why a healthy node was flagged on ITL p50; the
+        # cause was the judge reading apart quantiles inside one histogram bucket, fleet.outliers)
         sent = drive_load(sorted(nodes.values(), key=lambda n: n.name == SLOW_NODE))
         for name, n in warm.items():
             sent[name] += n
