@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--packed-prefill", action=argparse.BooleanOptionalAction, default=None,
                    help="a step's prefill chunks (and verify windows) attend in one call per layer, not one call per "
                         "chunk: flash's variable-length kernel on CUDA (16-bit), SDPA under one mask elsewhere "
-                        "(default: on for CUDA, where it served 1.46-1.57x the tokens/s at 48 clients on an H200; "
+                        "(default: on for CUDA, where it served 1.46-1.57x the tokens/s at 48 clients on an H200, measured; "
                         "off on the CPU, where it gained nothing)")
     p.add_argument("--engine-in-process", action="store_true",
                    help="run the engine on a thread of the HTTP server's process (default: a process of its own, "

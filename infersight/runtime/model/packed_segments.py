@@ -43,10 +43,6 @@ class PackedSegments:
     max_q: int = 0  # the longest segment's queries
     max_k: int = 0  # the longest segment's context
 
-    @property
-    def kernel(self) -> PackedKernel:
-        return "masked" if self.mask is not None else "varlen"
-
 
 def packed_kernel(device: str, dtype: torch.dtype, head_dim: int) -> PackedKernel:
     """The kernel packed segments run on here: "varlen" where torch's flash variable-length kernel runs
