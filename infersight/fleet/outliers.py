@@ -2,7 +2,7 @@
 model by a robust statistic, the modified z-score (Iglewicz and Hoaglin):
 
     z = direction * (x - median(others)) / scale,   scale = max(1.4826 * MAD(others), 0.1 * |median(others)|, 1e-12)
-    (and, for a quantile column, at least its bucket's width / Z_CUT; below)
+    (for a quantile column, x - median is the smallest difference the histogram's buckets allow; below)
 
 - median and MAD (median absolute deviation) of the *other* nodes (leave-one-out): in a small fleet
   the slow node would otherwise widen the very spread it is judged against (with three nodes, by
@@ -11,12 +11,16 @@ model by a robust statistic, the modified z-score (Iglewicz and Hoaglin):
   node must be worse than its peers by more than 3.5 x 10% of their median. Where the peers' median
   is 0 (no preemptions anywhere else), any amount on one node stands out, which is the point.
 - A quantile column (TTFT, ITL, e2e p50 and p99) is histogram_quantile over a histogram's buckets, which
-  interpolates linearly inside the bucket holding the quantile: two nodes whose quantiles share a bucket
-  can read apart by up to its width from the shape of their latencies inside it (how many observations
-  sit just above its lower bound), with no real difference. So the scale is at least the width of the
-  bucket holding the peers' median divided by Z_CUT: a node is flagged on a quantile only when it reads
-  at least one bucket above its peers. (Three CPU nodes' ITL p50 of 6.8, 6.2 and 8.8 ms, all in the
-  5-10 ms bucket, flagged the third at z 3.6 without it.)
+  interpolates linearly inside the bucket holding the quantile: a reading says only that the true
+  quantile lies in that bucket, (lower, upper]. Where it sits inside depends on the shape of the
+  latencies there, so two nodes with the same latencies near a bound can read a bucket apart (ITL p50s of
+  9.9 and 14.4 ms, true values on either side of the 10 ms bound, e2e p50s equal). So a quantile is judged
+  on the smallest difference its buckets allow: the node's bucket's lower bound less the upper bound of
+  its peers' median (the median of their buckets' upper bounds; the true median lies below it), when the
+  node reads above its peers; zero when the two intervals overlap or touch. A node is flagged on a
+  quantile only when its bucket is above its peers' by more than a whole bucket between them, and by
+  3.5 scales. The bounds are each node's own, as its series hold them (`le`): an agent serving a
+  vLLM's histograms keeps vLLM's buckets.
 - direction: +1 where higher is worse (latency, queueing, preemptions), -1 where lower is (hit and
   acceptance rates). A node is flagged on a column when z > 3.5 (Iglewicz and Hoaglin's cut).
 
@@ -62,18 +66,34 @@ CAUSES: dict[str, tuple[int, str]] = {
 }
 
 
-#: The histogram bucket bounds each quantile column is estimated from (fleet.queries: histogram_quantile
-#: over the catalogue's histograms): its resolution (module docstring).
-QUANTILE_BUCKETS: dict[str, tuple[float, ...]] = {
-    f"{short}_{tag}_s": spec.buckets for spec, short in ((C.TTFT, "ttft"), (C.ITL, "itl"), (C.E2E, "e2e"))
-    for tag in ("p50", "p99") if spec.buckets is not None}
+#: The histogram each quantile column is estimated from (fleet.queries: histogram_quantile over it).
+QUANTILE_HISTOGRAMS: dict[str, C.MetricSpec] = {
+    f"{short}_{tag}_s": spec for spec, short in ((C.TTFT, "ttft"), (C.ITL, "itl"), (C.E2E, "e2e"))
+    for tag in ("p50", "p99")}
 
 
-def bucket_width(bounds: Sequence[float], value: float) -> float:
-    """The width of the histogram bucket (le bounds, ascending) that holds `value`: (lower, upper] with
-    upper the first bound >= value; the first bucket's lower bound is 0; beyond the last bound, the last."""
-    i = min(bisect.bisect_left(bounds, value), len(bounds) - 1)
-    return bounds[i] - (bounds[i - 1] if i > 0 else 0.0)
+def bucket_of(bounds: Sequence[float], value: float) -> tuple[float, float]:
+    """The histogram bucket (lower, upper] that holds a histogram_quantile reading `value`, given the
+    histogram's finite `le` bounds, ascending: upper is the first bound >= value, the first bucket's lower
+    bound is 0; above the last bound, (last, inf) (histogram_quantile reads the +Inf bucket as the last
+    bound, which lands in the last finite bucket: the conservative side)."""
+    i = bisect.bisect_left(bounds, value)
+    if i == len(bounds):
+        return (bounds[-1] if bounds else 0.0), math.inf
+    return (bounds[i - 1] if i > 0 else 0.0), bounds[i]
+
+
+def resolved_difference(own: tuple[float, float], peers: Sequence[tuple[float, float]]) -> float:
+    """The smallest difference between a node's quantile and its peers' median that their buckets allow
+    (module docstring): own and peers are buckets (lower, upper]. The peers' median lies between the
+    median of their lower bounds and the median of their upper bounds. Positive: the node above."""
+    low = float(pd.Series([b[0] for b in peers]).median())
+    high = float(pd.Series([b[1] for b in peers]).median())
+    if own[0] >= high:
+        return own[0] - high
+    if own[1] <= low:
+        return own[1] - low
+    return 0.0
 
 
 #: Shares of the node's finished requests (the `requests` column counts them): judged against their
@@ -85,16 +105,28 @@ def direction(column: str) -> int:
     return SYMPTOMS.get(column) or CAUSES[column][0]
 
 
-def scores(table: pd.DataFrame) -> pd.DataFrame:
+def scores(table: pd.DataFrame, buckets: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (node, model, judged column) with a value and at least one peer:
-    node, model, column; value; peers (how many other nodes); peer_median, peer_mad, scale; z
-    (signed so that positive is worse); flagged (z > Z_CUT). Input: table.node_table's frame."""
+    node, model, column; value; peers (how many other nodes); peer_median, peer_mad, scale; difference
+    (value - peer_median; for a quantile column the smallest difference its buckets allow); z
+    (direction * difference / scale: positive is worse); flagged (z > Z_CUT).
+    Inputs: table.node_table's frame; buckets: node, model, column, le (a quantile column's histogram
+    bounds per node, +Inf left out or kept), where a (node, model, column) without rows has the
+    catalogue's bounds (what infersight's own agents write); None: the catalogue's for every node."""
+    given: dict[tuple[str, str, str], tuple[float, ...]] = {}
+    if buckets is not None and not buckets.empty:
+        finite = buckets[buckets["le"] < math.inf]
+        for (node, model, column), group in finite.groupby([*KEYS, "column"]):
+            given[(node, model, column)] = tuple(sorted(set(group["le"].astype(float))))
     rows = []
     for column in [c for c in [*SYMPTOMS, *CAUSES] if c in table]:
         sign = direction(column)
+        spec = QUANTILE_HISTOGRAMS.get(column)
         for _model, group in table.groupby("model"):
             values = group[["node", "model", column]].dropna()
             counted = group["requests"] if column in REQUEST_SHARES and "requests" in group else None
+            bucket = ({i: bucket_of(given.get((r["node"], r["model"], column), spec.buckets or ()), float(r[column]))
+                       for i, r in values.iterrows()} if spec is not None else {})
             for i, row in values.iterrows():
                 peers = values.loc[values.index != i, column]
                 if peers.empty:
@@ -102,16 +134,16 @@ def scores(table: pd.DataFrame) -> pd.DataFrame:
                 med = float(peers.median())
                 mad = float((peers - med).abs().median())
                 scale = max(MAD_TO_SIGMA * mad, RELATIVE_FLOOR * abs(med), 1e-12)
-                if column in QUANTILE_BUCKETS:
-                    scale = max(scale, bucket_width(QUANTILE_BUCKETS[column], med) / Z_CUT)
                 if counted is not None and counted[i] >= 1:
                     p = min(max(med, 1.0 / counted[i]), 1.0)
                     scale = max(scale, math.sqrt(p * (1.0 - p) / counted[i]))
-                z = sign * (float(row[column]) - med) / scale
+                difference = (resolved_difference(bucket[i], [bucket[j] for j in peers.index])
+                              if spec is not None else float(row[column]) - med)
+                z = sign * difference / scale
                 rows.append({"node": row["node"], "model": row["model"], "column": column,
                              "value": float(row[column]), "peers": len(peers), "peer_median": med, "peer_mad": mad,
-                             "scale": scale, "z": z, "flagged": z > Z_CUT})
-    cols = [*KEYS, "column", "value", "peers", "peer_median", "peer_mad", "scale", "z", "flagged"]
+                             "scale": scale, "difference": difference, "z": z, "flagged": z > Z_CUT})
+    cols = [*KEYS, "column", "value", "peers", "peer_median", "peer_mad", "scale", "difference", "z", "flagged"]
     return pd.DataFrame(rows, columns=cols)
 
 

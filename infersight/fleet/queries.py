@@ -63,6 +63,11 @@ class FleetQueries:
     def quantile(self, spec: MetricSpec, q: float) -> str:
         return f"histogram_quantile({q:g}, sum {self._by('le')} (rate({spec.name}_bucket[{self.window}])))"
 
+    def bucket_bounds(self, spec: MetricSpec) -> str:
+        """One series per (node, model, le) of the histogram in the window: its bucket bounds as each node's
+        series hold them (the outlier judge's resolution of a quantile, fleet.outliers)."""
+        return f"group {self._by('le')} (last_over_time({spec.name}_bucket[{self.window}]))"
+
     def phase_share(self, phase: str) -> str:
         total = self.rate(C.PHASE, series=C.PHASE.name + "_sum")
         return self.ratio(self.rate(C.PHASE, matchers=f'phase="{phase}"', series=C.PHASE.name + "_sum"), total)

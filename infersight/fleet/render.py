@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from infersight.fleet.outliers import QUANTILE_HISTOGRAMS
 from infersight.fleet.queries import ESTIMATED
 from infersight.fleet.report import FleetReport
 from infersight.fleet.table import KEYS
@@ -31,10 +32,12 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def evidence(report: FleetReport, node: str, model: str) -> pd.DataFrame:
-    """The flagged columns of one (node, model): column, value, peer_median, z, worst first."""
+    """The flagged columns of one (node, model): column, value, peer_median, difference (what z is taken
+    on: for a latency quantile the smallest difference its buckets allow), z, worst first."""
     s = report.scores
     mine = s[(s["node"] == node) & (s["model"] == model) & s["flagged"]]
-    return mine.sort_values("z", ascending=False)[["column", "value", "peer_median", "z"]].reset_index(drop=True)
+    columns = ["column", "value", "peer_median", "difference", "z"]
+    return mine.sort_values("z", ascending=False)[columns].reset_index(drop=True)
 
 
 def _when(report: FleetReport) -> str:
@@ -91,8 +94,9 @@ def _outlier_lines(report: FleetReport) -> list[str]:
     lines = []
     for row in report.outliers.itertuples(index=False):
         ev = evidence(report, row.node, row.model)
-        said = "; ".join(f"{e.column} {_fmt(e.value)} vs peers' median {_fmt(e.peer_median)} (z {_fmt(e.z)})"
-                         for e in ev.itertuples(index=False))
+        said = "; ".join(f"{e.column} {_fmt(e.value)} vs peers' median {_fmt(e.peer_median)} (z {_fmt(e.z)}"
+                         + (f", at least {_fmt(e.difference)} above by the buckets)" if e.column in QUANTILE_HISTOGRAMS
+                            else ")") for e in ev.itertuples(index=False))
         lines.append(f"  OUTLIER node {row.node} model {row.model or '-'}: cause {row.cause}"
                      f" ({row.cause_from or 'no cause stands out'})")
         lines.append(f"    evidence: {said}")

@@ -9,7 +9,7 @@ import pandas as pd
 
 from infersight.fleet.config import FleetConfig
 from infersight.fleet.experts import hottest_experts
-from infersight.fleet.outliers import Z_CUT, outliers, scores
+from infersight.fleet.outliers import QUANTILE_HISTOGRAMS, Z_CUT, outliers, scores
 from infersight.fleet.prometheus_api import PrometheusAPI, PrometheusError, Sample
 from infersight.fleet.queries import ColumnQuery, FleetQueries
 from infersight.fleet.table import KEYS, mix, node_table
@@ -37,7 +37,8 @@ class FleetReport:
     @property
     def statistic(self) -> str:
         return (f"modified z-score (Iglewicz-Hoaglin) against the other nodes' median and MAD, scale floored at "
-                f"10% of their median, flagged above {Z_CUT:g}")
+                f"10% of their median, flagged above {Z_CUT:g}; a latency quantile by the smallest difference "
+                f"its histogram buckets allow")
 
 
 def _frame(samples: list[Sample], config: FleetConfig, extra: dict[str, str]) -> pd.DataFrame:
@@ -49,6 +50,18 @@ def _frame(samples: list[Sample], config: FleetConfig, extra: dict[str, str]) ->
 
 def agent_link(config: FleetConfig, instance: str) -> str:
     return f"{config.agent_scheme}://{instance}/api/v1/requests?slowest={config.slowest}"
+
+
+def _buckets(api: PrometheusAPI, q: FleetQueries, config: FleetConfig, at: float) -> pd.DataFrame:
+    """node, model, column, le: each quantile column's histogram bounds per node (outliers.scores)."""
+    bounds: dict[str, pd.DataFrame] = {}
+    frames = []
+    for column, spec in QUANTILE_HISTOGRAMS.items():
+        if spec.name not in bounds:
+            found = _frame(api.query(q.bucket_bounds(spec), at), config, {"le": "le"})
+            bounds[spec.name] = found.assign(le=pd.to_numeric(found["le"], errors="coerce")).dropna(subset=["le"])
+        frames.append(bounds[spec.name][[*KEYS, "le"]].assign(column=column))
+    return pd.concat(frames, ignore_index=True)
 
 
 def build_report(api: PrometheusAPI, config: FleetConfig, at: float | None = None) -> FleetReport:
@@ -66,7 +79,7 @@ def build_report(api: PrometheusAPI, config: FleetConfig, at: float | None = Non
     spec = _frame(api.query(q.spec_by_task(), at), config, {"task": "task"}).rename(columns={"value": "accept_rate"})
     causes = _frame(api.query(q.slow_causes(), at), config, {"cause": "cause"}).rename(columns={"value": "count"})
     slow_mix = mix(causes, "cause")
-    judged = scores(table)
+    judged = scores(table, _buckets(api, q, config, at))
     found = outliers(judged, slow_mix)
     tokens = _frame(api.query(q.expert_tokens(), at), config, {"layer": "layer", "expert": "expert"})
     experts = hottest_experts(tokens.rename(columns={"value": "tokens"}), config.top_experts)

@@ -7,6 +7,7 @@ import math
 import pandas as pd
 import pytest
 
+from infersight.exporters import catalogue as C
 from infersight.fleet.config import FleetConfig
 from infersight.fleet.experts import hottest_experts
 from infersight.fleet.outliers import outliers, scores
@@ -19,49 +20,79 @@ def _table(rows: list[dict]) -> pd.DataFrame:
 
 
 def test_scores_are_leave_one_out_modified_z() -> None:
+    t = _table([{"node": "a", "model": "m", "queue_share": 1.0}, {"node": "b", "model": "m", "queue_share": 1.2},
+                {"node": "c", "model": "m", "queue_share": 6.0}])
+    s = scores(t).set_index("node")
+    # c against a, b: median 1.1, MAD 0.1, scale max(1.4826 * 0.1, 0.11) = 0.14826; z = 4.9 / 0.14826
+    assert s.loc["c", "peer_median"] == pytest.approx(1.1)
+    assert s.loc["c", "scale"] == pytest.approx(0.14826)
+    assert s.loc["c", "difference"] == pytest.approx(4.9)
+    assert s.loc["c", "z"] == pytest.approx(4.9 / 0.14826)
+    assert bool(s.loc["c", "flagged"])
+    # a against b, c: median 3.6, MAD 2.4, scale max(3.55824, 0.36) = 3.55824
+    assert s.loc["a", "z"] == pytest.approx(-2.6 / 3.55824)
+    assert not s.loc["a", "flagged"] and not s.loc["b", "flagged"]
+
+
+def test_a_quantile_is_judged_on_the_smallest_difference_its_buckets_allow() -> None:
+    # The same values as an e2e p99 (latency buckets ... 1.0, 2.5, 5.0, 7.5 ...): c's 6.0 lies in (5.0, 7.5],
+    # a's 1.0 in (0.75, 1.0], b's 1.2 in (1.0, 2.5]; the peers' median lies below the median of their upper
+    # bounds, (1.0 + 2.5) / 2 = 1.75, so c is at least 5.0 - 1.75 = 3.25 above: z = 3.25 / 0.14826
     t = _table([{"node": "a", "model": "m", "e2e_p99_s": 1.0}, {"node": "b", "model": "m", "e2e_p99_s": 1.2},
                 {"node": "c", "model": "m", "e2e_p99_s": 6.0}])
     s = scores(t).set_index("node")
-    # c against a, b: median 1.1, MAD 0.1; the latency buckets' (1.0, 2.5] holds 1.1, so the scale is
-    # max(1.4826 * 0.1, 0.11, 1.5 / 3.5) = 0.428571; z = 4.9 / 0.428571
-    assert s.loc["c", "peer_median"] == pytest.approx(1.1)
-    assert s.loc["c", "scale"] == pytest.approx(1.5 / 3.5)
-    assert s.loc["c", "z"] == pytest.approx(4.9 * 3.5 / 1.5)
-    assert bool(s.loc["c", "flagged"])
-    # a against b, c: median 3.6, MAD 2.4, scale max(3.55824, 0.36, 2.5 / 3.5 for (2.5, 5.0]) = 3.55824
-    assert s.loc["a", "z"] == pytest.approx(-2.6 / 3.55824)
-    assert not s.loc["a", "flagged"] and not s.loc["b", "flagged"]
-    # the same values in a column that is no histogram's quantile: the MAD's scale, 0.14826
-    plain = scores(t.rename(columns={"e2e_p99_s": "queue_share"})).set_index("node")
-    assert plain.loc["c", "z"] == pytest.approx(4.9 / 0.14826)
+    assert s.loc["c", "difference"] == pytest.approx(3.25)
+    assert s.loc["c", "z"] == pytest.approx(3.25 / 0.14826) and bool(s.loc["c", "flagged"])
+    # a below its peers: its bucket's upper bound 1.0 less the median of theirs' lower bounds, (1.0 + 5.0) / 2
+    assert s.loc["a", "difference"] == pytest.approx(1.0 - 3.0)
+    # b in (1.0, 2.5]; its peers' median lies in ((0.75 + 5.0) / 2, (1.0 + 7.5) / 2] = (2.875, 4.25]: b is
+    # below it by 2.875 - 2.5 = 0.375 at least
+    assert s.loc["b", "difference"] == pytest.approx(-0.375)
+    # a and b alone, 1.0 in (0.75, 1.0] and 1.2 in (1.0, 2.5]: touching buckets, nothing the buckets can tell
+    two = scores(t.iloc[:2]).set_index("node")
+    assert list(two["difference"]) == [0.0, 0.0] and list(two["z"]) == [0.0, 0.0]
 
 
-def test_a_quantile_is_flagged_only_a_bucket_above_its_peers() -> None:
-    # A suite run's ITL p50s (ms): 6.77, 6.24, 8.85, all in the ITL buckets' (5, 10]: histogram_quantile
-    # places each by how many of its ITLs sit below 5 ms, not by a difference it can resolve.
-    t = _table([{"node": "a", "model": "m", "itl_p50_s": 0.00677}, {"node": "b", "model": "m", "itl_p50_s": 0.00624},
-                {"node": "c", "model": "m", "itl_p50_s": 0.00885}])
+def test_quantiles_a_bucket_apart_are_not_told_apart() -> None:
+    # A suite run's ITL p50s (ms): 9.87, 8.98 in the ITL buckets' (5, 10], 14.44 in (10, 20], the three
+    # nodes' e2e p50s within 1%: the latencies sat either side of the 10 ms bound, so c may be 10.01 and
+    # a 9.99. Its bucket's lower bound 10 is not above its peers' upper bounds' median 10: no difference.
+    t = _table([{"node": "a", "model": "m", "itl_p50_s": 0.00987}, {"node": "b", "model": "m", "itl_p50_s": 0.00898},
+                {"node": "c", "model": "m", "itl_p50_s": 0.01444}])
     s = scores(t).set_index("node")
-    # c against a, b: median 6.505 ms, MAD 0.265; scale max(0.393, 0.6505, 5 / 3.5 = 1.428571) ms
-    assert s.loc["c", "scale"] == pytest.approx(0.005 / 3.5)
-    assert s.loc["c", "z"] == pytest.approx((0.00885 - 0.006505) * 3.5 / 0.005)  # 1.64
-    assert not s.loc["c", "flagged"]
-    # without the floor it was (8.85 - 6.505) / 0.6505 = 3.6: flagged
-    assert (0.00885 - 0.006505) / (0.1 * 0.006505) > 3.5
-    # one bucket above, 12.5 ms in (10, 20]: z = (12.5 - 6.505) / 1.428571 = 4.20, flagged
-    t.loc[2, "itl_p50_s"] = 0.0125
+    assert s.loc["c", "difference"] == 0.0 and not s.loc["c", "flagged"]
+    # on the readings it was (14.44 - 9.425) / max(1.4826 * 0.445, 0.9425) = 5.3: flagged
+    assert (0.01444 - 0.009425) / max(1.4826 * 0.000445, 0.0009425) > 3.5
+    # two buckets above, 30 ms in (20, 40]: at least 20 - 10 = 10 ms above; z = 10 / 0.9425 = 10.6
+    t.loc[2, "itl_p50_s"] = 0.030
     s = scores(t).set_index("node")
-    assert s.loc["c", "z"] == pytest.approx((0.0125 - 0.006505) * 3.5 / 0.005) and bool(s.loc["c", "flagged"])
+    assert s.loc["c", "difference"] == pytest.approx(0.010)
+    assert s.loc["c", "z"] == pytest.approx(0.010 / 0.0009425) and bool(s.loc["c", "flagged"])
+
+
+def test_each_node_is_read_with_its_own_buckets() -> None:
+    # c's histogram has vLLM's ITL bounds (... 0.025, 0.05 ...), a's and b's infersight's (... 0.01, 0.02, 0.04 ...).
+    t = _table([{"node": "a", "model": "m", "itl_p50_s": 0.007}, {"node": "b", "model": "m", "itl_p50_s": 0.008},
+                {"node": "c", "model": "m", "itl_p50_s": 0.030}])
+    vllm = [0.01, 0.025, 0.05, 0.075, 0.1, math.inf]
+    buckets = pd.DataFrame([{"node": "c", "model": "m", "column": "itl_p50_s", "le": le} for le in vllm])
+    s = scores(t, buckets).set_index("node")
+    # c in (0.025, 0.05]: at least 25 - 10 = 15 ms above; on the catalogue's bounds (20, 40] it would be 10
+    assert s.loc["c", "difference"] == pytest.approx(0.015)
+    assert scores(t).set_index("node").loc["c", "difference"] == pytest.approx(0.010)
+    # a, read against c's (0.025, 0.05] and b's (5, 10]: below the median of their lower bounds, 15 ms,
+    # by its own bucket's upper bound 10 ms at least: -5 ms
+    assert s.loc["a", "difference"] == pytest.approx(0.010 - 0.015)
 
 
 def test_the_floor_keeps_near_identical_nodes_quiet_and_lower_is_worse_for_hit_rates() -> None:
-    t = _table([{"node": "a", "model": "m", "ttft_p99_s": 1.00, "prefix_hit_rate": 0.8},
-                {"node": "b", "model": "m", "ttft_p99_s": 1.00, "prefix_hit_rate": 0.8},
-                {"node": "c", "model": "m", "ttft_p99_s": 1.30, "prefix_hit_rate": 0.2}])
+    t = _table([{"node": "a", "model": "m", "queue_share": 0.10, "prefix_hit_rate": 0.8},
+                {"node": "b", "model": "m", "queue_share": 0.10, "prefix_hit_rate": 0.8},
+                {"node": "c", "model": "m", "queue_share": 0.13, "prefix_hit_rate": 0.2}])
     s = scores(t).set_index(["node", "column"])
-    # MAD of (1.0, 1.0) is 0: the scale is 10% of the median, 0.1; z = 0.3 / 0.1 = 3 (under 3.5)
-    assert s.loc[("c", "ttft_p99_s"), "z"] == pytest.approx(3.0)
-    assert not s.loc[("c", "ttft_p99_s"), "flagged"]
+    # MAD of (0.1, 0.1) is 0: the scale is 10% of the median, 0.01; z = 0.03 / 0.01 = 3 (under 3.5)
+    assert s.loc[("c", "queue_share"), "z"] == pytest.approx(3.0)
+    assert not s.loc[("c", "queue_share"), "flagged"]
     # hit rate: lower is worse, z = -(0.2 - 0.8) / 0.08 = 7.5
     assert s.loc[("c", "prefix_hit_rate"), "z"] == pytest.approx(7.5)
 
@@ -84,7 +115,8 @@ def test_a_share_of_requests_is_judged_against_its_sampling_noise() -> None:
 def test_an_outlier_needs_a_symptom_and_its_cause_is_the_worst_cause_column() -> None:
     t = _table([
         {"node": "a", "model": "m", "e2e_p99_s": 1.0, "preemptions_per_request": 0.0, "queue_share": 0.10},
-        {"node": "b", "model": "m", "e2e_p99_s": 5.0, "preemptions_per_request": 2.0, "queue_share": 0.30},
+        # b's e2e p99 in (5.0, 7.5], its peers' in (0.75, 1.0] and (1.0, 2.5]: at least 2.5 s above
+        {"node": "b", "model": "m", "e2e_p99_s": 6.0, "preemptions_per_request": 2.0, "queue_share": 0.30},
         {"node": "c", "model": "m", "e2e_p99_s": 1.1, "preemptions_per_request": 0.0, "queue_share": 0.11},
         # slow on nothing, but its queue share stands out: no symptom, no outlier
         {"node": "d", "model": "m", "e2e_p99_s": 1.05, "preemptions_per_request": 0.0, "queue_share": 0.9},
@@ -152,6 +184,8 @@ def test_queries_group_by_the_configured_labels_and_say_what_is_estimated() -> N
     cols = {c.column: c for c in q.columns()}
     assert cols["e2e_p99_s"].expr == ("histogram_quantile(0.99, sum by (k8s_node_name, model, le) "
                                       "(rate(infersight_e2e_request_latency_seconds_bucket[10m])))")
+    assert q.bucket_bounds(C.ITL) == ("group by (k8s_node_name, model, le) "
+                                      "(last_over_time(infersight_inter_token_latency_seconds_bucket[10m]))")
     assert cols["e2e_p99_s"].provenance == ESTIMATED and cols["request_rate"].provenance == "measured"
     assert "infersight_preemptions_total[10m]" in cols["preemptions_per_request"].expr
 

@@ -9,7 +9,10 @@ range for each of the latency p99s (TTFT, ITL, end-to-end) and the worst of the 
 
 One difference, said here: PromQL has no leave-one-out, so the median and MAD include the row itself.
 With three or more nodes both still ignore one outlier (the median of 3 is a peer's value); with
-one node every z is 0. Above Z_CUT (3.5) a row stands out; the fleet command gives the cause.
+one node every z is 0. And the table's z is taken on the quantiles' readings, while the fleet command
+judges a quantile on the smallest difference its histogram buckets allow (a bucket's bounds are not
+an instant vector PromQL can join): the table ranks, a healthy row a bucket apart may read above 3.5
+there; the fleet command says which rows stand out, and why.
 """
 from __future__ import annotations
 
@@ -93,8 +96,9 @@ def build(kit: PanelKit) -> Dashboard:
     d = d.with_row(kit.row("Outliers"))
     d = d.with_panel(kit.table(TABLE_TITLE, table_columns(), width=FULL, sort_desc=DEVIATION, description=(
         "One row per node, engine instance and model over the dashboard's range, sorted by the robust "
-        "deviation of its worst latency p99 from the other rows of its model (modified z-score; above 3.5 "
-        "it stands out). `infersight fleet` names the cause.")))
+        "deviation of its worst latency p99 from the other rows of its model (modified z-score on the "
+        "quantiles' readings; above 3.5 it stands out). `infersight fleet` judges each quantile at its "
+        "histogram buckets' resolution and names the cause.")))
     rate = "$__rate_interval"
     d = d.with_row(kit.row("Per node"))
     for name, spec in SYMPTOMS:
