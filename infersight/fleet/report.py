@@ -19,7 +19,8 @@ from infersight.fleet.table import KEYS, mix, node_table
 class FleetReport:
     """What `infersight fleet` shows. Frames (columns documented in their modules):
     table (table.node_table), spec_by_task (node, model, task, accept_rate), slow_mix (node, model,
-    cause, count, share: table.mix), scores and outliers (outliers.py), experts (experts.py).
+    cause, count, share: table.mix), scores and outliers (outliers.py), experts (experts.py), buckets
+    (node, model, column, le: the histogram bounds each node's quantiles were judged at).
     links: (node, model) of each outlier -> its agent's slowest-requests URL, built from the agent
     target's `instance` label (HOST:PORT of the agent's /metrics, which serves its JSON API too)."""
 
@@ -33,6 +34,7 @@ class FleetReport:
     outliers: pd.DataFrame
     experts: pd.DataFrame
     links: dict[tuple[str, str], list[str]]
+    buckets: pd.DataFrame
 
     @property
     def statistic(self) -> str:
@@ -79,7 +81,8 @@ def build_report(api: PrometheusAPI, config: FleetConfig, at: float | None = Non
     spec = _frame(api.query(q.spec_by_task(), at), config, {"task": "task"}).rename(columns={"value": "accept_rate"})
     causes = _frame(api.query(q.slow_causes(), at), config, {"cause": "cause"}).rename(columns={"value": "count"})
     slow_mix = mix(causes, "cause")
-    judged = scores(table, _buckets(api, q, config, at))
+    buckets = _buckets(api, q, config, at)
+    judged = scores(table, buckets)
     found = outliers(judged, slow_mix)
     tokens = _frame(api.query(q.expert_tokens(), at), config, {"layer": "layer", "expert": "expert"})
     experts = hottest_experts(tokens.rename(columns={"value": "tokens"}), config.top_experts)
@@ -89,4 +92,4 @@ def build_report(api: PrometheusAPI, config: FleetConfig, at: float | None = Non
         instances = [i for i in ",".join(row["instance"]).split(",") if i]
         links[(node, model)] = [agent_link(config, i) for i in instances]
     return FleetReport(config, at, columns, table, spec.sort_values([*KEYS, "task"]).reset_index(drop=True),
-                       slow_mix, judged, found, experts, links)
+                       slow_mix, judged, found, experts, links, buckets)

@@ -9,7 +9,8 @@ started once and shared by every check:
   "All"), has data for each node from the central Prometheus (the GPU panels have none on a CPU,
   the kernel panels need the flight recorder, off here: loopback_fleet says why); the variables
   list the fleet's nodes, model and agents; the fleet overview's table lists the slow node first;
-- `infersight fleet` names the slow node and its cause, and links to its agent's slowest requests.
+- `infersight fleet` names the slow node and its cause, and links to its agent's slowest requests;
+  it judges each node's quantiles at the bucket bounds that node's agent exposes.
 
 The expected node is loopback_fleet.SLOW_NODE, the one given the small KV pool: never read from
 the code under test. Without Prometheus or Phoenix a skip, under CI=true a failure.
@@ -40,7 +41,10 @@ from testkit import require_service  # noqa: E402
 from infersight.cli import main  # noqa: E402
 from infersight.dashboards.grafana import fleet as fleet_board, gpu, kernels, write_dashboards  # noqa: E402
 from infersight.exporters import catalogue as C  # noqa: E402
+from infersight.fleet.config import FleetConfig  # noqa: E402
 from infersight.fleet.outliers import Z_CUT  # noqa: E402
+from infersight.fleet.prometheus_api import PrometheusAPI  # noqa: E402
+from infersight.fleet.report import build_report  # noqa: E402
 
 pytestmark = requires_prometheus
 PREEMPTION_ALERT = "InfersightPreemptionStorm"
@@ -310,3 +314,15 @@ def test_fleet_names_the_slow_node_and_its_cause(fleet: FleetRun, capsys: pytest
         code, out, err = _fleet_cli(capsys, "--prometheus-url", fleet.central.url, "--since", WINDOW, "--format", fmt)
         assert code == 0 and f"node {SLOW_NODE}" in out and link in out, err
 
+
+
+def test_fleet_judges_each_node_at_the_buckets_its_agent_exposes(fleet: FleetRun) -> None:
+    """The bounds the outlier judge read a node's quantiles at (fleet.outliers) are the `le` values that
+    node's agent serves on /metrics, read here from the raw exposition text."""
+    report = build_report(PrometheusAPI(fleet.central.url), FleetConfig(fleet.central.url, since=WINDOW))
+    for spec, column in ((C.TTFT, "ttft_p50_s"), (C.ITL, "itl_p99_s"), (C.E2E, "e2e_p50_s")):
+        for node in fleet.nodes.values():
+            text = httpx.get(f"http://{node.agent_instance}/metrics", timeout=10).text
+            exposed = {float(le) for le in re.findall(rf'^{spec.name}_bucket{{[^}}]*le="([^"]+)"', text, re.M)}
+            mine = report.buckets[(report.buckets["node"] == node.name) & (report.buckets["column"] == column)]
+            assert exposed and set(mine["le"]) == exposed, (node.name, column)
