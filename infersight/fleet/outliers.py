@@ -17,9 +17,9 @@ model by a robust statistic, the modified z-score (Iglewicz and Hoaglin):
   9.9 and 14.4 ms, true values on either side of the 10 ms bound, e2e p50s equal). So a quantile is judged
   on the smallest difference its buckets allow: the node's bucket's lower bound less the upper bound of
   its peers' median (the median of their buckets' upper bounds; the true median lies below it), when the
-  node reads above its peers; zero when the two intervals overlap or touch. A node is flagged on a
-  quantile only when its bucket is above its peers' by more than a whole bucket between them, and by
-  3.5 scales. The bounds are each node's own, as its series hold them (`le`): an agent serving a
+  node reads above its peers; zero when the two intervals overlap or touch. So a node is flagged on a
+  quantile only when a whole bucket lies between its bucket and its peers', and that gap is over 3.5
+  scales. The bounds are each node's own, as its series hold them (`le`): an agent serving a
   vLLM's histograms keeps vLLM's buckets.
 - direction: +1 where higher is worse (latency, queueing, preemptions), -1 where lower is (hit and
   acceptance rates). A node is flagged on a column when z > 3.5 (Iglewicz and Hoaglin's cut).
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from infersight.exporters import catalogue as C
+from infersight.fleet.queries import QUANTILE_COLUMNS
 from infersight.fleet.table import KEYS
 
 Z_CUT = 3.5
@@ -64,12 +64,6 @@ CAUSES: dict[str, tuple[int, str]] = {
     "probe_events_dropped": (1, "dropped_probe_events"),
     "energy_per_output_token_j": (1, "energy"),
 }
-
-
-#: The histogram each quantile column is estimated from (fleet.queries: histogram_quantile over it).
-QUANTILE_HISTOGRAMS: dict[str, C.MetricSpec] = {
-    f"{short}_{tag}_s": spec for spec, short in ((C.TTFT, "ttft"), (C.ITL, "itl"), (C.E2E, "e2e"))
-    for tag in ("p50", "p99")}
 
 
 def bucket_of(bounds: Sequence[float], value: float) -> tuple[float, float]:
@@ -121,7 +115,7 @@ def scores(table: pd.DataFrame, buckets: pd.DataFrame | None = None) -> pd.DataF
     rows = []
     for column in [c for c in [*SYMPTOMS, *CAUSES] if c in table]:
         sign = direction(column)
-        spec = QUANTILE_HISTOGRAMS.get(column)
+        spec = QUANTILE_COLUMNS[column][0] if column in QUANTILE_COLUMNS else None
         for _model, group in table.groupby("model"):
             values = group[["node", "model", column]].dropna()
             counted = group["requests"] if column in REQUEST_SHARES and "requests" in group else None

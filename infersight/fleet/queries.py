@@ -22,6 +22,13 @@ MEASURED = "measured"
 ESTIMATED = "measured buckets, quantile interpolated within a bucket"
 
 
+#: The latency quantile columns: (histogram, quantile) each is histogram_quantile over (the outlier
+#: judge reads them at their histograms' buckets, fleet.outliers).
+QUANTILE_COLUMNS: dict[str, tuple[MetricSpec, float]] = {
+    f"{short}_{tag}_s": (spec, q) for spec, short in ((C.TTFT, "ttft"), (C.ITL, "itl"), (C.E2E, "e2e"))
+    for tag, q in (("p50", 0.5), ("p99", 0.99))}
+
+
 @dataclass(frozen=True)
 class ColumnQuery:
     """One column of the table: its PromQL, unit, provenance and what it is."""
@@ -86,10 +93,10 @@ class FleetQueries:
         cols = [ColumnQuery("request_rate", self.rate(C.REQUESTS), "1/s", MEASURED, "finished requests per second"),
                 ColumnQuery("requests", self.increase(C.REQUESTS), "count", MEASURED,
                             "finished requests in the window (what a share of requests is counted on)")]
-        for spec, short in ((C.TTFT, "ttft"), (C.ITL, "itl"), (C.E2E, "e2e")):
-            for q, tag in ((0.5, "p50"), (0.99, "p99")):
-                cols.append(ColumnQuery(f"{short}_{tag}_s", self.quantile(spec, q), "s", ESTIMATED,
-                                        f"{short.upper()} {tag} from {spec.name}"))
+        for column, (spec, q) in QUANTILE_COLUMNS.items():
+            short, tag, _ = column.split("_")
+            cols.append(ColumnQuery(column, self.quantile(spec, q), "s", ESTIMATED,
+                                    f"{short.upper()} {tag} from {spec.name}"))
         cols += [
             ColumnQuery("queue_share", self.phase_share("queue"), "ratio", MEASURED,
                         "share of request time spent queued (request_phase_seconds)"),

@@ -9,8 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from infersight.fleet.outliers import QUANTILE_HISTOGRAMS
-from infersight.fleet.queries import ESTIMATED
+from infersight.fleet.queries import ESTIMATED, QUANTILE_COLUMNS
 from infersight.fleet.report import FleetReport
 from infersight.fleet.table import KEYS
 
@@ -95,7 +94,7 @@ def _outlier_lines(report: FleetReport) -> list[str]:
     for row in report.outliers.itertuples(index=False):
         ev = evidence(report, row.node, row.model)
         said = "; ".join(f"{e.column} {_fmt(e.value)} vs peers' median {_fmt(e.peer_median)} (z {_fmt(e.z)}"
-                         + (f", at least {_fmt(e.difference)} above by the buckets)" if e.column in QUANTILE_HISTOGRAMS
+                         + (f", at least {_fmt(e.difference)} above by the buckets)" if e.column in QUANTILE_COLUMNS
                             else ")") for e in ev.itertuples(index=False))
         lines.append(f"  OUTLIER node {row.node} model {row.model or '-'}: cause {row.cause}"
                      f" ({row.cause_from or 'no cause stands out'})")

@@ -9,9 +9,9 @@ import pandas as pd
 
 from infersight.fleet.config import FleetConfig
 from infersight.fleet.experts import hottest_experts
-from infersight.fleet.outliers import QUANTILE_HISTOGRAMS, Z_CUT, outliers, scores
+from infersight.fleet.outliers import Z_CUT, outliers, scores
 from infersight.fleet.prometheus_api import PrometheusAPI, PrometheusError, Sample
-from infersight.fleet.queries import ColumnQuery, FleetQueries
+from infersight.fleet.queries import QUANTILE_COLUMNS, ColumnQuery, FleetQueries
 from infersight.fleet.table import KEYS, mix, node_table
 
 
@@ -58,7 +58,7 @@ def _buckets(api: PrometheusAPI, q: FleetQueries, config: FleetConfig, at: float
     """node, model, column, le: each quantile column's histogram bounds per node (outliers.scores)."""
     bounds: dict[str, pd.DataFrame] = {}
     frames = []
-    for column, spec in QUANTILE_HISTOGRAMS.items():
+    for column, (spec, _) in QUANTILE_COLUMNS.items():
         if spec.name not in bounds:
             found = _frame(api.query(q.bucket_bounds(spec), at), config, {"le": "le"})
             bounds[spec.name] = found.assign(le=pd.to_numeric(found["le"], errors="coerce")).dropna(subset=["le"])
