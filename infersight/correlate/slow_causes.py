@@ -35,6 +35,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from infersight.correlate.requests import PARTS
+
 NS = 1e9
 FEATURE_DTYPES = {
     "uncached_tokens": "int64",            # prompt_tokens - cached_tokens: what prefill computed
@@ -278,6 +280,21 @@ def _excesses(r: object, typ: dict[str, float], from_zero: bool) -> dict[str, tu
     return {k: (float(np.nan_to_num(v, nan=0.0)), d) for k, (v, d) in out.items()}
 
 
+#: The request_table parts each judged metric is made of (network: only its receive side is before
+#: the first token, which the table does not split off, so TTFT leaves it out).
+METRIC_PARTS = {"e2e": ("queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s"),
+                "ttft": ("queue_s", "prefill_s"), "itl": ("preemption_stall_s", "decode_s")}
+
+
+def _slowest_part(r: object, metric: str, typ: dict[str, float]) -> tuple[str, float]:
+    """The part of the judged metric the request spent the most time in over the typical request:
+    (part without its _s, seconds over typical). Where an unattributed request's time went, so a
+    reader can tell a host stall in prefill from a decode that ran slow everywhere."""
+    over = {p: float(getattr(r, p)) - float(np.nan_to_num(typ[p])) for p in METRIC_PARTS.get(metric, PARTS)}
+    part = max(over, key=over.__getitem__)
+    return part.removesuffix("_s").replace("_", " "), over[part]
+
+
 def _gap(r: object, metric: str, typ: dict[str, float]) -> float:
     """How much slower than typical the request is on the metric it was judged on, in seconds."""
     if metric == "ttft":
@@ -313,7 +330,9 @@ def attribute_slow(slow: pd.DataFrame, window: pd.DataFrame) -> pd.DataFrame:
             details.append(f"{ex[best][1]}; {amount:.3f} s of its {gap_text}")
         else:
             causes.append("unattributed")
-            details.append(f"no part explains its {gap_text} (largest: {best.replace('_', ' ')}, {amount:.3f} s)")
+            part, over = _slowest_part(r, metric, typ)
+            details.append(f"no cause explains its {gap_text} (largest: {best.replace('_', ' ')}, {amount:.3f} s); "
+                           f"its {part} took {over:+.3f} s over the typical request's")
         amounts.append(amount)
     return pd.DataFrame({"request_id": slow["request_id"].to_numpy(np.int64), "slow_cause": causes,
                          "detail": details, "excess_s": amounts}).astype(SLOW_DTYPES)

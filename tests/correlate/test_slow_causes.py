@@ -93,6 +93,23 @@ def test_what_no_cause_explains_is_unattributed() -> None:
     assert cause_of(*one_slow(queue_s=0.05, decode_s=0.4))[0] == "unattributed"
 
 
+def test_an_unattributed_request_says_which_part_its_time_is_in() -> None:
+    # A long output (66 tokens: decode 0.2 s, +0.1 over typical) that also stalled 0.35 s in its
+    # prefill (a host pause): the output explains 0.1 of +0.45 s, under a quarter, and the detail
+    # points at the prefill: 0.37 - 0.02.
+    cause, amount, detail = cause_of(*one_slow(output_tokens=66, decode_s=0.2, prefill_s=0.37))
+    assert (cause, amount) == ("unattributed", pytest.approx(0.1))
+    assert detail == ("no cause explains its +0.450 s over the typical e2e (largest: long output, 0.100 s); "
+                      "its prefill took +0.350 s over the typical request's")
+    # Judged on ITL, only its decode and stalls count: the decode, +0.1 s.
+    slow, window = one_slow(decode_s=0.2)
+    assert cause_of(slow.assign(metric="itl"), window)[2].endswith("its decode took +0.100 s over the typical request's")
+    # On TTFT, a prefill of a typical prompt 0.18 s slow, beside a decode 0.5 s slow that TTFT holds none of.
+    slow, window = one_slow(prefill_s=0.2, decode_s=0.6)
+    _, _, detail = cause_of(slow.assign(metric="ttft"), window)
+    assert detail.endswith("its prefill took +0.180 s over the typical request's"), detail
+
+
 def test_the_judged_metric_picks_the_candidates() -> None:
     slow, window = one_slow(queue_s=0.5, swap_preemptions=1, preemption_stall_s=0.3)
     assert cause_of(slow, window)[0] == "queue_wait"                      # e2e: the larger excess
