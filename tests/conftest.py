@@ -1,7 +1,9 @@
 """Puts tests/ on sys.path so test packages can share `testkit`, acts on testkit's service marks, and
-holds the fixtures that test directories share (a service started once per session)."""
+holds the fixtures that test directories share (a service started once per session); what
+collection imported is frozen out of the cyclic collector (shorter pauses in timed tests)."""
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,15 @@ from testkit import require_service  # noqa: E402  (importable only once tests/ 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "service(name, present, reason): the test needs that service "
                                        "(testkit.needs_service): a failure under CI=true when absent, a skip elsewhere")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # What collection imported (torch, pandas, every test module) lives as long as the session: moved
+    # out of the collector's reach, as vLLM does after start-up. Full collections then scan only what
+    # tests made, and the pauses they put into timed tests halved (over tests/agent, gc.callbacks:
+    # 0.25-0.37 s before, 0.10-0.20 s after).
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
