@@ -28,6 +28,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # Handed back before the interpreter exits: objects left frozen are never finalised, and
+    # triton's bindings then report them as leaks on the way out.
+    gc.unfreeze()
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("service"):
         if not mark.kwargs["present"]:
