@@ -145,6 +145,31 @@ def test_a_window_read_late_in_one_huge_poll_is_still_measured_against_its_own_s
     assert len(rec.history) == 4_096  # nothing pending: back to its usual bound
 
 
+def test_a_window_measured_below_zero_is_charged_nothing_and_the_counter_never_falls() -> None:
+    # 40 steps of 10 ms, then the window and everything after at 8 ms (a new request's short context:
+    # step times drift down). Measured: (steps + 2 after) x -2 ms. Charged, counted and budgeted: 0.
+    ms = 1_000_000
+    target = StartedTarget()
+    state = AgentState(AgentConfig(rings=["infersight-vllm-1"], vllm_server=VllmHttpConfig(url="http://127.0.0.1:1")))
+    rec = FlightRecorder(RecorderConfig(budget=0.4, initial_cost_s=0.001, min_interval_s=0.0, after_steps=2,
+                                        preemption_storm=None, step_jump=None), state,
+                         CaptureController(target=target), {})
+    t0 = 1_000 * 1_000 * ms
+    rec.add_steps(ring_steps(0, 40, t0, 10 * ms, {}))
+    rec.poll(["infersight-vllm-1"], now_s=(t0 + 400 * ms) / 1e9)
+    assert rec.captures.window is not None and rec.captures.window.state == "running"
+    start_ns = t0 + 400 * ms + 1
+    rec.add_steps(ring_steps(40, 100, t0 + 400 * ms, 8 * ms, {}))
+    target.outcome = CaptureOutcome("done", "/nonexistent/trace.pt.trace.json.gz",
+                                    {"capture": {"start_mono_ns": start_ns, "trace_ready_mono_ns": start_ns + 20 * ms}})
+    rec.poll(["infersight-vllm-1"], now_s=(t0 + 2_000 * ms) / 1e9)
+    (entry,) = rec.store.recent()
+    assert entry["first_step"] == 40 and entry["steps"] == WINDOW_STEPS + EXTRA_STEPS
+    assert entry["cost"]["cost_s"] == pytest.approx(-(entry["steps"] + 2) * 0.002)
+    assert entry["charged_s"] == 0.0 and rec.budget.cost_s == 0.0
+    assert state.counters["infersight_recorder_cost_seconds"].get(("window",)) == 0.0
+
+
 # -- live: one real vLLM ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def vllm(shared_llama: SharedVllm) -> tuple[SharedVllm, Path]:
@@ -220,6 +245,8 @@ def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) 
     measured = [w for w in windows if w.get("cost")]
     print(json.dumps([{"cost": w.get("cost"), "profiler": w.get("profiler")} for w in windows]))
     print(json.dumps(summary["flight_recorder"], default=str))
+    print(json.dumps([{k: e.get(k) for k in ("first_step", "steps", "cost", "charged_s", "reason")}
+                      for e in entries if e["kind"] == "triggered"], default=str))
     assert len(measured) >= WINDOWS, (entries, summary.get("flight_recorder"))
 
     # 1. Every window analysed, each trace bounded by vLLM itself to exactly N of its steps (counted
@@ -265,11 +292,11 @@ def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) 
     reservation = max(rec["window_cost_estimate_s"], *(max(c, 0.0) for c in costs[-8:]))
     assert rec["window_reservation_s"] == pytest.approx(reservation, rel=1e-6)
     assert rec["window_interval_engine_s"] == pytest.approx(reservation / BUDGET)
-    first_overrun = measured[0]["cost"]["cost_s"] - INITIAL_COST_S
+    first_overrun = measured[0]["charged_s"] - INITIAL_COST_S  # what the budget was charged: below zero, 0
     if windows[0].get("cost") and len(windows) > 1:
         # After the first window the allowance (at most 2 x 10 ms) paid its cost, and the next needs its
         # new estimate (= that cost): budget x engine time >= 2 x cost - 20 ms, and engine <= wall time.
-        first = windows[0]["cost"]["cost_s"]
+        first = windows[0]["charged_s"]
         gap_s = (windows[1]["profiler"]["start_mono_ns"] - windows[0]["profiler"]["start_mono_ns"]) / 1e9
         assert gap_s >= 0.95 * (2 * first - 2 * INITIAL_COST_S) / BUDGET, (gap_s, first)
     assert rec["cost_seconds"] <= BUDGET * rec["engine_seconds"] + first_overrun + 2 * rec["window_reservation_s"]
@@ -280,4 +307,10 @@ def test_windows_on_vllm_are_analysed_measured_and_kept_inside_the_budget(vllm) 
     assert total(metrics, "infersight_recorder_triggered_captures_total", reason="slo_e2e") == 1
     triggered = [c for c in captures if c["reason"].startswith("trigger slo_e2e")]
     assert len(triggered) == 1 and triggered[0]["state"] == "done"
-    assert total(metrics, "infersight_recorder_cost_seconds_total", kind="triggered") > 0
+    # Its cost measured and counted apart from the windows'. Not asserted > 0: one measurement over ~140
+    # steps on this host, where a new 1,500-token request's steps run faster than the last one's
+    # baseline; CI once measured -0.25 s (now charged as 0; the windows' median above is the cost check).
+    (charged,) = [e for e in entries if e["kind"] == "triggered"]
+    assert charged["cost"] is not None and charged["charged_s"] == max(charged["cost"]["cost_s"], 0.0)
+    assert total(metrics, "infersight_recorder_cost_seconds_total", kind="triggered") == pytest.approx(
+        charged["charged_s"], abs=1e-9)

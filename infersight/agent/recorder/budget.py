@@ -11,7 +11,8 @@ slower steps, the trace export (after the last window step's end, before the nex
 slowdown right after (the `after` steps) are all in it. The baseline is the steps just before the
 window that ran requests and were not themselves affected by an earlier window. The noise floor
 is the baseline periods' median absolute deviation x sqrt(steps charged): a cost below it is not
-told apart from jitter. An engine that goes idle right after a window gets that idle time
+told apart from jitter. A cost measured below zero is charged as zero (FlightRecorder): the
+signed figure is kept beside it. An engine that goes idle right after a window gets that idle time
 charged too: an over-estimate, so the rate drops, never the other way.
 
 When the next window may start (`WindowBudget`): a token bucket in engine time. Every second of

@@ -242,7 +242,10 @@ class FlightRecorder:
 
     def _settle(self, entry: dict[str, Any], cost: WindowCost | None) -> None:
         window = entry["kind"] == "window"
-        measured = cost.cost_s if cost is not None else self.budget.reserve_s
+        # Below zero the steps ran faster than their baseline (jitter, or step times drifting down, as
+        # a new long request's do after the last one's): charged nothing, never credited. The cost
+        # counter is a Prometheus counter (a decrease reads as a reset), and noise earns no allowance.
+        measured = max(cost.cost_s, 0.0) if cost is not None else self.budget.reserve_s
         if cost is None:
             held = (int(self.history["step_id"].min()), int(self.history["step_id"].max())) if len(self.history) \
                 else (-1, -1)
