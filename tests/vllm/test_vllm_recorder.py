@@ -113,19 +113,27 @@ def ring_steps(first_id: int, n: int, t0_ns: int, period_ns: int, stall: dict[in
                          "prefill_tokens": 0, "preempted": 0, "running": 1, "decode_tokens": 1})
 
 
+MS, T0_NS = 1_000_000, 10**12
+
+
+def recorder_on_vllm() -> tuple[FlightRecorder, StartedTarget]:
+    """A recorder on a vLLM target at a 40% budget (a window at once), charging 2 steps after each."""
+    target = StartedTarget()
+    state = AgentState(AgentConfig(rings=["infersight-vllm-1"], vllm_server=VllmHttpConfig(url="http://127.0.0.1:1")))
+    rec = FlightRecorder(RecorderConfig(budget=0.4, initial_cost_s=0.001, min_interval_s=0.0, after_steps=2,
+                                        preemption_storm=None, step_jump=None), state,
+                         CaptureController(target=target), {})
+    return rec, target
+
+
 def test_a_window_read_late_in_one_huge_poll_is_still_measured_against_its_own_steps() -> None:
     # A starved agent (a loaded 2-core host: polls of 3.7-18 s): 40 steps of 10 ms, a window asked for
     # after them; its first step (40) is 50 ms longer (the profiler). Then one poll reads 5,000 steps,
     # more than the 4,096 the recorder keeps.
     # Before, steps 0..943 left the history and the window was settled at its estimate (no cost);
     # the cost is 50 ms exactly: the steps after 40 start 50 ms late, every period is 10 ms.
-    ms = 1_000_000
-    target = StartedTarget()
-    state = AgentState(AgentConfig(rings=["infersight-vllm-1"], vllm_server=VllmHttpConfig(url="http://127.0.0.1:1")))
-    rec = FlightRecorder(RecorderConfig(budget=0.4, initial_cost_s=0.001, min_interval_s=0.0, after_steps=2,
-                                        preemption_storm=None, step_jump=None), state,
-                         CaptureController(target=target), {})
-    t0 = 1_000 * 1_000 * ms
+    ms, t0 = MS, T0_NS
+    rec, target = recorder_on_vllm()
     before = ring_steps(0, 40, t0, 10 * ms, {})
     before.loc[39, ["running", "decode_tokens"]] = 0  # read at a request boundary: none running
     rec.add_steps(before)
@@ -148,13 +156,8 @@ def test_a_window_read_late_in_one_huge_poll_is_still_measured_against_its_own_s
 def test_a_window_measured_below_zero_is_charged_nothing_and_the_counter_never_falls() -> None:
     # 40 steps of 10 ms, then the window and everything after at 8 ms (a new request's short context:
     # step times drift down). Measured: (steps + 2 after) x -2 ms. Charged, counted and budgeted: 0.
-    ms = 1_000_000
-    target = StartedTarget()
-    state = AgentState(AgentConfig(rings=["infersight-vllm-1"], vllm_server=VllmHttpConfig(url="http://127.0.0.1:1")))
-    rec = FlightRecorder(RecorderConfig(budget=0.4, initial_cost_s=0.001, min_interval_s=0.0, after_steps=2,
-                                        preemption_storm=None, step_jump=None), state,
-                         CaptureController(target=target), {})
-    t0 = 1_000 * 1_000 * ms
+    ms, t0 = MS, T0_NS
+    rec, target = recorder_on_vllm()
     rec.add_steps(ring_steps(0, 40, t0, 10 * ms, {}))
     rec.poll(["infersight-vllm-1"], now_s=(t0 + 400 * ms) / 1e9)
     assert rec.captures.window is not None and rec.captures.window.state == "running"
@@ -167,7 +170,7 @@ def test_a_window_measured_below_zero_is_charged_nothing_and_the_counter_never_f
     assert entry["first_step"] == 40 and entry["steps"] == WINDOW_STEPS + EXTRA_STEPS
     assert entry["cost"]["cost_s"] == pytest.approx(-(entry["steps"] + 2) * 0.002)
     assert entry["charged_s"] == 0.0 and rec.budget.cost_s == 0.0
-    assert state.counters["infersight_recorder_cost_seconds"].get(("window",)) == 0.0
+    assert rec.state.counters["infersight_recorder_cost_seconds"].get(("window",)) == 0.0
 
 
 # -- live: one real vLLM ---------------------------------------------------------------------------
