@@ -282,15 +282,14 @@ def _excesses(r: object, typ: dict[str, float], from_zero: bool) -> dict[str, tu
 
 #: The request_table parts each judged metric is made of (network: only its receive side is before
 #: the first token, which the table does not split off, so TTFT leaves it out).
-METRIC_PARTS = {"e2e": ("queue_s", "prefill_s", "preemption_stall_s", "decode_s", "network_s"),
-                "ttft": ("queue_s", "prefill_s"), "itl": ("preemption_stall_s", "decode_s")}
+METRIC_PARTS = {"e2e": tuple(PARTS), "ttft": ("queue_s", "prefill_s"), "itl": ("preemption_stall_s", "decode_s")}
 
 
 def _slowest_part(r: object, metric: str, typ: dict[str, float]) -> tuple[str, float]:
     """The part of the judged metric the request spent the most time in over the typical request:
     (part without its _s, seconds over typical). Where an unattributed request's time went, so a
     reader can tell a host stall in prefill from a decode that ran slow everywhere."""
-    over = {p: float(getattr(r, p)) - float(np.nan_to_num(typ[p])) for p in METRIC_PARTS.get(metric, PARTS)}
+    over = {p: float(getattr(r, p)) - float(np.nan_to_num(typ[p])) for p in METRIC_PARTS.get(metric, METRIC_PARTS["e2e"])}
     part = max(over, key=over.__getitem__)
     return part.removesuffix("_s").replace("_", " "), over[part]
 
