@@ -75,7 +75,7 @@ def test_the_engine_pause_stops_the_process_for_its_share_only_while_on() -> Non
 def test_a_known_loss_is_read_back_from_the_clients_clock() -> None:
     """serve's engine stopped for 25% of the on blocks: the clients' on/off tokens/s must read that loss
     (the expected ratio from the pauser's own record of the stops), and the A/A arm must not."""
-    config = ServingBenchConfig(clients=8, max_tokens=16, warmup_s=2.0, rounds=1, arms=("none", "none_again"),
+    config = ServingBenchConfig(clients=8, max_tokens=16, max_tokens_spread=0.5, warmup_s=2.0, rounds=1, arms=("none", "none_again"),
                                 switchback_block_s=1.0, switchback_pairs=PAIRS, calibration_pause=0.25)
     report = bench_serving_switchback(config, log=lambda _: None)
     paused, aa = report["arms"][CALIBRATION_ARM], report["arms"]["none_again"]
@@ -90,7 +90,10 @@ def test_a_known_loss_is_read_back_from_the_clients_clock() -> None:
     # this 2-core VM a pair's ratio scatters by ~15% at 1-s blocks (A/A over 12 pairs, seeds 1-3: 0.937, 1.002,
     # 0.980; 25% stopped read 0.657 and 0.731 over 8 pairs, 2026-12-05), so 0.15 is three standard errors.
     # At 10 pairs one run of the suite (12-05 evening, loaded) read an interval up to 1.016: one slow block in
-    # ten pairs widens it past 1; PAIRS pairs dilute such a pair.
+    # ten pairs widens it past 1; PAIRS pairs dilute such a pair. With every answer 16 tokens long the clients
+    # run in waves about a block long (tokens per 1-s block swung 19-121 on an idle machine): on 12-06 equal
+    # lengths read an interval reaching past 1 in 3 of 3 runs, lengths spread +-50% in 0 of 5 (upper ends
+    # 0.79-0.98), the same runs' ratios 0.706-0.846 against ~0.752 expected.
     # The 0.5% the method is for is resolved on the H200 (BENCHMARKS.md), not here.
     assert paused["tokens_per_s_ratio_interval"][1] < 1.0
     assert paused["tokens_per_s_ratio"] == pytest.approx(paused["expected_ratio"], abs=0.15)
