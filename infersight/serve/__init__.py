@@ -11,4 +11,5 @@ app.py            the Starlette app
 metrics.py        the server's counters on /metrics
 sidecar.py        `--with-agent`: the agent as a subprocess
 runner.py         wiring: engine + probes + engine thread + uvicorn (+ agent)
+startup_heap.py   the start-up heap frozen out of the cyclic collector once warm
 """

@@ -19,6 +19,7 @@ from infersight.serve.engine_handle import EngineHandle
 from infersight.serve.engine_loop import EngineLoop
 from infersight.serve.probe_records import ProbeWriter
 from infersight.serve.sidecar import AgentOptions, AgentProcess
+from infersight.serve.startup_heap import freeze_startup_heap
 
 log = logging.getLogger("infersight.serve")
 
@@ -87,7 +88,11 @@ def _run_http(config: ServeConfig, engine: EngineHandle, ring_name: str,
         log.info("serving %s on http://%s:%d (probe ring %s)", config.model_name, config.host, config.port, ring_name)
         try:
             gate = ConnectionGate(config.max_connections, "serve")
-            uvicorn.Server(uvicorn_config(build_app(engine, config, gate=gate), config, gate)).run()
+            server = uvicorn.Server(uvicorn_config(build_app(engine, config, gate=gate), config, gate))
+            # The engine is warm (in this process's engine thread, or Ready from its own process): freeze.
+            heap = freeze_startup_heap()
+            log.info("froze %d start-up objects out of the cyclic collector in %.2f s", heap.objects, heap.seconds)
+            server.run()
         except KeyboardInterrupt:
             pass  # uvicorn re-raises the stop signal after its graceful shutdown: a requested stop, not an error
     finally:

@@ -111,6 +111,9 @@ def test_serve_with_agent_and_without_it(tmp_path: Path, layout: tuple[str, ...]
     assert not Path("/dev/shm", ring).exists()  # a clean stop removes the ring
     engine = re.search(r"engine process (\d+) ready", text)
     assert (engine is None) == bool(layout)  # the engine ran in a process of its own unless asked not to
+    # Each process that steps or serves froze its start-up heap once warm (torch's import alone leaves >100k).
+    froze = [int(n) for n in re.findall(r"froze (\d+) start-up objects", text)]
+    assert len(froze) == (1 if layout else 2) and min(froze) > 10_000, froze
     if engine is not None:  # and that process is gone with serve
         assert not Path(f"/proc/{engine.group(1)}").exists() or \
             Path(f"/proc/{engine.group(1)}/stat").read_text().split()[2] == "Z"
