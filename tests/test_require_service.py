@@ -51,7 +51,9 @@ def _run_marked_tests(pytester: pytest.Pytester) -> pytest.RunResult:
         def test_needs_gpu():
             pass
     """)
-    return pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider")
+    # no:phoenix as in pyproject's addopts, which this throwaway tree does not read: Phoenix's client registers
+    # a pytest plugin that imports its server, ~15 s of CPU in each run here.
+    return pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", "-p", "no:phoenix")
 
 
 def test_the_mark_fails_under_ci_and_gpu_tests_still_skip(pytester: pytest.Pytester,
