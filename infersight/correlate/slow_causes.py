@@ -289,7 +289,7 @@ def _slowest_part(r: object, metric: str, typ: dict[str, float]) -> tuple[str, f
     """The part of the judged metric the request spent the most time in over the typical request:
     (part without its _s, seconds over typical). Where an unattributed request's time went, so a
     reader can tell a host stall in prefill from a decode that ran slow everywhere."""
-    over = {p: float(getattr(r, p)) - float(np.nan_to_num(typ[p])) for p in METRIC_PARTS.get(metric, METRIC_PARTS["e2e"])}
+    over = {p: float(getattr(r, p)) - float(np.nan_to_num(typ[p])) for p in METRIC_PARTS.get(metric, PARTS)}
     part = max(over, key=over.__getitem__)
     return part.removesuffix("_s").replace("_", " "), over[part]
 

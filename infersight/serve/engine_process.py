@@ -139,8 +139,7 @@ def _serve(spec: EngineProcessSpec, parent: int, commands: zmq.Socket, events: z
         # The profiler's one-time start-up on the thread that starts the capture windows, then Ready: the
         # front end sends no request before it, so this is the socket's only user until then.
         log.info("profiler warmed up in %.2f s", probe.warm_profiler())
-        heap = freeze_startup_heap()  # the last of start-up: nothing serving allocates is frozen
-        log.info("froze %d start-up objects out of the cyclic collector in %.2f s", heap.objects, heap.seconds)
+        freeze_startup_heap()  # the last of start-up: nothing serving allocates is frozen
         outbox.message(W.Ready(probe.ring_name, loop.max_model_len, captured))
 
     loop = EngineLoop(engine, ProbeWriter(probe, spec.max_text_bytes), _UNBOUNDED, counters,

@@ -90,8 +90,7 @@ def _run_http(config: ServeConfig, engine: EngineHandle, ring_name: str,
             gate = ConnectionGate(config.max_connections, "serve")
             server = uvicorn.Server(uvicorn_config(build_app(engine, config, gate=gate), config, gate))
             # The engine is warm (in this process's engine thread, or Ready from its own process): freeze.
-            heap = freeze_startup_heap()
-            log.info("froze %d start-up objects out of the cyclic collector in %.2f s", heap.objects, heap.seconds)
+            freeze_startup_heap()
             server.run()
         except KeyboardInterrupt:
             pass  # uvicorn re-raises the stop signal after its graceful shutdown: a requested stop, not an error

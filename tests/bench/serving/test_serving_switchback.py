@@ -75,8 +75,8 @@ def test_the_engine_pause_stops_the_process_for_its_share_only_while_on() -> Non
 def test_a_known_loss_is_read_back_from_the_clients_clock() -> None:
     """serve's engine stopped for 25% of the on blocks: the clients' on/off tokens/s must read that loss
     (the expected ratio from the pauser's own record of the stops), and the A/A arm must not."""
-    config = ServingBenchConfig(clients=8, max_tokens=16, max_tokens_spread=0.5, warmup_s=2.0, rounds=1, arms=("none", "none_again"),
-                                switchback_block_s=1.0, switchback_pairs=PAIRS, calibration_pause=0.25)
+    config = ServingBenchConfig(clients=8, max_tokens=16, max_tokens_spread=0.5, warmup_s=2.0, rounds=1,
+                                arms=("none", "none_again"), switchback_block_s=1.0, switchback_pairs=PAIRS, calibration_pause=0.25)
     report = bench_serving_switchback(config, log=lambda _: None)
     paused, aa = report["arms"][CALIBRATION_ARM], report["arms"]["none_again"]
     assert paused["stopped_share_on"] == pytest.approx(0.25, abs=0.02) and paused["stopped_share_off"] < 0.02
