@@ -37,6 +37,7 @@ from infersight.agent.folds.prefix import PrefixFold
 from infersight.agent.folds.request_ledger import RequestLedger
 from infersight.agent.slow.judge import SlowJudge
 from infersight.agent.folds.spec import SPEC_STEP_WINDOW, SPEC_WINDOW, SpecFold
+from infersight.agent.folds.host_pause import HostPauseFold
 from infersight.agent.folds.step import MAX_ATTRIBUTION_STEPS, MAX_PENDING_STEPS, RECENT_BATCH_ROWS, StepFold
 from infersight.correlate import slow_rule
 from infersight.correlate.frames import EventFrames
@@ -77,8 +78,10 @@ class AgentState:
         self.spec = SpecFold(counters)
         self.network_hold = NetworkHold()
         self.judge = SlowJudge(config.slow)
+        self.host_pauses = HostPauseFold(counters)
         self.ledger = RequestLedger(counters, histograms, config.retention.rows_bytes, self.steps,
                                     self.energy_account, self.network_hold, self.kv, self.spec, self.judge,
+                                    self.host_pauses,
                                     self._kernel_seconds_of, self._emit_rows, scope=self.scope)
         self.engine_last_step: dict[str, dict[str, int]] = {}  # with the engine label: each engine's last step
         self.engine_experts: dict[str, ExpertFold] = {}  # with the engine label: each engine's expert matrix
@@ -185,8 +188,11 @@ class AgentState:
             self.spec.fold_steps(frames.step_timing)
             self.experts.fold_ep(frames.ep)
             self.network_hold.note(frames)
+            self.host_pauses.fold(frames.host_pauses)  # before the requests they stalled are judged
             self.ledger.fold(frames.request_events, NETWORK_WAIT_S)
-            self.steps.trim_attribution(self.ledger.oldest_open_ns())
+            oldest_open_ns = self.ledger.oldest_open_ns()
+            self.steps.trim_attribution(oldest_open_ns)
+            self.host_pauses.trim(oldest_open_ns)
 
     def note_rings(self, engines: dict[str, str]) -> None:
         """Ring name -> the engine it announced (or its own name), for the probe counters' engine label."""

@@ -45,6 +45,11 @@ ep               step_id, layer, rank, world, chunk, dispatch_ns, compute_ns, co
                  rank's local expert slots, global expert id and tokens received. A rank with more than 8
                  peers or 24 local experts writes extra rows, chunk 1, 2, ..., continuing the tuples at peer
                  chunk*8 and slot chunk*24 (timings repeated); correlate.expert_parallel handles both)
+host_pauses      ts_ns, end_ns, collected, missed, generation, ring_index   (one row per garbage collection that
+                 stalled the engine's process for at least ProbeConfig.host_pause_min_s: from its start to its
+                 end, the objects it freed, its generation 0-2, how many pauses before it the producer did not
+                 keep (infersight.probes.host_pauses); ring_index: the agent's index of the ring it came from,
+                 0 as decoded, the same index request ids carry above bit 48 (agent.rings.ingest))
 """
 from __future__ import annotations
 
@@ -96,10 +101,11 @@ TEXT_COLUMNS = {"request_id": "int64", "field": "object", "offset": "int64", "to
 EP_COLUMNS = {"step_id": "int64", "layer": "int64", "rank": "int64", "world": "int64", "chunk": "int64",
               "dispatch_ns": "int64", "compute_ns": "int64", "combine_ns": "int64", "gather_ns": "int64",
               "total_ns": "int64", "bytes_to_peer": "object", "expert_ids": "object", "expert_tokens": "object"}
+HOST_PAUSE_COLUMNS = {**{name: "int64" for name in record_dtype(RecordKind.HOST_PAUSE).names}, "ring_index": "int64"}
 #: One empty frame per schema above, built at import and only ever copied (never handed out itself).
 _EMPTY_TEMPLATES = {id(c): _build_empty(c) for c in (
     REQUEST_COLUMNS, STEP_COLUMNS, BATCH_COLUMNS, KV_COLUMNS, MOE_COLUMNS, SPEC_COLUMNS, STEP_TIMING_COLUMNS,
-    PREFIX_COLUMNS, NETWORK_COLUMNS, SERVED_COLUMNS, TEXT_COLUMNS, EP_COLUMNS)}
+    PREFIX_COLUMNS, NETWORK_COLUMNS, SERVED_COLUMNS, TEXT_COLUMNS, EP_COLUMNS, HOST_PAUSE_COLUMNS)}
 OPERATION_NAMES = {int(o): o.name.lower() for o in Operation}
 TEXT_FIELD_NAMES = {int(f): f.name.lower() for f in TextField}
 
@@ -274,6 +280,13 @@ def step_timing_frame(rec: np.ndarray) -> pd.DataFrame:
     return _frame({name: rec[name].astype(dtype) for name, dtype in STEP_TIMING_COLUMNS.items()})
 
 
+def host_pause_frame(rec: np.ndarray) -> pd.DataFrame:
+    if len(rec) == 0:
+        return _empty(HOST_PAUSE_COLUMNS)
+    return _frame({**{name: rec[name].astype(np.int64) for name in rec.dtype.names},
+                   "ring_index": np.zeros(len(rec), np.int64)})
+
+
 def prefix_frame(rec: np.ndarray, labels: dict[int, str]) -> pd.DataFrame:
     if len(rec) == 0:
         return _empty(PREFIX_COLUMNS)
@@ -363,6 +376,7 @@ class EventFrames:
     texts: pd.DataFrame = field(default_factory=lambda: _empty(TEXT_COLUMNS))
     ep: pd.DataFrame = field(default_factory=lambda: _empty(EP_COLUMNS))
     step_timing: pd.DataFrame = field(default_factory=lambda: _empty(STEP_TIMING_COLUMNS))
+    host_pauses: pd.DataFrame = field(default_factory=lambda: _empty(HOST_PAUSE_COLUMNS))
 
     @classmethod
     def from_records(cls, records: dict[int, np.ndarray], labels: dict[int, str]) -> "EventFrames":
@@ -377,7 +391,8 @@ class EventFrames:
                    moe_frame(get(RecordKind.MOE)), spec_frame(get(RecordKind.SPEC), labels),
                    prefix_frame(get(RecordKind.PREFIX), labels), network_frame(get(RecordKind.NETWORK)),
                    served_frame(get(RecordKind.SERVED)), text_frame(get(RecordKind.REQUEST_TEXT)),
-                   ep=ep_frame(get(RecordKind.EP_STATS)), step_timing=step_timing_frame(get(RecordKind.STEP_TIMING)))
+                   ep=ep_frame(get(RecordKind.EP_STATS)), step_timing=step_timing_frame(get(RecordKind.STEP_TIMING)),
+                   host_pauses=host_pause_frame(get(RecordKind.HOST_PAUSE)))
 
     def concat(self, other: "EventFrames") -> "EventFrames":
         def cat(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:

@@ -5,6 +5,11 @@ typical_request() takes medians over a window of such rows (slow_rule.judge_slow
 finished requests); attribute_slow() names, for each slow request, the cause whose excess over the
 typical request is largest, in seconds:
 
+  host_pause              the engine process's garbage-collection pauses while it was in flight (arrival to
+                          finish; under a TTFT SLO those before its first token, under an ITL SLO those after)
+                          - the typical request's: measured by the collector's own callbacks, so where
+                          another cause's figure holds the same pause (a step made long by it) and no more,
+                          the pause is named
   queue_wait              queue_s - typical queue_s
   long_prompt             only for a prompt far longer than typical (uncached tokens >= 2x the median and
                           LONG_PROMPT_EXTRA_TOKENS more):
@@ -36,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from infersight.correlate.requests import PARTS
+from infersight.correlate.spec_step_costs import ENGINE_ID_SHIFT
 
 NS = 1e9
 FEATURE_DTYPES = {
@@ -46,6 +52,8 @@ FEATURE_DTYPES = {
     "spec_verifications": "int64", "spec_accepted": "int64",
     "decode_clean_steps": "int64", "decode_clean_s": "float64",                    # decode steps, no prefill beside
     "decode_beside_prefill_steps": "int64", "decode_beside_prefill_s": "float64",  # beside others' prefill chunks
+    "host_pauses": "int64", "host_pause_s": "float64",  # garbage collections from arrival to finish, their time
+    "host_pause_ttft_s": "float64",                     # ...of it before the first token
 }
 SLOW_DTYPES = {"request_id": "int64", "slow_cause": "object", "detail": "object", "excess_s": "float64"}
 SLOW_COLUMNS = list(SLOW_DTYPES)
@@ -56,23 +64,27 @@ LONG_FACTOR = 2.0
 LONG_PROMPT_EXTRA_TOKENS = 128
 #: The winning cause must explain at least this share of the request's excess over typical.
 EXPLAINED_SHARE = 0.25
-CAUSES = ("queue_wait", "long_prompt", "preemption", "kv_reload", "batch_interference", "speculation_rejections",
-          "long_output", "network")
+CAUSES = ("host_pause", "queue_wait", "long_prompt", "preemption", "kv_reload", "batch_interference",
+          "speculation_rejections", "long_output", "network")
 #: The causes that can make each judged metric slow.
 CANDIDATES = {"e2e": CAUSES,
-              "ttft": ("queue_wait", "long_prompt", "preemption", "kv_reload", "network"),
-              "itl": ("batch_interference", "speculation_rejections", "preemption", "kv_reload")}
+              "ttft": ("host_pause", "queue_wait", "long_prompt", "preemption", "kv_reload", "network"),
+              "itl": ("host_pause", "batch_interference", "speculation_rejections", "preemption", "kv_reload")}
+#: Request ids carry their ring's index above this bit (agent.rings.ingest.RING_ID_SHIFT): a pause
+#: stalls the requests of its own engine only.
+RING_ID_SHIFT = ENGINE_ID_SHIFT
 _INT64_MAX = np.iinfo(np.int64).max
 
 
 def slow_features(rows: pd.DataFrame, request_events: pd.DataFrame, steps: pd.DataFrame | None = None,
                   batch: pd.DataFrame | None = None, spec: pd.DataFrame | None = None,
-                  kv_events: pd.DataFrame | None = None) -> pd.DataFrame:
+                  kv_events: pd.DataFrame | None = None, host_pauses: pd.DataFrame | None = None) -> pd.DataFrame:
     """rows (request_table()) plus the FEATURE_DTYPES columns, from the requests' events (PREEMPTED
     reasons, PREFILL_CHUNK), the `spec` frame (verifications with proposed > 0), `kv_events`
-    (reloaded) and `steps` + `batch` (which steps each request decoded in, and whether prefill
-    tokens ran beside it; a request's own re-prefill steps are not decode steps). A frame not given
-    leaves its columns 0. Inputs are not changed."""
+    (reloaded), `steps` + `batch` (which steps each request decoded in, and whether prefill
+    tokens ran beside it; a request's own re-prefill steps are not decode steps) and `host_pauses`
+    (the time of its engine's pauses inside [arrival, finish] and [arrival, first token]). A frame
+    not given leaves its columns 0. Inputs are not changed."""
     ids = pd.Index(rows["request_id"].to_numpy(np.int64))
     out = rows.copy()
     out["uncached_tokens"] = (rows["prompt_tokens"] - rows["cached_tokens"]).clip(lower=0).to_numpy(np.int64)
@@ -119,6 +131,8 @@ def slow_features(rows: pd.DataFrame, request_events: pd.DataFrame, steps: pd.Da
     out["spec_verifications"] = verifs
     out["spec_accepted"] = accepted
     for key, value in _decode_steps(rows, chunks, steps, batch).items():
+        out[key] = value
+    for key, value in _host_pauses(rows, host_pauses).items():
         out[key] = value
     # Every feature column was built with its dtype: cast (which copies every column) only if not.
     if any(out[c].dtype != t for c, t in FEATURE_DTYPES.items()):
@@ -178,6 +192,43 @@ def _decode_steps(rows: pd.DataFrame, chunks: pd.DataFrame, steps: pd.DataFrame 
             "decode_beside_prefill_s": total(beside, dur)}
 
 
+def _host_pauses(rows: pd.DataFrame, pauses: pd.DataFrame | None) -> dict[str, np.ndarray]:
+    """Per request: how many of its engine's pauses overlap [arrival, finish], their time inside it,
+    and their time inside [arrival, first token] (to finish where it has none)."""
+    n = len(rows)
+    out = {"host_pauses": np.zeros(n, np.int64), "host_pause_s": np.zeros(n), "host_pause_ttft_s": np.zeros(n)}
+    if pauses is None or pauses.empty or n == 0:
+        return out
+    ring = rows["request_id"].to_numpy(np.int64) >> RING_ID_SHIFT
+    arrival, finish = rows["arrival_ns"].to_numpy(np.int64), rows["finish_ns"].to_numpy(np.int64)
+    first = rows["first_token_ns"].to_numpy(np.int64)
+    first = np.where(first >= 0, np.minimum(first, finish), finish)
+    pause_ring = pauses["ring_index"].to_numpy(np.int64)
+    for r in np.intersect1d(np.unique(ring), pause_ring).tolist():
+        mine = pauses[pause_ring == r]
+        order = np.argsort(mine["ts_ns"].to_numpy(np.int64), kind="stable")
+        start, end = mine["ts_ns"].to_numpy(np.int64)[order], mine["end_ns"].to_numpy(np.int64)[order]
+        # Disjoint and sorted (an engine's collections never overlap; a producer's records are not trusted):
+        # each pause ends no earlier than the one before, and starts no earlier than it ended.
+        end = np.maximum.accumulate(end)
+        start = np.maximum(start, np.concatenate(([start[0]], end[:-1])))
+        before = np.concatenate(([0], np.cumsum(end - start)))  # pause ns before each pause's start
+
+        def paused_until(t: np.ndarray) -> np.ndarray:
+            """Pause ns before each instant t."""
+            k = np.searchsorted(end, t, side="right")  # pauses over by t
+            inside = np.minimum(k, len(start) - 1)
+            partial = np.where((k < len(start)) & (start[inside] < t), t - start[inside], 0)
+            return before[k] + partial
+
+        at = np.flatnonzero(ring == r)
+        a, f, t = arrival[at], finish[at], first[at]
+        out["host_pauses"][at] = np.searchsorted(start, f, side="left") - np.searchsorted(end, a, side="right")
+        out["host_pause_s"][at] = (paused_until(f) - paused_until(a)) / NS
+        out["host_pause_ttft_s"][at] = (paused_until(t) - paused_until(a)) / NS
+    return out
+
+
 def _positions(ids: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     """Lookup of each value's position in `ids` (distinct), -1 where absent, as Index.get_indexer
     gives it: through a table when the ids are dense, else by binary search over the few ids
@@ -229,14 +280,24 @@ def typical_request(window: pd.DataFrame) -> dict[str, float]:
     verifs = window["spec_verifications"]
     out["tau"] = _median(_ratio(window["spec_accepted"] + verifs, verifs))
     out["decode_step_s"] = _median(_ratio(window["decode_clean_s"], window["decode_clean_steps"]))
+    pause, before_first = window["host_pause_s"].to_numpy(np.float64), window["host_pause_ttft_s"].to_numpy(np.float64)
+    out["host_pause_s"], out["host_pause_ttft_s"] = _median(pause), _median(before_first)
+    out["host_pause_itl_s"] = _median(pause - before_first)
     return out
 
 
-def _excesses(r: object, typ: dict[str, float], from_zero: bool) -> dict[str, tuple[float, str]]:
-    """cause -> (excess seconds, detail) for one slow_features row."""
+def _excesses(r: object, typ: dict[str, float], from_zero: bool, metric: str = "e2e") -> dict[str, tuple[float, str]]:
+    """cause -> (excess seconds, detail) for one slow_features row judged on `metric`."""
     g = lambda name: float(getattr(r, name))  # noqa: E731
     base = (lambda key: 0.0) if from_zero else (lambda key: np.nan_to_num(typ[key]))
     out: dict[str, tuple[float, str]] = {}
+    paused, before_first = g("host_pause_s"), g("host_pause_ttft_s")
+    part, key, where = {"ttft": (before_first, "host_pause_ttft_s", " before its first token"),
+                        "itl": (paused - before_first, "host_pause_itl_s", " after its first token")}.get(
+        metric, (paused, "host_pause_s", ""))
+    out["host_pause"] = (part - np.nan_to_num(typ[key]),
+                         f"its engine's process stood still {part:.3f} s in garbage collections{where} "
+                         f"({int(g('host_pauses'))} while it was in flight; typical {np.nan_to_num(typ[key]):.3f} s)")
     queue = g("queue_s")
     out["queue_wait"] = (queue - base("queue_s"), f"waited {queue:.3f} s before first being scheduled "
                                                   f"(typical {typ['queue_s']:.3f} s)")
@@ -320,7 +381,7 @@ def attribute_slow(slow: pd.DataFrame, window: pd.DataFrame) -> pd.DataFrame:
         threshold = float(getattr(r, "threshold_s", np.nan))
         from_zero = bool(np.isfinite(threshold) and typ.get(f"{'itl_mean' if metric == 'itl' else metric}_s",
                                                             np.nan) > threshold)
-        ex = _excesses(r, typ, from_zero)
+        ex = _excesses(r, typ, from_zero, metric)
         best = max(CANDIDATES.get(metric, CAUSES), key=lambda c: ex[c][0])  # ties: the first in CAUSES order
         amount, gap = ex[best][0], _gap(r, metric, typ)
         gap_text = f"{gap:+.3f} s over the typical {metric}" if np.isfinite(gap) else f"no typical {metric}"

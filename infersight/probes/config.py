@@ -25,7 +25,10 @@ class ProbeConfig:
     captures (asked for through the control block) are written. gpu_uuids: the GPUs the engine uses,
     reported to the sidecar in GPU records (None: the GPUs this process can see, probes.gpu_uuids).
     engine_name: the engine's name, announced in an ENGINE record (the `engine` label of an agent that
-    reads several rings; at most 32 printable ASCII characters; None: the ring's name)."""
+    reads several rings; at most 32 printable ASCII characters; None: the ring's name).
+    host_pause_min_s: the process's garbage collections at least this long go out as HOST_PAUSE
+    records (probes.host_pauses; None: not timed). 5 ms: the young generations' collections (~0.1 ms
+    each, hundreds a second) stay out, a full one over an engine's heap (0.1 s and more) is in."""
 
     events: bool = True
     nvtx: bool = True
@@ -38,12 +41,15 @@ class ProbeConfig:
     capture_dir: str = field(default_factory=default_capture_dir)
     gpu_uuids: tuple[str, ...] | None = None
     engine_name: str | None = None
+    host_pause_min_s: float | None = 0.005
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 2:
             raise ValueError(f"ring_capacity must be >= 2, got {self.ring_capacity}")
         if self.max_task_labels < 1:
             raise ValueError(f"max_task_labels must be >= 1, got {self.max_task_labels}")
+        if self.host_pause_min_s is not None and not self.host_pause_min_s >= 0:
+            raise ValueError(f"host_pause_min_s must be >= 0 or None, got {self.host_pause_min_s}")
         if self.ring_name is None:
             self.ring_name = f"infersight-{os.getpid()}"
         if self.engine_name is not None and not valid_engine_name(self.engine_name):

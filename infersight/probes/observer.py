@@ -20,6 +20,7 @@ from infersight.probes.capture import StepCapture
 from infersight.probes.config import ProbeConfig, TaskLabels
 from infersight.probes.control import ControlBlock, control_name
 from infersight.probes.gpu_uuids import visible_gpu_uuids
+from infersight.probes.host_pauses import HostPauses
 from infersight.probes.policy_block import acknowledge, read_policy, read_seq, set_configured_max_num_seqs
 from infersight.probes.record_encoding import PACK_ERRORS
 from infersight.probes.nvtx import NvtxRanges
@@ -77,6 +78,8 @@ class ProbeObserver(EngineObserver):
         # The engine's name, announced only where it is not the ring's (the agent's default for it).
         self.engine_name = config.engine_name if config.engine_name != self.ring.name else None
         self._write_gpus()
+        # Timed from here on, taken on this (the producer's) thread: probes.host_pauses.
+        self.host_pauses = HostPauses(config.host_pause_min_s) if config.host_pause_min_s is not None else None
 
     @property
     def decode_graphs_while_profiling(self) -> bool:  # type: ignore[override]
@@ -163,6 +166,8 @@ class ProbeObserver(EngineObserver):
         self._req(request_id, t_ns, 0, 0, 0, RequestEvent.RESUMED, 0)
 
     def on_request_finished(self, request_id: int, t_ns: int, reason: str, num_output_tokens: int) -> None:
+        if self.host_pauses:  # the request's own pauses before its end
+            self._write_host_pauses()
         self._req(request_id, t_ns, 0, num_output_tokens, 0, RequestEvent.FINISHED,
                   _FINISH.get(reason, FinishReason.OTHER))
         self._requests.pop(request_id, None)
@@ -293,7 +298,17 @@ class ProbeObserver(EngineObserver):
             self._write_step_records(stats)
         if (self.gpu_uuids or self.engine_name) and stats.end_ns >= self._gpus_due_ns:
             self._write_gpus()
+        if self.host_pauses:
+            self._write_host_pauses()
         self.capture.on_step_end(stats)
+
+    def _write_host_pauses(self) -> None:
+        """The garbage collections timed since the last call, one HOST_PAUSE record each; the first
+        carries how many were pushed out of the held ones before it."""
+        pauses, missed = self.host_pauses.take()  # type: ignore[union-attr]
+        for start, end, collected, generation in pauses:
+            self._put(RecordKind.HOST_PAUSE, start, end, collected, missed, generation)
+            missed = 0
 
     def _write_gpus(self) -> None:
         """The engine's name (ENGINE, where it has one of its own) and one GPU record per GPU, again
@@ -320,6 +335,8 @@ class ProbeObserver(EngineObserver):
         return self.capture.warm_up()
 
     def close(self, unlink: bool = True) -> None:
+        if self.host_pauses is not None:
+            self.host_pauses.close()
         self.flush()
         self._flush_tokens()
         self.capture.close()

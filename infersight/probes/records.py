@@ -51,6 +51,9 @@ class RecordKind(enum.IntEnum):
     # An agent that reads several rings labels each engine's series with it (agent.rings.engine_scope); the
     # rings of one engine (vLLM's API server and its workers) announce the same name.
     ENGINE = 22
+    # A stall of the producing process in Python's cyclic garbage collector (probes.host_pauses), one
+    # record per collection at least ProbeConfig.host_pause_min_s long.
+    HOST_PAUSE = 23
 
 
 # -- records of requests that came through the HTTP server (`infersight serve`) ----------------------
@@ -187,6 +190,11 @@ _LAYOUTS: dict[RecordKind, tuple[int, list[tuple[str, str]]]] = {
     RecordKind.GPU: (1, [("ts_ns", "q"), ("index", "H"), ("uuid", f"{GPU_UUID_BYTES}s")]),
     # -- the engine's name (ENGINE_NAME_BYTES of printable ASCII, NUL-padded)
     RecordKind.ENGINE: (1, [("ts_ns", "q"), ("name", f"{ENGINE_NAME_BYTES}s")]),
+    # -- a garbage collection that stalled the producing process: ts_ns..end_ns on its monotonic clock,
+    # the objects it freed, its generation (0-2), and how many pauses before it were not kept (missed:
+    # the engine took none for HOST_PAUSES_HELD collections, e.g. while idle)
+    RecordKind.HOST_PAUSE: (1, [("ts_ns", "q"), ("end_ns", "q"), ("collected", "Q"), ("missed", "I"),
+                                ("generation", "B")]),
 }
 
 _NUMPY_CODES = {"q": "<i8", "Q": "<u8", "I": "<u4", "H": "<u2", "B": "u1", "d": "<f8"}

@@ -6,10 +6,8 @@ request), before anything runs: the ground truth never comes from the code under
 """
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,22 +29,6 @@ def tokens(n: int, first: int = 0) -> list[int]:
     """n prompt token ids (byte values), starting at `first` so prompts differ from their first block
     (no prefix-cache hit between two prompts of different `first` below 250)."""
     return [(first + i) % 250 + 1 for i in range(n)]
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic collector off while a scenario runs. In the suite's process a full collection
-    scans everything earlier tests left alive and took 0.25-0.37 s (gc.callbacks, measured over
-    tests/agent); one landing in a victim's prefill step made a long answer slower by 0.3 s outside
-    its decode, more than its built cause explains, and CI saw it unattributed. A scenario builds one
-    cause per victim; a pause of the test's own process is not one of them."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @dataclass(frozen=True)

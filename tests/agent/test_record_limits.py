@@ -113,6 +113,22 @@ def test_unknown_event_codes_are_refused_not_decoded(pair) -> None:
     assert agent.state.requests_seen == 1
 
 
+def test_host_pauses_out_of_range_are_refused_and_the_rest_counted(pair) -> None:
+    probe, agent = pair()
+    pack = record_struct(RecordKind.HOST_PAUSE).pack
+    for record in [(100, 50, 0, 0, 2),          # ends before it starts
+                   (100, 200, 0, 0, 3),         # a generation Python does not have
+                   (100, 200, 1 << 63, 0, 2),   # freed more objects than an int64 holds
+                   (100, 4_000_100, 9, 0, 2), (5_000_000, 5_006_000, 3, 2, 0)]:
+        probe.ring.write(RecordKind.HOST_PAUSE, pack(*record))
+    agent.poll_once()
+    assert _rejected(agent) == {"host_pause_out_of_range": 3}
+    seconds = agent.state.counters[C.HOST_PAUSE_SECONDS.name].values
+    pauses = agent.state.counters[C.HOST_PAUSES.name].values
+    assert seconds == {("2",): pytest.approx(0.004), ("0",): pytest.approx(0.000006)}
+    assert pauses == {("2",): 1, ("0",): 1, ("unknown",): 2}  # the 2 the producer could not keep
+
+
 @pytest.mark.parametrize("name", ["max_task_labels", "max_moe_layers", "max_moe_experts"])
 def test_limits_must_be_positive(name: str) -> None:
     with pytest.raises(ConfigError, match="--" + name.replace("_", "-")):

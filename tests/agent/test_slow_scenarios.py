@@ -12,8 +12,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from slow_scenario_kit import Driver, Outcome, collector_paused, score_table
+from slow_scenario_kit import Driver, Outcome, score_table
 from slow_scenarios import SCENARIOS, TINY
+from testkit import collector_paused
 
 from infersight.runtime import EngineConfig
 

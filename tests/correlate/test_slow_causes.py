@@ -19,7 +19,8 @@ TYPICAL = {"queue_s": 0.010, "prefill_s": 0.020, "preemption_stall_s": 0.0, "dec
            "prompt_tokens": 20, "cached_tokens": 0, "uncached_tokens": 20, "output_tokens": 33,
            "recompute_preemptions": 0, "swap_preemptions": 0, "recompute_s": 0.0, "reloaded_blocks": 0,
            "spec_verifications": 0, "spec_accepted": 0, "decode_clean_steps": 32, "decode_clean_s": 0.100,
-           "decode_beside_prefill_steps": 0, "decode_beside_prefill_s": 0.0}
+           "decode_beside_prefill_steps": 0, "decode_beside_prefill_s": 0.0,
+           "host_pauses": 0, "host_pause_s": 0.0, "host_pause_ttft_s": 0.0}
 
 
 def feature_row(request_id: int, **changes: float) -> dict[str, float]:
@@ -65,6 +66,13 @@ CASES = [
     ("long output", {}, {"output_tokens": 200, "decode_s": 0.621875, "decode_clean_steps": 199,
                          "decode_clean_s": 0.621875}, "long_output", 0.521875),
     ("network", {}, {"network_s": 0.4}, "network", 0.4),
+    # Two collections of 0.15 s while it decoded: its decode 0.4 s, e2e +0.3 s; the pauses explain 0.3.
+    ("host pause", {}, {"decode_s": 0.4, "host_pauses": 2, "host_pause_s": 0.3}, "host_pause", 0.3),
+    # A collection of 0.14 s inside its steps beside prefill chunks (20 of 12 ms, as in "interference"): the
+    # interference figure (0.14) holds the pause and no more, and the pause, measured as such, is named.
+    ("pause beside prefill", {}, {"decode_s": 0.3, "decode_clean_steps": 12, "decode_clean_s": 0.06,
+                                  "decode_beside_prefill_steps": 20, "decode_beside_prefill_s": 0.24,
+                                  "host_pauses": 1, "host_pause_s": 0.14}, "host_pause", 0.14),
 ]
 
 
@@ -117,6 +125,20 @@ def test_the_judged_metric_picks_the_candidates() -> None:
     slow, window = one_slow(queue_s=0.2, decode_s=0.3, decode_clean_steps=12, decode_clean_s=0.06,
                             decode_beside_prefill_steps=20, decode_beside_prefill_s=0.24)
     assert cause_of(slow.assign(metric="ttft"), window)[0] == "queue_wait"  # TTFT: decode is not in it
+
+
+def test_the_judged_metric_picks_which_pauses_count() -> None:
+    # 0.25 s of pauses, 0.05 s of them before the first token (inside its prefill, 0.07 s).
+    slow, window = one_slow(prefill_s=0.07, decode_s=0.3, host_pauses=3, host_pause_s=0.25, host_pause_ttft_s=0.05)
+    assert cause_of(slow, window)[:2] == ("host_pause", pytest.approx(0.25))
+    assert cause_of(slow.assign(metric="ttft"), window)[:2] == ("host_pause", pytest.approx(0.05))
+    cause, amount, detail = cause_of(slow.assign(metric="itl"), window)
+    assert (cause, amount) == ("host_pause", pytest.approx(0.2))
+    assert detail.startswith("its engine's process stood still 0.200 s in garbage collections after its first token "
+                             "(3 while it was in flight; typical 0.000 s)"), detail
+    # Pauses every request had are typical: 0.1 s each, this one 0.1 s too, nothing stands out.
+    slow, window = one_slow({"host_pauses": 1, "host_pause_s": 0.1}, decode_s=0.4)
+    assert cause_of(slow, window)[0] == "unattributed"
 
 
 def test_an_overloaded_window_measures_queueing_from_zero() -> None:
@@ -177,4 +199,31 @@ def test_slow_features_from_events_steps_and_batch() -> None:
     # Without steps and batch rows the step columns are 0; the inputs are unchanged throughout.
     bare = slow_features(rows, ev)
     assert (bare["decode_clean_steps"] == 0).all() and (bare["spec_verifications"] == 0).all()
+    assert (bare["host_pauses"] == 0).all() and (bare["host_pause_s"] == 0).all()
     pd.testing.assert_frame_equal(rows, request_table(ev))
+
+
+def pauses(spans_ms: list[tuple[float, float]], ring: int = 0) -> pd.DataFrame:
+    return pd.DataFrame({"ts_ns": [round(a * MS) for a, _ in spans_ms], "end_ns": [round(b * MS) for _, b in spans_ms],
+                         "collected": 0, "missed": 0, "generation": 2, "ring_index": ring})
+
+
+def test_a_requests_pauses_are_those_inside_its_life() -> None:
+    # r1 arrives at 0, first token at 20, finishes at 100; r2 (ring 1: its id carries the index above
+    # bit 48) lives over the same times on another engine. Pauses of r1's engine: [-10, 5) (5 ms inside),
+    # [15, 25) (5 before the first token, 5 after), [50, 60), [95, 130) (5 inside), [140, 150) (after it).
+    r2 = (1 << 48) + 2
+    ev = events([(0, 0, rid, e, 10, 0, "") for rid in (1, r2) for e in ("ARRIVED", "SCHEDULED")]
+                + [(20, 0, rid, "FIRST_TOKEN", 0, 0, "") for rid in (1, r2)]
+                + [(100, 0, rid, "FINISHED", 5, 0, "length") for rid in (1, r2)])
+    rows = request_table(ev)
+    mine = pauses([(95, 130), (-10, 5), (15, 25), (140, 150), (50, 60)])  # not in time order
+    other = pauses([(30, 31)], ring=1)
+    f = slow_features(rows, ev, host_pauses=pd.concat([mine, other], ignore_index=True)).set_index("request_id")
+    assert f.loc[1, "host_pauses"] == 4 and f.loc[r2, "host_pauses"] == 1
+    assert f.loc[1, "host_pause_s"] == pytest.approx((5 + 10 + 10 + 5) / 1e3)
+    assert f.loc[1, "host_pause_ttft_s"] == pytest.approx((5 + 5) / 1e3)
+    assert (f.loc[r2, "host_pause_s"], f.loc[r2, "host_pause_ttft_s"]) == (pytest.approx(0.001), 0.0)
+    # Records a producer got wrong (overlapping) are merged, never counted twice: [15, 25) and [20, 40).
+    f = slow_features(rows, ev, host_pauses=pauses([(15, 25), (20, 40)])).set_index("request_id")
+    assert f.loc[1, "host_pause_s"] == pytest.approx(0.025) and f.loc[1, "host_pause_ttft_s"] == pytest.approx(0.005)

@@ -32,7 +32,8 @@ _TOKENS = 5
 
 
 def _observer(capacity: int, per_record: bool) -> ProbeObserver:
-    obs = ProbeObserver(ProbeConfig(nvtx=False, ring_capacity=capacity,
+    # Pauses not timed: a collection of this process would land in one twin's slots and not the other's.
+    obs = ProbeObserver(ProbeConfig(nvtx=False, ring_capacity=capacity, host_pause_min_s=None,
                                     ring_name=f"infersight-sb-{next(_names)}-{id(object())}"))
     if per_record:
         obs._write_step = lambda stats: False  # the fallback: every record one write, coerced
@@ -148,7 +149,9 @@ def test_random_steps_read_as_the_per_record_slots(twins) -> None:
 
 def test_a_full_ring_drops_whole_slots_counted_once_each() -> None:
     """20 requests: a step is 3 TOKENS_BATCH slots (7+7+6), STEP, STEP_TIMING and one MEMBERS_BATCH (20)."""
-    small = ProbeObserver(ProbeConfig(nvtx=False, ring_capacity=8, ring_name=f"infersight-sb-{next(_names)}-full"))
+    # Pauses not timed: a collection of this process would add a slot to the exact count.
+    small = ProbeObserver(ProbeConfig(nvtx=False, ring_capacity=8, ring_name=f"infersight-sb-{next(_names)}-full",
+                                      host_pause_min_s=None))
     reader = RingConsumer.attach(small.ring_name, record_registry())
     try:
         for rid in range(20):

@@ -22,6 +22,7 @@ from infersight.agent.folds.kv import KvFold
 from infersight.agent.folds.network_hold import MAX_OPEN_REQUESTS, NetworkHold
 from infersight.agent.slow.judge import SlowJudge
 from infersight.agent.folds.spec import SpecFold
+from infersight.agent.folds.host_pause import HostPauseFold
 from infersight.agent.folds.step import StepFold
 from infersight.correlate import requests
 from infersight.correlate.frames import EventFrames, concat_frames
@@ -32,12 +33,13 @@ from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 class RequestLedger:
     def __init__(self, counters: dict[str, LabelledCounter], histograms: dict[str, LabelledHistogram],
                  retention_bytes: int, steps: StepFold, energy: EnergyAccount, network: NetworkHold, kv: KvFold,
-                 spec: SpecFold, judge: SlowJudge, kernel_seconds: Callable[[np.ndarray], list[float]],
+                 spec: SpecFold, judge: SlowJudge, host_pauses: HostPauseFold, kernel_seconds: Callable[[np.ndarray], list[float]],
                  emit: Callable[[pd.DataFrame, pd.DataFrame], None], scope: EngineScope | None = None) -> None:
         """scope: the engine label's (agent.rings.engine_scope; None: off), to count released rows by engine."""
         self.counters, self.histograms = counters, histograms
         self.scope = scope if scope is not None else EngineScope(False)
         self.steps, self.energy, self.network, self.kv, self.spec, self.judge = steps, energy, network, kv, spec, judge
+        self.host_pauses = host_pauses
         self.kernel_seconds, self.emit = kernel_seconds, emit
         self.finished = FinishedRows(sys.maxsize, retention_bytes)  # bounded by bytes (AgentConfig.retention.rows_bytes)
         self.new_rows: list[pd.DataFrame] = []  # rows not yet handed to the Parquet sink
@@ -90,7 +92,8 @@ class RequestLedger:
         # Only these requests' verifications, picked frame by frame (the window is not joined per poll).
         spec = self.spec.window.rows_of("request_id", ids)
         attribution = self.steps.attribution
-        slow = self.judge.judge(rows, done, attribution.steps, attribution.batch, spec, self.kv.reload_events)
+        slow = self.judge.judge(rows, done, attribution.steps, attribution.batch, spec, self.kv.reload_events,
+                                self.host_pauses.window)
         self.kv.forget_reloads(done_ids)
         causes = dict(zip(slow["request_id"], slow["slow_cause"]))
         details = dict(zip(slow["request_id"], slow["detail"]))

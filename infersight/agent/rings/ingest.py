@@ -133,6 +133,7 @@ class RingSet:
                     df["request_id"] += offset
                 for df in (frames.steps, frames.batch, frames.moe, frames.step_timing):  # step ids are per engine too
                     df["step_id"] += offset
+                frames.host_pauses["ring_index"] = ring.index  # whose requests they stalled
                 mask = frames.kv_events["request_id"] >= 0
                 frames.kv_events.loc[mask, "request_id"] += offset
             out.append((ring, frames))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from infersight.agent.rings.limits_config import RecordLimits  # noqa: F401  (re-exported: its old home)
+from infersight.exporters.catalogue import HOST_PAUSE_GENERATIONS
 from infersight.probes.records import (
     EP_EXPERTS_PER_RECORD, EP_PEERS_PER_RECORD, TEXT_CHUNK_BYTES, RecordKind, RequestEvent, TextField,
 )
@@ -37,8 +38,9 @@ EP_RANK = "ep_rank_out_of_range"
 TASK_LABEL_ID = "task_label_id_zero"
 TASK_LABEL_LIMIT = "task_label_over_limit"
 TOKENS_COUNT = "request_tokens_out_of_range"
+HOST_PAUSE = "host_pause_out_of_range"
 REASONS = (MOE_LAYER, MOE_EXPERTS, MOE_OFFSET, REQUEST_EVENT, KV_EVENT, TEXT_CHUNK, SPEC_COUNTS, EP_RANK,
-           TASK_LABEL_ID, TASK_LABEL_LIMIT, TOKENS_COUNT)
+           TASK_LABEL_ID, TASK_LABEL_LIMIT, TOKENS_COUNT, HOST_PAUSE)
 
 def _known(codes: list[int]) -> np.ndarray:
     """A table over every u8 code: True for these. One take per record (an isin compares each
@@ -95,6 +97,11 @@ def _bad_masks(kind: int, rec: np.ndarray, limits: RecordLimits) -> list[tuple[s
         too_far = (chunk * EP_PEERS_PER_RECORD >= np.maximum(world, 1)) & (
             chunk * EP_EXPERTS_PER_RECORD >= np.maximum(rec["n_slots"].astype(np.int64), 1))
         return [(EP_RANK, (world == 0) | (rec["rank"] >= world) | too_far)]
+    if kind == RecordKind.HOST_PAUSE:
+        # A pause that ends before it starts, of a generation Python does not have, or freeing more
+        # objects than an int64 holds.
+        return [(HOST_PAUSE, (rec["end_ns"] < rec["ts_ns"]) | (rec["generation"] >= len(HOST_PAUSE_GENERATIONS))
+                 | (rec["collected"] >= np.uint64(1 << 63)))]
     return []
 
 

@@ -20,10 +20,11 @@ class SlowJudge:
         self.window = pd.DataFrame()  # slow_features of the last slow_window finished requests
 
     def judge(self, rows: pd.DataFrame, done: pd.DataFrame, steps: pd.DataFrame, batch: pd.DataFrame,
-              spec: pd.DataFrame, reloads: pd.DataFrame) -> pd.DataFrame:
+              spec: pd.DataFrame, reloads: pd.DataFrame, host_pauses: pd.DataFrame | None = None) -> pd.DataFrame:
         """attribute_slow's verdicts on the requests of `rows` (request_table rows; `done`: their
-        events) that the rule flags; spec: their verifications; steps, batch: the attribution window."""
-        features = slow_causes.slow_features(rows, done, steps, batch, spec, reloads)
+        events) that the rule flags; spec: their verifications; steps, batch: the attribution window;
+        host_pauses: the engine's garbage-collection pauses since the oldest of them arrived."""
+        features = slow_causes.slow_features(rows, done, steps, batch, spec, reloads, host_pauses)
         verdicts, self.window = slow_rule.judge_slow(features.sort_values("finish_ns", kind="stable"),
                                                      self.window, self.rule)
         return slow_causes.attribute_slow(_flagged(features, verdicts), self.window)

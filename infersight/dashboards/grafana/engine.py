@@ -108,6 +108,11 @@ def _steps(d: Dashboard, kit: PanelKit) -> Dashboard:
     d = d.with_panel(kit.timeseries("Tokens fed to the model, by kind", [
         Query(C.STEP_TOKENS.rate(by="kind"), "{{kind}}")], unit="short", width=THIRD, stack=True,
         description=C.STEP_TOKENS.help))
+    d = d.with_panel(kit.timeseries("Time stalled in garbage collections", [
+        Query(C.HOST_PAUSE_SECONDS.rate(by="generation"), "generation {{generation}}")], unit="percentunit",
+        width=THIRD, stack=True,
+        description="Share of wall-clock time the engine's process stood still in Python's garbage collector "
+                    "(seconds per second). " + C.HOST_PAUSE_SECONDS.help))
     return d
 
 

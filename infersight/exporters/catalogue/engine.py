@@ -30,8 +30,8 @@ PHASE = _engine_metric(P + "request_phase_seconds", "histogram",
                    {"share": f"sum by (phase) (rate({P}request_phase_seconds_sum[$__rate_interval]))"})
 PHASES = ("queue", "prefill", "preemption_stall", "decode", "network")
 #: correlate.slow_causes.CAUSES and unattributed.
-SLOW_CAUSES = ("queue_wait", "long_prompt", "preemption", "kv_reload", "batch_interference", "speculation_rejections",
-               "long_output", "network", "unattributed")
+SLOW_CAUSES = ("host_pause", "queue_wait", "long_prompt", "preemption", "kv_reload", "batch_interference",
+               "speculation_rejections", "long_output", "network", "unattributed")
 SLOW = _engine_metric(P + "slow_requests", "counter",
                   "Requests flagged slow (above the rolling e2e quantile, p99 by default, or over a latency SLO), "
                   "by attributed cause.", ("cause",), zero_series=tuple((cause,) for cause in SLOW_CAUSES))
@@ -66,6 +66,21 @@ ENERGY = _engine_metric(P + "energy_joules", "counter",
                     ("task",), "joules",
                     views={"per_output_token": f"sum by (task) (rate({P}energy_joules_total[$__rate_interval])) / "
                            f"clamp_min(sum by (task) (rate({P}generation_tokens_total[$__rate_interval])), 1e-9)"})
+#: Python's collector generations (agent.rings.record_limits refuses any other).
+HOST_PAUSE_GENERATIONS = ("0", "1", "2")
+#: host_pauses' generation for pauses the engine timed but could not keep (its held ones overflowed).
+HOST_PAUSE_MISSED = "unknown"
+HOST_PAUSE_SECONDS = _engine_metric(P + "host_pause_seconds", "counter",
+                                "Time the engine's process stood still in Python garbage collections (each at "
+                                "least the probes' host_pause_min_s, 5 ms by default), by generation: measured "
+                                "by gc.callbacks in that process. Every request in flight waits it out.",
+                                ("generation",), "seconds",
+                                zero_series=tuple((g,) for g in HOST_PAUSE_GENERATIONS))
+HOST_PAUSES = _engine_metric(P + "host_pauses", "counter",
+                         "Garbage collections that stalled the engine's process (each at least the probes' "
+                         "host_pause_min_s), by generation (\"unknown\": timed but pushed out of the engine's "
+                         "held pauses before it could write them).", ("generation",),
+                         zero_series=tuple((g,) for g in HOST_PAUSE_GENERATIONS))
 ENERGY_IDLE = _engine_metric(P + "energy_idle_joules", "counter",
                          "GPU energy between engine steps (or in steps that ran no request): the part of the "
                          "counter's rise no request is charged for. Fed only where a GPU energy counter is read.",
@@ -153,7 +168,8 @@ REQUESTS_ORPHANED = _engine_metric(P + "requests_orphaned", "counter",
 
 ENGINE_METRICS: tuple[MetricSpec, ...] = (
     REQUESTS, TTFT, ITL, E2E, PHASE, SLOW, PROMPT_TOKENS, GENERATION_TOKENS, PREEMPTIONS, REQUESTS_RUNNING,
-    REQUESTS_WAITING, REQUESTS_SWAPPED, STEPS, STEP_DURATION, STEP_TOKENS, ENGINE_SECONDS, ENERGY, ENERGY_IDLE,
+    REQUESTS_WAITING, REQUESTS_SWAPPED, STEPS, STEP_DURATION, STEP_TOKENS, ENGINE_SECONDS, HOST_PAUSE_SECONDS,
+    HOST_PAUSES, ENERGY, ENERGY_IDLE,
     KV_BLOCKS, KV_USAGE,
     KV_EVENTS, KV_AGE, KV_RECOMPUTED_TOKENS, KV_TRACKING_DROPPED, PREFIX_QUERIED, PREFIX_HIT, PREFIX_REQUESTS, PREFIX_HIT_REQUESTS,
     EXPERT_TOKENS, HOT_EXPERT_TOKENS, MOE_IMBALANCE, SPEC_DRAFT, SPEC_ACCEPTED, SPEC_VERIFICATIONS,
