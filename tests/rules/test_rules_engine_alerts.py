@@ -94,3 +94,17 @@ def test_flight_recorder_over_budget(files: list[Path], tmp_path: Path) -> None:
                     "values": counter_values([(60, cost)])},
                    {"series": selector(C.RECORDER_BUDGET.sample, labels), "values": gauge_values([(60, 0.005)])}]
     run_case(tmp_path, files, series, "InfersightFlightRecorderOverBudget", [("30m", [(SICK, 0.01 / 0.005)])])
+
+
+def test_engine_gc_stalls(files: list[Path], tmp_path: Path) -> None:
+    # The sick engine's process stands still 5.4 s a minute in full collections and 0.6 s in young ones:
+    # 10% of the time, summed over generations (over the 5% alert); the healthy one 0.6 s a minute in
+    # full ones (1%). rate() over 10m divides by the whole window: at t minutes it reads about 0.1 x t / 10,
+    # over 5% from about 5m (pending), "for: 10m": still pending at 15m, firing by 20m.
+    series = [
+        {"series": selector(C.HOST_PAUSE_SECONDS.sample, {**SICK, "generation": "2"}), "values": counter_values([(30, 5.4)])},
+        {"series": selector(C.HOST_PAUSE_SECONDS.sample, {**SICK, "generation": "0"}), "values": counter_values([(30, 0.6)])},
+        {"series": selector(C.HOST_PAUSE_SECONDS.sample, {**HEALTHY, "generation": "2"}),
+         "values": counter_values([(30, 0.6)])},
+    ]
+    run_case(tmp_path, files, series, "InfersightEngineGCStalls", [("4m", []), ("15m", []), ("20m", [(SICK, 0.1)])])

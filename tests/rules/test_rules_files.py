@@ -29,7 +29,8 @@ SCENARIOS = {
     "InfersightTimeToFirstTokenBudgetBurn", "InfersightInterTokenLatencyBudgetBurn",
     "InfersightEndToEndLatencyBudgetBurn",  # test_rules_slo_alerts.py
     "InfersightPreemptionStorm", "InfersightKVCachePressure", "InfersightMoEImbalance",
-    "InfersightSpeculationAcceptanceCollapse", "InfersightFlightRecorderOverBudget",  # test_rules_engine_alerts.py
+    "InfersightSpeculationAcceptanceCollapse", "InfersightFlightRecorderOverBudget",
+    "InfersightEngineGCStalls",  # test_rules_engine_alerts.py
     "InfersightAgentDown", "InfersightAgentAbsent", "InfersightNoProbeRing", "InfersightProbeRingGone",
     "InfersightEngineDied", "InfersightProbeEventsDropped", "InfersightProbeEventsLost",  # test_rules_agent_alerts.py
     "InfersightGpuXidError", "InfersightGpuThermalThrottling", "InfersightGpuPowerThrottling",  # test_rules_gpu_alerts.py

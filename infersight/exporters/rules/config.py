@@ -53,7 +53,8 @@ class RulesConfig:
     moe_max_over_mean is the level /api/v1/diagnosis reports as imbalance (2.0); a task's
     speculation has collapsed when its 30-minute accept rate falls below spec_collapse_ratio of
     its 1-day rate over at least spec_min_drafts drafts; gpu_throttle_share is the share of time a
-    GPU may spend clock-throttled for thermal or power reasons."""
+    GPU may spend clock-throttled for thermal or power reasons; gc_stall_share is the share of wall-clock
+    time the engine's process may stand still in garbage collections (5%: a 0.2 s full collection every 4 s)."""
 
     slo_ttft_s: float = 2.5
     slo_itl_s: float = 0.1
@@ -68,6 +69,7 @@ class RulesConfig:
     spec_collapse_ratio: float = 0.5
     spec_min_drafts: int = 200
     gpu_throttle_share: float = 0.1
+    gc_stall_share: float = 0.05
 
     def __post_init__(self) -> None:
         _check_threshold("--slo-ttft-s", self.slo_ttft_s, C.TTFT)
@@ -89,7 +91,7 @@ class RulesConfig:
                 raise ValueError(f"{name} must be label names, got {labels!r}")
         for name, low, high in (("preemptions_per_step", 0.0, 1e6), ("kv_usage_ratio", 0.0, 1.0),
                                 ("moe_max_over_mean", 1.0, 1e6), ("spec_collapse_ratio", 0.0, 1.0),
-                                ("gpu_throttle_share", 0.0, 1.0)):
+                                ("gpu_throttle_share", 0.0, 1.0), ("gc_stall_share", 0.0, 1.0)):
             value = getattr(self, name)
             if not (low < value <= high) or not math.isfinite(value):
                 raise ValueError(f"{name} must be in ({low:g}, {high:g}], got {value}")

@@ -1,6 +1,6 @@
 """Alerts on what the engine does, per agent (one agent reads one engine): a preemption storm, KV
-cache pressure, MoE expert imbalance, speculation acceptance collapsing for a task, and the flight
-recorder costing more than its budget."""
+cache pressure, MoE expert imbalance, speculation acceptance collapsing for a task, the flight
+recorder costing more than its budget, and the engine's process stalled in garbage collection."""
 from __future__ import annotations
 
 from infersight.exporters import catalogue as C
@@ -101,6 +101,22 @@ def recorder_over_budget(config: RulesConfig) -> Alert:
                           "--recorder-window-steps."))
 
 
+def gc_stalls(config: RulesConfig) -> Alert:
+    t = by(config.target_labels)
+    return Alert(
+        alert="InfersightEngineGCStalls", severity="warning", for_="10m",
+        expr=f"sum {t} (rate({C.HOST_PAUSE_SECONDS.sample}[10m])) > {config.gc_stall_share:g}",
+        summary=f"{AT}: the engine stood still in garbage collection {{{{ $value | humanizePercentage }}}} of the time",
+        description=(f"Over 10 minutes the engine's process behind {AT} spent {{{{ $value | humanizePercentage }}}} of "
+                     f"wall-clock time in Python garbage collections (alert above {100 * config.gc_stall_share:g}%), "
+                     f"for 10 minutes: every request in flight waits out each collection."),
+        runbook=R.runbook((R.GC_PANEL, R.SLOW_PANEL), f"read {R.on_agent(R.SLOWEST)} (requests with slow_cause "
+                                                      f"host_pause, and the seconds each one waited)",
+                          "Full collections (generation 2) walk every tracked object: freeze the start-up heap "
+                          "(gc.freeze() once warm, as infersight serve and vLLM do), keep fewer long-lived Python "
+                          "objects per request, or raise the collector's thresholds (gc.set_threshold)."))
+
+
 def engine_alerts(config: RulesConfig) -> list[Alert]:
     return [preemption_storm(config), kv_pressure(config), moe_imbalance(config), speculation_collapse(config),
-            recorder_over_budget(config)]
+            recorder_over_budget(config), gc_stalls(config)]
