@@ -10,6 +10,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from testkit import unique_ring
 
+from infersight.agent.api import report
 from infersight.agent.config import AgentConfig, ConfigError
 from infersight.agent.rings.limits_config import RecordLimits
 from infersight.agent.service import Agent
@@ -127,6 +128,9 @@ def test_host_pauses_out_of_range_are_refused_and_the_rest_counted(pair) -> None
     pauses = agent.state.counters[C.HOST_PAUSES.name].values
     assert seconds == {("2",): pytest.approx(0.004), ("0",): pytest.approx(0.000006)}
     assert pauses == {("2",): 1, ("0",): 1, ("unknown",): 2}  # the 2 the producer could not keep
+    block = report.summary(agent.state)["host_pauses"]
+    assert block["pauses_by_generation"] == {"0": 1, "2": 1, "unknown": 2} and block["measured"] is True
+    assert block["seconds_by_generation"] == {"0": pytest.approx(0.000006), "2": pytest.approx(0.004)}
 
 
 @pytest.mark.parametrize("name", ["max_task_labels", "max_moe_layers", "max_moe_experts"])

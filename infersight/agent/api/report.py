@@ -64,6 +64,8 @@ def summary(state: AgentState) -> dict[str, Any]:
         engines = _engine_counts(state) if on else None
         energy = describe_energy(state.energy, state.gpu_status)
         preempt = state.counters[C.PREEMPTIONS.name].total()
+        pause_s = dict(merged(state.counters[C.HOST_PAUSE_SECONDS.name], on).values)
+        pauses = dict(merged(state.counters[C.HOST_PAUSES.name], on).values)
         recomputed_tokens = state.counters[C.KV_RECOMPUTED_TOKENS.name].total()
         last = dict(state.last_step)
         seen = state.requests_seen
@@ -97,6 +99,9 @@ def summary(state: AgentState) -> dict[str, Any]:
         "spec": {"by_task": spec_speedup.summary_by_task(by_task)},
         "cost": {"engine_seconds_by_task": {labels[0]: v for labels, v in engine_by_task.items()},
                  "energy_j_by_task": {labels[0]: v for labels, v in energy_by_task.items()}, "energy": energy},
+        "host_pauses": {"seconds_by_generation": {labels[0]: v for labels, v in sorted(pause_s.items())},
+                        "pauses_by_generation": {labels[0]: int(v) for labels, v in sorted(pauses.items())},
+                        "measured": True},  # the engine process's garbage collections (gc.callbacks)
         "slow_causes": rows["slow_cause"][rows["slow_cause"] != ""].value_counts().to_dict() if not rows.empty else {},
         "slow_rule": state.slow_rule.describe(),
         "gpu": gpu,
