@@ -31,5 +31,5 @@ def freeze_startup_heap() -> FrozenHeap:
     gc.collect()  # garbage of the start-up is freed, not frozen for the process's life
     gc.freeze()
     heap = FrozenHeap(gc.get_freeze_count(), time.perf_counter() - began)
-    log.info("froze %d start-up objects out of the cyclic collector in %.2f s", heap.objects, heap.seconds)
+    log.info("froze %d start-up objects out of the cyclic collector in %.1f ms", heap.objects, 1e3 * heap.seconds)
     return heap
