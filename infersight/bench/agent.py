@@ -110,7 +110,8 @@ def ingest_poll(n_requests: int, tokens_per_request: int,
     x tokens_per_request), timed in this process (pin it to one core). The counts are the ring
     consumer's, taken around the poll: records it handed out, slots it consumed."""
     name = f"infersight-benchagent-{time.monotonic_ns()}"
-    probe = ProbeObserver(ProbeConfig(ring_name=name, ring_capacity=1 << 22, nvtx=False))
+    # Pauses not timed: a collection of this process would add records no workload wrote to the counts.
+    probe = ProbeObserver(ProbeConfig(ring_name=name, ring_capacity=1 << 22, nvtx=False, host_pause_min_s=None))
     agent = Agent(AgentConfig(rings=[name], port=0))
     try:
         agent.poll_once()
