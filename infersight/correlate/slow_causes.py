@@ -70,9 +70,6 @@ CAUSES = ("host_pause", "queue_wait", "long_prompt", "preemption", "kv_reload", 
 CANDIDATES = {"e2e": CAUSES,
               "ttft": ("host_pause", "queue_wait", "long_prompt", "preemption", "kv_reload", "network"),
               "itl": ("host_pause", "batch_interference", "speculation_rejections", "preemption", "kv_reload")}
-#: Request ids carry their ring's index above this bit (agent.rings.ingest.RING_ID_SHIFT): a pause
-#: stalls the requests of its own engine only.
-RING_ID_SHIFT = ENGINE_ID_SHIFT
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -199,7 +196,8 @@ def _host_pauses(rows: pd.DataFrame, pauses: pd.DataFrame | None) -> dict[str, n
     out = {"host_pauses": np.zeros(n, np.int64), "host_pause_s": np.zeros(n), "host_pause_ttft_s": np.zeros(n)}
     if pauses is None or pauses.empty or n == 0:
         return out
-    ring = rows["request_id"].to_numpy(np.int64) >> RING_ID_SHIFT
+    # A pause stalls its own engine's requests only: a request id carries its ring's index above this bit.
+    ring = rows["request_id"].to_numpy(np.int64) >> ENGINE_ID_SHIFT
     arrival, finish = rows["arrival_ns"].to_numpy(np.int64), rows["finish_ns"].to_numpy(np.int64)
     first = rows["first_token_ns"].to_numpy(np.int64)
     first = np.where(first >= 0, np.minimum(first, finish), finish)

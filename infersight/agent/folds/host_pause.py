@@ -3,9 +3,8 @@ that lived through them may still finish.
 
 Counted by generation, seconds and pauses; a pause the producer pushed out of its held ones (the
 record after it says how many) is counted under generation "unknown", without seconds: its length
-and generation went with it. The window keeps the pauses since the
-oldest request in flight, at most MAX_HELD_PAUSES, for the slow-request attribution
-(correlate.slow_causes, host_pause).
+and generation went with it. The window keeps the pauses since the oldest request in flight, at most
+MAX_HELD_PAUSES, for the slow-request attribution (correlate.slow_causes, host_pause).
 """
 from __future__ import annotations
 

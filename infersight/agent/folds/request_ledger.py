@@ -33,7 +33,8 @@ from infersight.exporters.aggregates import LabelledCounter, LabelledHistogram
 class RequestLedger:
     def __init__(self, counters: dict[str, LabelledCounter], histograms: dict[str, LabelledHistogram],
                  retention_bytes: int, steps: StepFold, energy: EnergyAccount, network: NetworkHold, kv: KvFold,
-                 spec: SpecFold, judge: SlowJudge, host_pauses: HostPauseFold, kernel_seconds: Callable[[np.ndarray], list[float]],
+                 spec: SpecFold, judge: SlowJudge, host_pauses: HostPauseFold,
+                 kernel_seconds: Callable[[np.ndarray], list[float]],
                  emit: Callable[[pd.DataFrame, pd.DataFrame], None], scope: EngineScope | None = None) -> None:
         """scope: the engine label's (agent.rings.engine_scope; None: off), to count released rows by engine."""
         self.counters, self.histograms = counters, histograms
